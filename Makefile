@@ -1,0 +1,49 @@
+# Each target bootstraps .venv itself: a fresh machine needs nothing but Python 3.11+.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+BASE   := $(VENV)/.stamp-base
+FULL   := $(VENV)/.stamp-full
+REF    := scenarios/v4pro-dspark-10stage-wan.yaml
+# pytest workers: both cores by default; PYTEST_WORKERS=0 runs serially.
+PYTEST_WORKERS ?= 2
+
+.PHONY: demo test test-slow figures bench lint format clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(BASE): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(FULL): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev,real,dist]'
+	touch $@ $(BASE)
+
+demo: $(BASE)
+	$(BIN)/wansim run $(REF) --engine both --out out/demo
+
+# pytest exits 5 when it collects nothing: that is not a failure of the suite.
+test: $(FULL)
+	@rc=0; $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) || rc=$$?; \
+	 if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc
+
+test-slow: $(FULL)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m slow
+
+figures: $(FULL)
+	$(BIN)/python -m wansim figures
+
+bench: $(FULL)
+	$(BIN)/python benchmarks/run_all.py
+
+lint: $(FULL)
+	$(BIN)/ruff format --check . && $(BIN)/ruff check .
+
+format: $(FULL)
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) out paper_figures/out .pytest_cache .hypothesis

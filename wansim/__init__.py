@@ -1,0 +1,1 @@
+"""wansim: speculative decoding over WAN pipeline-parallel LLM inference."""

@@ -1,1 +1,31 @@
-"""wansim: speculative decoding over WAN pipeline-parallel LLM inference."""
+"""wansim: how fast does a WAN pipeline-parallel LLM decode with speculative decoding?
+
+Python API::
+
+    import wansim
+    sc = wansim.load_scenario("scenarios/v4pro-dspark-10stage-wan.yaml", ["speculation.k=5"])
+    wansim.analyze(sc).metrics      # closed forms
+    wansim.simulate(sc).metrics     # discrete-event simulation
+"""
+
+from __future__ import annotations
+
+from wansim.errors import WansimInputError
+from wansim.scenario import Scenario, load_scenario
+
+__all__ = ["Scenario", "WansimInputError", "analyze", "load_scenario", "simulate"]
+__version__ = "0.1.0"
+
+
+def analyze(scenario: Scenario):
+    """Closed-form metrics for a scenario (``Result`` with ``.metrics`` and ``.to_frame()``)."""
+    from wansim.analytical import analyze as _analyze
+
+    return _analyze(scenario)
+
+
+def simulate(scenario: Scenario, **options):
+    """Discrete-event simulation of a scenario (``Result``)."""
+    from wansim.sim import simulate as _simulate
+
+    return _simulate(scenario, **options)

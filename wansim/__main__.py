@@ -1,0 +1,3 @@
+from wansim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,616 @@
+"""Scenario YAML -> frozen dataclasses, with defaults, overrides and strict validation.
+
+The schema is DESIGN.md section 3. Every field has a default; a partial mapping keeps the
+defaults of what it omits; unknown keys, wrong types and out-of-range values are errors naming the
+dotted field path. ``--set a.b=v`` overrides are applied to the raw YAML before validation, so
+they are typed and checked exactly like the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wansim.errors import ScenarioError, WansimInputError
+from wansim.validation import parse, spec
+
+DRAFTER_KINDS = ("mtp", "dspark", "dflash", "eagle", "draft_model", "ngram")
+PLACEMENTS = ("first_stage", "last_stage")
+JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
+POLICIES = ("none", "chain", "tree")
+VERIFIERS = ("lossless", "greedy", "typical")
+TREE_KINDS = ("static", "sequoia", "dynamic")
+SCHEDULES = ("sync", "async")
+BATCHING = ("none", "continuous")
+ARRIVALS = ("closed", "poisson")
+ACTIVATION_BITS = (3, 4, 8, 16)
+
+
+# ----------------------------------------------------------------------------- compute models
+@dataclasses.dataclass(frozen=True)
+class LinearCompute:
+    """t(n) = base_ms + per_token_ms * n for a pass of n tokens."""
+
+    kind: str = spec("linear", choices=("linear",))
+    base_ms: float = spec(6.0, ge=0)
+    per_token_ms: float = spec(0.02, ge=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RooflineCompute:
+    """t(n) = overhead_ms + max(bytes read / memory bandwidth, FLOPs / peak).
+
+    bytes = params_b*1e9*bytes_per_param + kv_bytes_per_token*context_tokens (weights and KV
+    cache are read once per pass); FLOPs = 2*params_b*1e9*n. Defaults: one H200-class GPU
+    holding one stage's share of a large model.
+    """
+
+    kind: str = spec("roofline", choices=("roofline",))
+    params_b: float = spec(4.9, gt=0, doc="active parameters in this stage, billions")
+    bytes_per_param: float = spec(1.0, gt=0)
+    kv_bytes_per_token: float = spec(0.0, ge=0)
+    context_tokens: int = spec(2048, ge=0)
+    mem_bandwidth_gbs: float = spec(4800.0, gt=0)
+    peak_tflops: float = spec(990.0, gt=0)
+    overhead_ms: float = spec(0.5, ge=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeCompute:
+    """Roofline for a mixture-of-experts stage: weight bytes grow with the experts touched.
+
+    With E experts, top-k routing and uniform routing, n tokens touch
+    E*(1-(1-k/E)^n) distinct experts in expectation; bytes = (dense + touched*expert) params,
+    FLOPs = 2*n*(dense + k*expert) params.
+    """
+
+    kind: str = spec("moe", choices=("moe",))
+    dense_params_b: float = spec(0.5, ge=0)
+    experts: int = spec(384, ge=1)
+    experts_per_token: int = spec(8, ge=1)
+    expert_params_b: float = spec(0.0125, gt=0)
+    bytes_per_param: float = spec(1.0, gt=0)
+    kv_bytes_per_token: float = spec(0.0, ge=0)
+    context_tokens: int = spec(2048, ge=0)
+    mem_bandwidth_gbs: float = spec(4800.0, gt=0)
+    peak_tflops: float = spec(990.0, gt=0)
+    overhead_ms: float = spec(0.5, ge=0)
+
+    def check(self, path: str) -> None:
+        if self.experts_per_token > self.experts:
+            raise ScenarioError(
+                f"{path}.experts_per_token",
+                f"must be <= experts ({self.experts})",
+                self.experts_per_token,
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class TableCompute:
+    """Measured (n tokens, ms) points, linearly interpolated; beyond the last point the last
+    segment's slope is extended (what ``wansim calibrate`` writes)."""
+
+    kind: str = spec("table", choices=("table",))
+    points: tuple[tuple[float, float], ...] = spec(((1.0, 6.0), (64.0, 7.3)))
+
+    def check(self, path: str) -> None:
+        ns = [n for n, _ in self.points]
+        if len(ns) < 1:
+            raise ScenarioError(f"{path}.points", "needs at least one [n, ms] point", [])
+        if any(n < 1 for n in ns) or any(ms < 0 for _, ms in self.points):
+            raise ScenarioError(f"{path}.points", "need n >= 1 and ms >= 0", list(self.points))
+        if sorted(set(ns)) != ns:
+            raise ScenarioError(f"{path}.points", "n must be strictly increasing", ns)
+
+
+COMPUTE_VARIANTS = {
+    "linear": LinearCompute,
+    "roofline": RooflineCompute,
+    "moe": MoeCompute,
+    "table": TableCompute,
+}
+ComputeModel = LinearCompute | RooflineCompute | MoeCompute | TableCompute
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    hidden_size: int = spec(7168, ge=1)
+    compute: ComputeModel = spec(factory=LinearCompute, variants=COMPUTE_VARIANTS)
+
+
+# ----------------------------------------------------------------------------- network
+@dataclasses.dataclass(frozen=True)
+class Jitter:
+    """Extra one-way delay J added to a hop's latency L; the delay is max(0, L + J).
+
+    none: J = 0. normal: J ~ N(mean_ms (default 0), std_ms). lognormal: J >= 0 with mean
+    mean_ms (default std_ms) and standard deviation std_ms. pareto: Lomax (Pareto II from 0)
+    with tail index ``shape`` (> 2) and standard deviation std_ms. empirical: J resampled from
+    ``samples_ms`` or a file of one value per line (``samples_file``).
+    """
+
+    kind: str = spec("none", choices=JITTER_KINDS)
+    std_ms: float = spec(0.0, ge=0)
+    mean_ms: float | None = spec(None)
+    shape: float = spec(3.0, gt=2)
+    samples_ms: tuple[float, ...] = spec(())
+    samples_file: str | None = spec(None)
+
+    def check(self, path: str) -> None:
+        if self.kind == "none" and self.std_ms > 0:
+            raise ScenarioError(f"{path}.std_ms", "needs a jitter kind (kind is none)", self.std_ms)
+        if self.kind in ("normal", "lognormal", "pareto") and self.std_ms <= 0:
+            raise ScenarioError(
+                f"{path}.std_ms", f"must be > 0 for {self.kind} jitter", self.std_ms
+            )
+        if self.mean_ms is not None and self.kind in ("none", "pareto", "empirical"):
+            raise ScenarioError(
+                f"{path}.mean_ms", f"is not used by {self.kind} jitter", self.mean_ms
+            )
+        if self.kind == "lognormal" and self.mean_ms is not None and self.mean_ms <= 0:
+            raise ScenarioError(f"{path}.mean_ms", "must be > 0 for lognormal jitter", self.mean_ms)
+        has_samples = bool(self.samples_ms) or self.samples_file is not None
+        if self.kind == "empirical":
+            if bool(self.samples_ms) == (self.samples_file is not None):
+                raise ScenarioError(
+                    path, "empirical jitter needs exactly one of samples_ms, samples_file", None
+                )
+        elif has_samples:
+            raise ScenarioError(
+                f"{path}.kind", "samples_ms/samples_file need kind: empirical", self.kind
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class HopOverride:
+    """Per-hop values; an omitted field takes the network's value."""
+
+    latency_ms: float | None = spec(None, ge=0)
+    bandwidth_mbps: float | None = spec(None, gt=0)
+    jitter: Jitter | None = spec(None)
+    loss_rate: float | None = spec(None, ge=0, lt=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hop:
+    """A resolved link: hop i carries stage i's output to stage i+1; the last is the return hop."""
+
+    latency_ms: float
+    bandwidth_mbps: float
+    jitter: Jitter
+    loss_rate: float
+    retransmit_ms: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    latency_ms: float = spec(25.0, ge=0)
+    bandwidth_mbps: float = spec(1000.0, gt=0)
+    jitter: Jitter = spec(factory=Jitter)
+    loss_rate: float = spec(0.0, ge=0, lt=1)
+    retransmit_ms: float = spec(200.0, ge=0, doc="extra delay per lost transmission (TCP RTO)")
+    hops: tuple[HopOverride, ...] = spec(())
+
+
+# ----------------------------------------------------------------------------- payload
+@dataclasses.dataclass(frozen=True)
+class Payload:
+    """Bytes on the wire: activations of hidden_size*activation_bits/8 per token (plus one fp16
+    scale per ``quant_group_size`` values below 16 bits), a header per message, and a token-id
+    return message of ``return_bytes``."""
+
+    activation_bits: int = spec(16, choices=ACTIVATION_BITS)
+    header_bytes: int = spec(64, ge=0)
+    return_bytes: int = spec(50, ge=1)
+    quant_group_size: int = spec(128, ge=1)
+
+
+# ----------------------------------------------------------------------------- drafter
+@dataclasses.dataclass(frozen=True)
+class AcceptanceSpec:
+    """Where acceptance comes from: exactly one of ``profile`` (+ ``workload``), ``alpha``
+    (constant conditional rate; ``alpha: 0.8`` when none is given) or ``per_position`` (p_1..p_K). ``domain_shift`` in (0, 1]
+    multiplies every conditional rate (Part IX: out of domain, fine-tuned targets).
+    ``dispersion`` is the between-prompt share of the per-step accepted-length variance
+    (default: the profile's; 0 for alpha/per_position). ``extrapolate`` allows K beyond the
+    measured positions by holding the last measured rate (an assumption, off by default)."""
+
+    profile: str | None = spec(None)
+    workload: str | None = spec(None)
+    alpha: float | None = spec(None, gt=0, lt=1)
+    per_position: tuple[float, ...] | None = spec(None, ge=0, le=1)
+    domain_shift: float = spec(1.0, gt=0, le=1)
+    dispersion: float | None = spec(None, ge=0, lt=1)
+    extrapolate: bool = spec(False)
+
+    def check(self, path: str) -> None:
+        given = [n for n in ("profile", "alpha", "per_position") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ScenarioError(path, "give only one of profile, alpha, per_position", given)
+        if self.per_position is not None and len(self.per_position) == 0:
+            raise ScenarioError(f"{path}.per_position", "needs at least one rate", [])
+        if self.workload is not None and self.profile is None:
+            raise ScenarioError(f"{path}.workload", "needs a profile", self.workload)
+
+    DEFAULT_ALPHA = 0.8
+
+    @property
+    def source(self) -> str:
+        if self.profile is not None:
+            return "profile"
+        if self.per_position is not None:
+            return "per_position"
+        return "alpha"
+
+
+@dataclasses.dataclass(frozen=True)
+class Drafter:
+    """One drafter pass costs ``draft_ms``; ``parallel`` (block) drafters draft K tokens in one
+    pass, autoregressive ones pay K passes."""
+
+    kind: str = spec("dspark", choices=DRAFTER_KINDS)
+    placement: str = spec("last_stage", choices=PLACEMENTS)
+    parallel: bool = spec(True)
+    draft_ms: float = spec(4.0, ge=0)
+    acceptance: AcceptanceSpec = spec(factory=AcceptanceSpec)
+
+
+# ----------------------------------------------------------------------------- speculation
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    kind: str = spec("sequoia", choices=TREE_KINDS)
+    budget_nodes: int = spec(32, ge=1, doc="draft nodes, the root excluded")
+    branching: tuple[int, ...] = spec((), ge=1, doc="static trees: children per node per depth")
+    max_depth: int | None = spec(None, ge=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Speculation:
+    policy: str = spec("chain", choices=POLICIES)
+    k: int = spec(7, ge=1, le=64)
+    verifier: str = spec("lossless", choices=VERIFIERS)
+    tree: Tree = spec(factory=Tree)
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    kind: str = spec("sync", choices=SCHEDULES)
+    max_inflight_blocks: int = spec(1, ge=1)
+    hedge_branches: int = spec(0, ge=0)
+    batching: str = spec("none", choices=BATCHING)
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """Requests of ``prompt_tokens`` (one prefill pass) and ``output_tokens`` (the first from
+    prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
+    flight, a new one starts when one finishes; ``poisson``: arrivals at ``rate_per_s``."""
+
+    requests: int = spec(64, ge=1)
+    concurrency: int = spec(1, ge=1)
+    prompt_tokens: int = spec(512, ge=1)
+    output_tokens: int = spec(256, ge=2)
+    arrival: str = spec("closed", choices=ARRIVALS)
+    rate_per_s: float = spec(1.0, gt=0)
+
+
+# ----------------------------------------------------------------------------- scenario
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str = spec("scenario")
+    seed: int = spec(0, ge=0)
+    stages: int = spec(10, ge=1, le=1024)
+    model: Model = spec(factory=Model)
+    network: Network = spec(factory=Network)
+    payload: Payload = spec(factory=Payload)
+    drafter: Drafter = spec(factory=Drafter)
+    speculation: Speculation = spec(factory=Speculation)
+    schedule: Schedule = spec(factory=Schedule)
+    workload: Workload = spec(factory=Workload)
+
+    def check(self, path: str) -> None:
+        hops = self.network.hops
+        if hops and len(hops) != self.stages:
+            raise ScenarioError(
+                "network.hops",
+                f"needs {self.stages} entries (one per stage; the last is the return hop)",
+                f"{len(hops)} entries",
+            )
+
+    @property
+    def k(self) -> int:
+        """Draft tokens per verify pass (0 without speculation)."""
+        return 0 if self.speculation.policy == "none" else self.speculation.k
+
+    def resolved_hops(self) -> tuple[Hop, ...]:
+        """The P hops of the ring: hop i is S_i -> S_(i+1); hop P-1 is the return hop to S0."""
+        net = self.network
+        out = []
+        for i in range(self.stages):
+            o = net.hops[i] if net.hops else HopOverride()
+            out.append(
+                Hop(
+                    latency_ms=net.latency_ms if o.latency_ms is None else o.latency_ms,
+                    bandwidth_mbps=net.bandwidth_mbps
+                    if o.bandwidth_mbps is None
+                    else o.bandwidth_mbps,
+                    jitter=net.jitter if o.jitter is None else o.jitter,
+                    loss_rate=net.loss_rate if o.loss_rate is None else o.loss_rate,
+                    retransmit_ms=net.retransmit_ms,
+                )
+            )
+        return tuple(out)
+
+
+def hop_name(i: int, stages: int) -> str:
+    if i == stages - 1:
+        return f"S{stages - 1}->S0 (return)"
+    return f"S{i}->S{i + 1}"
+
+
+# ----------------------------------------------------------------------------- loading
+def load_scenario(
+    path: str | os.PathLike | None = None,
+    overrides: Iterable[str] | Mapping[str, Any] | None = None,
+    *,
+    data: Mapping[str, Any] | None = None,
+) -> Scenario:
+    """Load, override and validate a scenario (from a YAML file or an already-parsed mapping).
+
+    ``overrides``: ``["a.b=v", ...]`` (values parsed as YAML scalars) or ``{"a.b": v}``.
+    Relative file paths inside the scenario resolve against the scenario's folder, then the
+    working directory, then the scenario folder's parents.
+    """
+    base_dir = Path.cwd()
+    if data is None:
+        if path is None:
+            raise ScenarioError("scenario", "give a path or data", None)
+        raw = read_scenario_raw(path)
+        base_dir = Path(path).resolve().parent
+    else:
+        raw = to_plain(data)
+    raw = apply_overrides(raw, overrides or ())
+    scenario = parse(Scenario, raw, "")
+    scenario = _resolve_files(scenario, base_dir)
+    _check_acceptance(scenario)
+    return scenario
+
+
+def read_scenario_raw(path: str | os.PathLike, _seen: tuple = ()) -> dict:
+    """The raw mapping of a scenario file, with ``extends: other.yaml`` merged in.
+
+    ``extends`` names a scenario (relative to this file) whose mapping this one deep-merges
+    over: a family of scenarios states only what differs from its base.
+    """
+    resolved = Path(path).resolve()
+    if resolved in _seen:
+        raise ScenarioError("extends", "cycle of scenarios extending each other", str(path))
+    raw = read_yaml_mapping(path, "scenario")
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    if not isinstance(parent, str):
+        raise ScenarioError("extends", "must be a path to a scenario file", parent)
+    parent_path = resolve_file(parent, resolved.parent)
+    if parent_path is None:
+        raise ScenarioError("extends", "file not found", parent)
+    return deep_merge(read_scenario_raw(parent_path, (*_seen, resolved)), raw)
+
+
+def deep_merge(base: dict, top: Mapping) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise WansimInputError(what, "file not found", str(path))
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise WansimInputError(what, f"not valid YAML{where}", str(path)) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise WansimInputError(what, "must be a YAML mapping", str(path))
+    return raw
+
+
+def to_plain(obj: Any) -> Any:
+    """Dataclasses/tuples -> plain dicts/lists (the YAML shape)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {k: to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    return obj
+
+
+def scenario_to_dict(scenario: Scenario) -> dict:
+    return to_plain(scenario)
+
+
+_SEGMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
+
+
+def split_path(dotted: str) -> list[str | int]:
+    """'network.hops[3].latency_ms' -> ['network', 'hops', 3, 'latency_ms'] (also hops.3)."""
+    parts: list[str | int] = []
+    for seg in dotted.split("."):
+        if seg.isdigit():
+            parts.append(int(seg))
+            continue
+        m = _SEGMENT.match(seg)
+        if not m:
+            raise ScenarioError("--set", "bad field path", dotted)
+        parts.append(m.group(1))
+        parts.extend(int(i) for i in re.findall(r"\[(\d+)\]", m.group(2)))
+    return parts
+
+
+def join_path(parts: list[str | int]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ScenarioError("--set", "expected field.path=value", text)
+    key, _, value = text.partition("=")
+    key = key.strip()
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        raise ScenarioError(key, "value is not valid YAML", value) from None
+    return key, parsed
+
+
+def apply_overrides(raw: dict, overrides: Iterable[str] | Mapping[str, Any]) -> dict:
+    """Set dotted fields in a copy of the raw mapping (before validation)."""
+    raw = to_plain(raw)
+    items = overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
+    for key, value in items:
+        set_dotted(raw, key, value)
+    return raw
+
+
+def set_dotted(raw: dict, dotted: str, value: Any) -> None:
+    parts = split_path(dotted)
+    node: Any = raw
+    for i, part in enumerate(parts[:-1]):
+        nxt = parts[i + 1]
+        if isinstance(part, int):
+            if not isinstance(node, list) or part >= len(node):
+                have = len(node) if isinstance(node, list) else 0
+                raise ScenarioError(
+                    join_path(parts[: i + 1]), f"no such entry (the list has {have})", value
+                )
+            if node[part] is None:
+                node[part] = {}
+            node = node[part]
+        else:
+            if not isinstance(node, dict):
+                raise ScenarioError(join_path(parts[:i]), "is not a mapping", node)
+            if node.get(part) is None:
+                node[part] = [] if isinstance(nxt, int) else {}
+            node = node[part]
+    last = parts[-1]
+    if isinstance(last, int):
+        if not isinstance(node, list) or last >= len(node):
+            have = len(node) if isinstance(node, list) else 0
+            raise ScenarioError(join_path(parts), f"no such entry (the list has {have})", value)
+        node[last] = value
+    else:
+        if not isinstance(node, dict):
+            raise ScenarioError(join_path(parts[:-1]), "is not a mapping", node)
+        node[last] = value
+
+
+def get_dotted(obj: Any, dotted: str) -> Any:
+    """Read a dotted field from a scenario (dataclasses) or a raw mapping."""
+    node = obj
+    for part in split_path(dotted):
+        if isinstance(part, int) or isinstance(node, Mapping):
+            node = node[part]
+        else:
+            node = getattr(node, part)
+    return node
+
+
+def resolve_file(value: str, base_dir: Path) -> Path | None:
+    p = Path(value)
+    if p.is_absolute():
+        return p if p.exists() else None
+    candidates = [base_dir / p, Path.cwd() / p] + [d / p for d in base_dir.parents]
+    for c in candidates:
+        if c.exists():
+            return c.resolve()
+    return None
+
+
+def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
+    acc = scenario.drafter.acceptance
+    if acc.profile is not None:
+        found = resolve_file(acc.profile, base_dir)
+        if found is None:
+            raise ScenarioError("drafter.acceptance.profile", "file not found", acc.profile)
+        acc = dataclasses.replace(acc, profile=str(found))
+        scenario = dataclasses.replace(
+            scenario, drafter=dataclasses.replace(scenario.drafter, acceptance=acc)
+        )
+
+    def fix_jitter(j: Jitter | None, where: str) -> Jitter | None:
+        if j is None or j.samples_file is None:
+            return j
+        found = resolve_file(j.samples_file, base_dir)
+        if found is None:
+            raise ScenarioError(f"{where}.samples_file", "file not found", j.samples_file)
+        return dataclasses.replace(j, samples_file=str(found))
+
+    net = scenario.network
+    hops = tuple(
+        dataclasses.replace(h, jitter=fix_jitter(h.jitter, f"network.hops[{i}].jitter"))
+        for i, h in enumerate(net.hops)
+    )
+    net = dataclasses.replace(net, jitter=fix_jitter(net.jitter, "network.jitter"), hops=hops)
+    return dataclasses.replace(scenario, network=net)
+
+
+def _check_acceptance(scenario: Scenario) -> None:
+    """Profile workload exists, and the profile/per-position vector covers K."""
+    from wansim.acceptance.profile import load_profile
+
+    acc = scenario.drafter.acceptance
+    need = scenario.k
+    if scenario.speculation.policy == "tree":
+        need = max(need, _tree_depth_needed(scenario))
+    if acc.profile is not None:
+        prof = load_profile(acc.profile)
+        workload = acc.workload or prof.default_workload
+        if workload not in prof.workloads:
+            raise ScenarioError(
+                "drafter.acceptance.workload",
+                f"not in profile (has {', '.join(prof.workloads)})",
+                workload,
+            )
+        measured = len(prof.workloads[workload].per_position)
+        if need > measured and not acc.extrapolate:
+            raise ScenarioError(
+                "speculation.k",
+                f"profile measured positions 1..{measured} (set drafter.acceptance.extrapolate"
+                " to hold the last rate)",
+                need,
+            )
+    elif acc.per_position is not None:
+        measured = len(acc.per_position)
+        if need > measured and not acc.extrapolate:
+            raise ScenarioError(
+                "speculation.k",
+                f"per_position gives positions 1..{measured} (set drafter.acceptance.extrapolate"
+                " to hold the last rate)",
+                need,
+            )
+
+
+def _tree_depth_needed(scenario: Scenario) -> int:
+    tree = scenario.speculation.tree
+    if tree.kind == "static" and tree.branching:
+        return len(tree.branching)
+    return 0

@@ -1,0 +1,83 @@
+"""Compute-time models: how long a stage (or the drafter) takes for a pass of n tokens.
+
+All functions broadcast over numpy arrays (n and any model field may be an array), so the
+analytical engine evaluates whole grids with them and the simulator calls them per pass.
+
+- linear:   t(n) = base_ms + per_token_ms * n
+- roofline: t(n) = overhead_ms + 1e3 * max(bytes / (mem_bandwidth_gbs * 1e9),
+                                           2 * params * n / (peak_tflops * 1e12))
+            bytes = params_b * 1e9 * bytes_per_param + kv_bytes_per_token * context_tokens
+- moe:      as roofline with bytes = (dense + touched * expert_params) * bytes_per_param + KV,
+            touched = E * (1 - (1 - k/E)^n) distinct experts for n tokens under uniform top-k
+            routing, FLOPs = 2 n (dense + k * expert_params)
+- table:    measured (n, ms) points, linear interpolation, last slope extended beyond the end
+            (and the first value held below the first point)
+
+Drafter: one pass costs ``draft_ms``; a parallel (block) drafter drafts K tokens in one pass, an
+autoregressive drafter pays K passes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wansim.scenario import (
+    ComputeModel,
+    Drafter,
+    LinearCompute,
+    MoeCompute,
+    RooflineCompute,
+    TableCompute,
+)
+
+
+def stage_ms(model: ComputeModel, n_tokens: np.ndarray | float) -> np.ndarray:
+    """Milliseconds for one stage to process a pass of ``n_tokens`` tokens."""
+    n = np.asarray(n_tokens, dtype=float)
+    if isinstance(model, LinearCompute):
+        return model.base_ms + model.per_token_ms * n
+    if isinstance(model, RooflineCompute):
+        weight_bytes = model.params_b * 1e9 * model.bytes_per_param
+        flops = 2.0 * model.params_b * 1e9 * n
+        return _roofline(model, weight_bytes, flops)
+    if isinstance(model, MoeCompute):
+        e = float(model.experts)
+        touched = e * (1.0 - (1.0 - model.experts_per_token / e) ** n)
+        params_read = model.dense_params_b + touched * model.expert_params_b
+        weight_bytes = params_read * 1e9 * model.bytes_per_param
+        params_used = model.dense_params_b + model.experts_per_token * model.expert_params_b
+        flops = 2.0 * n * params_used * 1e9
+        return _roofline(model, weight_bytes, flops)
+    if isinstance(model, TableCompute):
+        return _table(model, n)
+    raise TypeError(f"unknown compute model {model!r}")
+
+
+def _roofline(model: RooflineCompute | MoeCompute, weight_bytes, flops) -> np.ndarray:
+    mem_bytes = weight_bytes + model.kv_bytes_per_token * model.context_tokens
+    memory_ms = 1e3 * mem_bytes / (model.mem_bandwidth_gbs * 1e9)
+    compute_ms = 1e3 * flops / (model.peak_tflops * 1e12)
+    return model.overhead_ms + np.maximum(memory_ms, compute_ms)
+
+
+def _table(model: TableCompute, n: np.ndarray) -> np.ndarray:
+    xs = np.array([p[0] for p in model.points], dtype=float)
+    ys = np.array([p[1] for p in model.points], dtype=float)
+    out = np.interp(n, xs, ys)
+    if len(xs) >= 2:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        out = np.where(n > xs[-1], ys[-1] + slope * (n - xs[-1]), out)
+    return out
+
+
+def draft_passes(drafter: Drafter, k: np.ndarray | int) -> np.ndarray:
+    """Drafter passes to draft k tokens: 1 for a block drafter, k for an autoregressive one."""
+    k = np.asarray(k)
+    if drafter.parallel:
+        return np.where(k > 0, 1, 0)
+    return k
+
+
+def drafter_ms(drafter: Drafter, k: np.ndarray | int) -> np.ndarray:
+    """Milliseconds to draft a block of k tokens (0 when k = 0: no speculation)."""
+    return draft_passes(drafter, k) * np.asarray(drafter.draft_ms, dtype=float)

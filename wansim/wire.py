@@ -1,0 +1,45 @@
+"""Byte accounting on the wire.
+
+Forward hop (stage i -> i+1), a pass of n tokens:
+
+    bytes = header_bytes + n * s_act
+    s_act = hidden_size * bits / 8 + (2 * ceil(hidden_size / quant_group_size) if bits < 16)
+
+(activations at 16/8/4/3 bits; below 16 bits each group of ``quant_group_size`` values carries
+one fp16 scale). Return hop (last stage -> S0): the verdict as token ids (accepted ids + the
+next drafts), a fixed ``return_bytes`` message (tens of bytes).
+
+Serialisation time on a link of B Mbit/s: bytes * 8 / (B * 1000) ms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wansim.scenario import Payload
+
+
+def activation_bytes_per_token(hidden_size, bits, group_size=128) -> np.ndarray:
+    """Bytes of one token's hidden state at ``bits`` per value (scales included below 16)."""
+    hidden = np.asarray(hidden_size, dtype=float)
+    bits = np.asarray(bits, dtype=float)
+    scales = np.where(bits < 16, 2.0 * np.ceil(hidden / np.asarray(group_size, dtype=float)), 0.0)
+    return hidden * bits / 8.0 + scales
+
+
+def forward_bytes(payload: Payload, hidden_size, n_tokens) -> np.ndarray:
+    """Bytes of one forward message carrying ``n_tokens`` tokens' activations."""
+    per_token = activation_bytes_per_token(
+        hidden_size, payload.activation_bits, payload.quant_group_size
+    )
+    return np.asarray(payload.header_bytes, dtype=float) + np.asarray(n_tokens) * per_token
+
+
+def return_bytes(payload: Payload) -> np.ndarray:
+    """Bytes of the verdict message on the return hop."""
+    return np.asarray(payload.return_bytes, dtype=float)
+
+
+def serialise_ms(n_bytes, bandwidth_mbps) -> np.ndarray:
+    """Time to put ``n_bytes`` on a link of ``bandwidth_mbps`` megabits per second."""
+    return np.asarray(n_bytes, dtype=float) * 8.0 / (np.asarray(bandwidth_mbps, dtype=float) * 1e3)

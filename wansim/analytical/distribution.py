@@ -1,0 +1,130 @@
+"""Lap and TPOT percentiles (one scenario at a time).
+
+Lap: T_lap = C + sum_h R_h with C the deterministic part (compute, drafting, serialisation) and
+R_h = max(0, L_h + J_h) + G_h (ser_h + rto) the random part of hop h (propagation with jitter,
+retransmissions). The R_h are independent; their densities are discretised on a common grid and
+convolved by FFT, and percentiles are read off the cumulative sum (resolution: the grid step,
+reported as ``lap_grid_ms``).
+
+TPOT of a request (decode time / M): given difficulty Z it is approximately normal with mean
+E[N_Z] E[T] / M and variance (E[T]^2 Var N_Z + E[N_Z] Var T) / M^2 (renewal CLT for N, the lap
+times independent of acceptance in the sync schedule); percentiles come from the mixture over
+the difficulty quadrature.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+from scipy.optimize import brentq
+
+from wansim.network import jitter_dist
+from wansim.scenario import Hop
+from wansim.wire import serialise_ms
+
+GRID_POINTS = 1 << 15
+TAIL = 1e-7
+
+
+def _loss_terms(hop: Hop) -> tuple[np.ndarray, np.ndarray]:
+    """Numbers of losses g = 0..G with their probabilities (truncated at mass TAIL)."""
+    q = hop.loss_rate
+    if q <= 0:
+        return np.zeros(1, dtype=int), np.ones(1)
+    g_max = int(np.ceil(np.log(TAIL) / np.log(q)))
+    g = np.arange(g_max + 1)
+    p = q**g * (1 - q)
+    return g, p / p.sum()
+
+
+def _span(hop: Hop, ser: float) -> float:
+    jitter = jitter_dist(hop.jitter)
+    hi = max(0.0, hop.latency_ms + jitter.ppf(1 - TAIL))
+    g, _ = _loss_terms(hop)
+    return hi + g[-1] * (ser + hop.retransmit_ms)
+
+
+def _hop_pmf(hop: Hop, ser: float, dt: float, size: int) -> np.ndarray:
+    """Probability of R_h in bins [i dt - dt/2, i dt + dt/2) (bin 0 holds the mass at 0)."""
+    jitter = jitter_dist(hop.jitter)
+    edges = (np.arange(size + 1) - 0.5) * dt
+    cdf = np.where(edges >= 0, jitter.cdf(edges - hop.latency_ms), 0.0)
+    cdf[-1] = 1.0
+    prop = np.diff(cdf)
+    g, pg = _loss_terms(hop)
+    if len(g) == 1:
+        return prop
+    out = np.zeros(size)
+    for gi, pi in zip(g, pg, strict=True):
+        shift = round(gi * (ser + hop.retransmit_ms) / dt)
+        if shift < size:
+            out[shift:] += pi * prop[: size - shift]
+    return out
+
+
+def lap_distribution(
+    hops: list[Hop], message_bytes: list[float], constant_ms: float
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(lap values in ms, probabilities, grid step) for the given hops and message sizes."""
+    sers = [
+        float(serialise_ms(b, h.bandwidth_mbps)) for h, b in zip(hops, message_bytes, strict=True)
+    ]
+    constant = constant_ms + sum(sers)
+    random_hops = [
+        (h, s)
+        for h, s in zip(hops, sers, strict=True)
+        if h.jitter.kind != "none" or h.loss_rate > 0
+    ]
+    fixed_latency = sum(h.latency_ms for h in hops if h.jitter.kind == "none" and h.loss_rate <= 0)
+    constant += fixed_latency
+    if not random_hops:
+        return np.array([constant]), np.ones(1), 0.0
+    span = sum(_span(h, s) for h, s in random_hops)
+    dt = max(span * 1.05 / GRID_POINTS, 1e-6)
+    size = GRID_POINTS
+    nfft = 2 * size
+    spectrum = np.ones(nfft // 2 + 1, dtype=complex)
+    for h, s in random_hops:
+        spectrum *= np.fft.rfft(_hop_pmf(h, s, dt, size), nfft)
+    pmf = np.fft.irfft(spectrum, nfft)[:size]
+    pmf = np.clip(pmf, 0.0, None)
+    pmf /= pmf.sum()
+    values = constant + np.arange(size) * dt
+    return values, pmf, dt
+
+
+def quantiles(values: np.ndarray, pmf: np.ndarray, qs) -> np.ndarray:
+    """Quantiles of a discrete distribution (linear interpolation within a bin)."""
+    if len(values) == 1:
+        return np.full(len(np.atleast_1d(qs)), values[0])
+    cdf = np.cumsum(pmf)
+    dt = values[1] - values[0]
+    out = []
+    for q in np.atleast_1d(qs):
+        i = int(np.searchsorted(cdf, q))
+        i = min(i, len(values) - 1)
+        below = cdf[i - 1] if i > 0 else 0.0
+        frac = (q - below) / pmf[i] if pmf[i] > 0 else 0.5
+        out.append(values[i] - dt / 2 + frac * dt)
+    return np.array(out)
+
+
+def mean_var(values: np.ndarray, pmf: np.ndarray) -> tuple[float, float]:
+    mean = float(values @ pmf)
+    return mean, float(((values - mean) ** 2) @ pmf)
+
+
+def mixture_normal_quantiles(weights, means, sds, qs) -> np.ndarray:
+    """Quantiles of sum_j w_j N(mean_j, sd_j^2) (point masses where sd_j = 0)."""
+    weights = np.asarray(weights, dtype=float)
+    means = np.asarray(means, dtype=float)
+    sds = np.maximum(np.asarray(sds, dtype=float), 1e-12 * np.maximum(1.0, np.abs(means)))
+
+    def cdf(x: float) -> float:
+        return float(weights @ stats.norm.cdf((x - means) / sds))
+
+    lo = float((means - 12 * sds).min())
+    hi = float((means + 12 * sds).max())
+    return np.array(
+        [brentq(lambda x, q=q: cdf(x) - q, lo, hi, xtol=1e-9) for q in np.atleast_1d(qs)]
+    )

@@ -1,0 +1,117 @@
+"""Evaluate the closed forms over a grid of scenarios in one vectorised call.
+
+Numeric fields listed in :data:`VECTOR_FIELDS` may vary per point: their values become numpy
+arrays inside an otherwise ordinary scenario, and the same functions that evaluate one scenario
+evaluate all points by broadcasting (chunked to bound memory). Every distinct value of every
+field is validated through the scenario loader first, so a bad value fails with its field path
+before anything is computed. Categorical fields (policy, kinds) are not vectorised: evaluate one
+grid per category.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from wansim.analytical.engine import check_supported
+from wansim.analytical.sync import sync_metrics
+from wansim.errors import ScenarioError
+from wansim.scenario import Scenario, load_scenario, scenario_to_dict, split_path
+
+VECTOR_FIELDS = (
+    "stages",
+    "speculation.k",
+    "network.latency_ms",
+    "network.bandwidth_mbps",
+    "network.loss_rate",
+    "network.retransmit_ms",
+    "payload.activation_bits",
+    "payload.header_bytes",
+    "payload.return_bytes",
+    "model.hidden_size",
+    "model.compute.base_ms",
+    "model.compute.per_token_ms",
+    "drafter.draft_ms",
+    "drafter.acceptance.alpha",
+    "drafter.acceptance.domain_shift",
+    "workload.output_tokens",
+    "workload.prompt_tokens",
+)
+CHUNK = 1 << 18
+
+
+def replace_dotted(obj, dotted: str, value):
+    """A copy of nested frozen dataclasses with one field replaced (value may be an array)."""
+    parts = split_path(dotted)
+    return _replace(obj, parts, value)
+
+
+def _replace(obj, parts, value):
+    head = parts[0]
+    if len(parts) == 1:
+        return dataclasses.replace(obj, **{head: value})
+    return dataclasses.replace(obj, **{head: _replace(getattr(obj, head), parts[1:], value)})
+
+
+def evaluate_grid(
+    base: Scenario,
+    grid: Mapping[str, np.ndarray | list],
+    *,
+    mesh: bool = True,
+    validate: bool = True,
+) -> pd.DataFrame:
+    """Mean metrics for every point. ``mesh=True``: the cartesian product of the value lists;
+    ``mesh=False``: the arrays are points already (equal length or broadcastable)."""
+    check_supported(base)
+    for key in grid:
+        if key not in VECTOR_FIELDS:
+            raise ScenarioError(
+                key, f"cannot vary in a vectorised grid (allowed: {', '.join(VECTOR_FIELDS)})", None
+            )
+    if "stages" in grid and base.network.hops:
+        raise ScenarioError(
+            "stages", "cannot vary when network.hops lists per-hop values", list(grid["stages"])
+        )
+    arrays = {k: np.asarray(v) for k, v in grid.items()}
+    if validate:
+        _validate(base, arrays)
+    if mesh:
+        mesh_arrays = np.meshgrid(*arrays.values(), indexing="ij")
+        points = {k: m.ravel() for k, m in zip(arrays, mesh_arrays, strict=True)}
+    else:
+        shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+        points = {k: np.broadcast_to(a, shape).ravel() for k, a in arrays.items()}
+    n = len(next(iter(points.values()))) if points else 1
+    chunks = []
+    for start in range(0, n, CHUNK):
+        sl = slice(start, start + CHUNK)
+        sc = base
+        for key, arr in points.items():
+            sc = replace_dotted(sc, key, arr[sl])
+        out = sync_metrics(sc)
+        size = min(CHUNK, n - start)
+        chunks.append({k: np.broadcast_to(v, (size,)) for k, v in out.items()})
+    frame = pd.DataFrame({k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]})
+    for key, arr in points.items():
+        frame.insert(0, key, arr)
+    return frame
+
+
+def _validate(base: Scenario, arrays: Mapping[str, np.ndarray]) -> None:
+    """Validate every distinct value of each field on the base (and all combinations when few)."""
+    raw = scenario_to_dict(base)
+    distinct = {k: np.unique(a).tolist() for k, a in arrays.items()}
+    combos = 1
+    for values in distinct.values():
+        combos *= len(values)
+    if combos <= 256:
+        for combo in itertools.product(*distinct.values()):
+            load_scenario(data=raw, overrides=dict(zip(distinct, combo, strict=True)))
+        return
+    for key, values in distinct.items():
+        for v in values:
+            load_scenario(data=raw, overrides={key: v})

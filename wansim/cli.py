@@ -1,0 +1,146 @@
+"""``wansim`` command line. Bad input exits 2 with one line naming the field; never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from wansim.errors import WansimInputError
+
+ENGINES = ("des", "analytical", "both")
+
+
+def _run_engine(engine: str, scenario, args):
+    if engine == "analytical":
+        from wansim.analytical import analyze
+
+        return analyze(scenario)
+    from wansim.sim import simulate
+
+    return simulate(scenario)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from wansim.report import format_table, results_json, write_outputs
+    from wansim.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, args.set)
+    engines = ["des", "analytical"] if args.engine == "both" else [args.engine]
+    results = {e: _run_engine(e, scenario, args) for e in engines}
+    if args.perfetto:
+        if "des" not in results:
+            raise WansimInputError(
+                "--perfetto", "needs the DES engine (--engine des or both)", args.engine
+            )
+        from wansim.sim.perfetto import write_perfetto
+
+        write_perfetto(results["des"], args.perfetto)
+    if args.out:
+        write_outputs(results, args.out)
+    if args.json:
+        print(json.dumps(results_json(results)))
+    else:
+        print(format_table(results))
+        if args.out:
+            print(f"\nwrote {args.out}/")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from wansim.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, args.set)
+    print(
+        f"{args.scenario}: ok ({scenario.name}, {scenario.stages} stages, policy {scenario.speculation.policy})"
+    )
+    return 0
+
+
+def cmd_traces_show(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from wansim.acceptance.closed_form import implied_tau
+    from wansim.acceptance.profile import load_profile
+
+    prof = load_profile(args.profile)
+    h = prof.header
+    print(
+        f"{args.profile}: {h.drafter} on {h.target}, K={h.k}, T={h.temperature:g}, {h.verifier}, source: {h.source}"
+    )
+    names = list(prof.workloads)
+    kmax = max(len(w.per_position) for w in prof.workloads.values())
+    print("tau(K) (implied at shorter blocks)")
+    print("K    " + "".join(f"{n:>10}" for n in names))
+    for k in range(1, kmax + 1):
+        cells = []
+        for n in names:
+            p = np.asarray(prof.workloads[n].per_position)
+            cells.append(f"{implied_tau(p)[k - 1]:>10.3f}" if k <= len(p) else f"{'-':>10}")
+        print(f"{k:<5}" + "".join(cells))
+    print("dispersion " + "".join(f"{prof.workloads[n].dispersion:>10.2f}" for n in names))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wansim",
+        description="Speculative decoding over WAN pipeline-parallel inference: simulate, analyse, calibrate.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a scenario with the DES, the analytical engine or both")
+    p.add_argument("scenario")
+    p.add_argument("--engine", choices=ENGINES, default="analytical")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a field (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--out", metavar="DIR", help="write metrics.json, table.txt and plots here")
+    p.add_argument(
+        "--perfetto", metavar="FILE", help="write a Chrome/Perfetto trace of the DES run"
+    )
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a scenario file")
+    p.add_argument("scenario")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("traces", help="acceptance profiles and traces")
+    tsub = p.add_subparsers(dest="traces_command", required=True)
+    t = tsub.add_parser("show", help="tau(K) per workload of a profile")
+    t.add_argument("profile")
+    t.set_defaults(func=cmd_traces_show)
+
+    for register in EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+# Later modules add subcommands here: each is a function (subparsers) -> None.
+EXTRA_COMMANDS: list[Callable] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except WansimInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""tau(K), P(A=a), implied tau and the renewal pass count against independent computations."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wansim.acceptance import closed_form as cf
+
+rates = st.lists(st.floats(0.0, 1.0), min_size=1, max_size=8).map(np.array)
+
+
+def brute_force_pmf(p: np.ndarray) -> np.ndarray:
+    """Enumerate every accept/reject pattern of K independent-conditional draws."""
+    k = len(p)
+    pmf = np.zeros(k + 1)
+    for pattern in itertools.product([0, 1], repeat=k):
+        prob = np.prod([p[i] if bit else 1 - p[i] for i, bit in enumerate(pattern)])
+        accepted = next((i for i, bit in enumerate(pattern) if not bit), k)  # leading accepts
+        pmf[accepted] += prob
+    return pmf
+
+
+@given(rates)
+def test_outcome_pmf_matches_enumeration(p):
+    np.testing.assert_allclose(cf.outcome_pmf(p), brute_force_pmf(p), atol=1e-12)
+
+
+@given(rates)
+def test_tau_is_mean_of_accepted_plus_one(p):
+    pmf = brute_force_pmf(p)
+    assert np.isclose(cf.tau(p), np.arange(len(pmf)) @ pmf + 1, atol=1e-12)
+    assert 1.0 <= cf.tau(p) <= len(p) + 1
+
+
+@given(rates)
+def test_second_moment(p):
+    pmf = brute_force_pmf(p)
+    x = np.arange(len(pmf)) + 1
+    t, ex2 = cf.moments(cf.survival(p), np.array(len(p)))
+    assert np.isclose(t, x @ pmf) and np.isclose(ex2, (x**2) @ pmf)
+
+
+@given(rates)
+def test_implied_tau_uses_leading_positions(p):
+    implied = cf.implied_tau(p)
+    for k in range(1, len(p) + 1):
+        assert np.isclose(implied[k - 1], cf.tau(p[:k]))
+    assert np.all(np.diff(implied) >= -1e-12)  # a longer block never commits fewer
+
+
+@given(st.floats(0.0, 0.999), st.integers(0, 20))
+def test_constant_rate_closed_form(alpha, k):
+    expected = cf.tau(np.full(k, alpha)) if k else 1.0
+    assert np.isclose(cf.tau_constant(alpha, k), expected)
+
+
+def test_review_constant_rate_figures():
+    # DESIGN.md section 5: p ~ 0.86 -> 5.0, 0.87 -> 5.17, 0.71 -> 3.2 at K = 7
+    assert abs(cf.tau_constant(0.86, 7) - 5.0) < 0.05
+    assert abs(cf.tau_constant(0.87, 7) - 5.17) < 0.05
+    assert abs(cf.tau_constant(0.71, 7) - 3.2) < 0.05
+
+
+def exact_expected_passes(p: np.ndarray, m: int) -> float:
+    """E[N(m)] by dynamic programming over tokens still needed."""
+    pmf = cf.outcome_pmf(p)
+    e = np.zeros(m + 1)
+    for need in range(1, m + 1):
+        e[need] = 1 + sum(pmf[a] * e[max(0, need - a - 1)] for a in range(len(pmf)))
+    return float(e[m])
+
+
+@given(st.lists(st.floats(0.05, 0.95), min_size=1, max_size=7).map(np.array), st.integers(40, 300))
+def test_renewal_pass_count_matches_dynamic_programming(p, m):
+    t, ex2 = cf.moments(cf.survival(p), np.array(len(p)))
+    approx = cf.expected_passes(m, t, ex2)
+    exact = exact_expected_passes(p, m)
+    assert abs(approx - exact) / exact < 2e-3
+
+
+def test_renewal_exact_without_speculation():
+    assert cf.expected_passes(100, 1.0, 1.0) == 100

@@ -95,6 +95,19 @@ class JitterDist:
             return float(scale * ((1.0 - p) ** (-1.0 / shape) - 1.0))
         return float(np.quantile(np.asarray(self.samples), p))
 
+    def var(self) -> float:
+        if self.kind == "none":
+            return 0.0
+        if self.kind == "normal":
+            return self.params[1] ** 2
+        if self.kind == "lognormal":
+            mu, sigma = self.params
+            return float((np.exp(sigma**2) - 1.0) * np.exp(2 * mu + sigma**2))
+        if self.kind == "pareto":
+            shape, scale = self.params
+            return scale**2 * shape / ((shape - 1.0) ** 2 * (shape - 2.0))
+        return float(np.var(self.samples))
+
     def can_be_negative(self) -> bool:
         return self.kind == "normal" or (self.kind == "empirical" and min(self.samples) < 0)
 
@@ -112,6 +125,22 @@ class JitterDist:
         idx = np.searchsorted(s, -latency, side="right")
         count = len(s) - idx
         return (count * latency + tail[idx]) / len(s)
+
+    def var_propagation_ms(self, latency_ms) -> np.ndarray:
+        """Var[max(0, L + J)] for latency arrays L."""
+        latency = np.asarray(latency_ms, dtype=float)
+        if not self.can_be_negative():
+            return np.full(latency.shape, self.var())
+        if self.kind == "normal":
+            mean, std = self.params
+            mu = latency + mean
+            a = mu / std
+            m1 = mu * stats.norm.cdf(a) + std * stats.norm.pdf(a)
+            m2 = (mu**2 + std**2) * stats.norm.cdf(a) + mu * std * stats.norm.pdf(a)
+            return np.maximum(m2 - m1**2, 0.0)
+        s = np.asarray(self.samples, dtype=float)
+        d = np.maximum(0.0, latency[..., None] + s)
+        return d.var(axis=-1)
 
 
 def jitter_dist(spec: Jitter) -> JitterDist:
@@ -177,11 +206,22 @@ def hop_mean_ms(
     return ser * (1.0 + extra) + np.asarray(retransmit_ms) * extra + propagation
 
 
+def hop_var_ms(latency_ms, bandwidth_mbps, jitter: Jitter, loss_rate, retransmit_ms, n_bytes):
+    """Variance of the one-way time on an idle hop: propagation jitter plus G (ser + rto),
+    Var G = q / (1 - q)^2."""
+    ser = serialise_ms(n_bytes, bandwidth_mbps)
+    q = np.asarray(loss_rate, dtype=float)
+    loss_var = (ser + np.asarray(retransmit_ms)) ** 2 * q / (1.0 - q) ** 2
+    return jitter_dist(jitter).var_propagation_ms(latency_ms) + loss_var
+
+
 def hop_mean(hop: Hop, n_bytes) -> np.ndarray:
     return hop_mean_ms(
         hop.latency_ms, hop.bandwidth_mbps, hop.jitter, hop.loss_rate, hop.retransmit_ms, n_bytes
     )
 
 
-def is_random(hop: Hop) -> bool:
-    return hop.jitter.kind != "none" or hop.loss_rate > 0
+def hop_var(hop: Hop, n_bytes) -> np.ndarray:
+    return hop_var_ms(
+        hop.latency_ms, hop.bandwidth_mbps, hop.jitter, hop.loss_rate, hop.retransmit_ms, n_bytes
+    )

@@ -10,7 +10,9 @@ A request commits M = output_tokens - 1 tokens in N verify passes (the first tok
 prefill). For difficulty Z (quadrature weights w), E[N_Z] comes from the renewal formula in
 :mod:`wansim.acceptance.closed_form`. Then
 
-  tokens_per_s            = E_w[M / E[N_Z]] / T_lap     (mean over requests of each one's rate)
+  tokens_per_s            = E_w[M / (N_Z Tbar)]  (mean over requests of each one's rate; Tbar
+                            the mean of its N laps), to second order:
+                          = E_w[M/E[N_Z] (1 + Var N_Z / E[N_Z]^2 + Var T / (E[N_Z] T^2))] / T
   tau                     = M / E_w[E[N_Z]]             (committed per pass, step-weighted)
   throughput_tokens_per_s = (M + 1) / (T_prefill + E_w[N] T_lap)            (one at a time)
   utilisation of stage i  = (t_stage(prompt) + E_w[N] (t_stage(n) + t_draft [drafter on i]))
@@ -32,7 +34,7 @@ import numpy as np
 from wansim.acceptance import closed_form
 from wansim.acceptance.model import acceptance_model
 from wansim.compute import drafter_ms, stage_ms
-from wansim.network import expected_losses, hop_mean, hop_mean_ms
+from wansim.network import expected_losses, hop_mean, hop_mean_ms, hop_var, hop_var_ms
 from wansim.scenario import AcceptanceSpec, Scenario
 from wansim.wire import forward_bytes, return_bytes
 
@@ -57,14 +59,19 @@ def acceptance_terms(spec: AcceptanceSpec, k: np.ndarray, m_tokens: np.ndarray) 
     unique, inverse = _distinct_rows([k, m, shift, alpha], shape)
     passes = np.empty(len(unique))
     rate = np.empty(len(unique))
+    lap_noise = np.empty(len(unique))
     for i, (ki, mi, gi, ai) in enumerate(unique):
         one = dataclasses.replace(spec, domain_shift=1.0, alpha=None if ai < 0 else float(ai))
-        w, n_mean, _ = passes_per_node(one, int(ki), float(mi), float(gi))
+        w, n_mean, n_var = passes_per_node(one, int(ki), float(mi), float(gi))
         passes[i] = w @ n_mean
-        rate[i] = w @ (mi / n_mean)
-    passes = passes[inverse].reshape(shape)
-    rate = rate[inverse].reshape(shape)
-    return {"passes": passes, "rate_factor": rate, "tau": m / passes}
+        rate[i] = w @ (mi / n_mean * (1.0 + n_var / n_mean**2))
+        lap_noise[i] = w @ (mi / n_mean**2)
+    return {
+        "passes": passes[inverse].reshape(shape),
+        "rate_factor": rate[inverse].reshape(shape),
+        "lap_noise_factor": lap_noise[inverse].reshape(shape),
+        "tau": m / passes[inverse].reshape(shape),
+    }
 
 
 def _distinct_rows(columns: list[np.ndarray], shape: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -106,35 +113,24 @@ def passes_per_node(
 
 
 def _hop_sums(scenario: Scenario, n_bytes_fwd, n_bytes_ret) -> tuple:
-    """(sum of forward hop means, return hop mean, wire bytes per pass incl. retransmissions)."""
+    """(sum of forward hop means, return hop mean, wire bytes per pass incl. retransmissions,
+    variance of the lap's hop time)."""
     net = scenario.network
     if net.hops:
         hops = scenario.resolved_hops()
-        fwd = sum(hop_mean(h, n_bytes_fwd) for h in hops[:-1]) if len(hops) > 1 else 0.0
-        ret = hop_mean(hops[-1], n_bytes_ret)
-        wire = sum(n_bytes_fwd * (1 + expected_losses(h.loss_rate)) for h in hops[:-1])
-        wire = wire + n_bytes_ret * (1 + expected_losses(hops[-1].loss_rate))
-        return fwd, ret, wire
+        fwd_hops, ret_hop = hops[:-1], hops[-1]
+        fwd = sum((hop_mean(h, n_bytes_fwd) for h in fwd_hops), start=np.zeros(()))
+        var = sum((hop_var(h, n_bytes_fwd) for h in fwd_hops), start=hop_var(ret_hop, n_bytes_ret))
+        wire = sum(n_bytes_fwd * (1 + expected_losses(h.loss_rate)) for h in fwd_hops)
+        wire = wire + n_bytes_ret * (1 + expected_losses(ret_hop.loss_rate))
+        return fwd, hop_mean(ret_hop, n_bytes_ret), wire, var
     stages = np.asarray(scenario.stages)
-    per_fwd = hop_mean_ms(
-        net.latency_ms,
-        net.bandwidth_mbps,
-        net.jitter,
-        net.loss_rate,
-        net.retransmit_ms,
-        n_bytes_fwd,
-    )
-    ret = hop_mean_ms(
-        net.latency_ms,
-        net.bandwidth_mbps,
-        net.jitter,
-        net.loss_rate,
-        net.retransmit_ms,
-        n_bytes_ret,
-    )
+    link = (net.latency_ms, net.bandwidth_mbps, net.jitter, net.loss_rate, net.retransmit_ms)
     resend = 1 + expected_losses(net.loss_rate)
     wire = ((stages - 1) * n_bytes_fwd + n_bytes_ret) * resend
-    return (stages - 1) * per_fwd, ret, wire
+    var = (stages - 1) * hop_var_ms(*link, n_bytes_fwd) + hop_var_ms(*link, n_bytes_ret)
+    fwd = (stages - 1) * hop_mean_ms(*link, n_bytes_fwd)
+    return fwd, hop_mean_ms(*link, n_bytes_ret), wire, var
 
 
 def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
@@ -153,8 +149,8 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     hidden = scenario.model.hidden_size
     fwd_bytes = forward_bytes(scenario.payload, hidden, n)
     ret_bytes = return_bytes(scenario.payload)
-    fwd, ret, wire = _hop_sums(scenario, fwd_bytes, ret_bytes)
-    pre_fwd, _, _ = _hop_sums(
+    fwd, ret, wire, lap_var = _hop_sums(scenario, fwd_bytes, ret_bytes)
+    pre_fwd, _, _, _ = _hop_sums(
         scenario, forward_bytes(scenario.payload, hidden, wl.prompt_tokens), ret_bytes
     )
 
@@ -163,7 +159,9 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     duration = prefill + passes * lap
     busy_all = stages * stage_prefill + passes * (stages * stage + draft)
     return {
-        "tokens_per_s": 1e3 * acc["rate_factor"] / lap,
+        "tokens_per_s": 1e3
+        * (acc["rate_factor"] + acc["lap_noise_factor"] * lap_var / lap**2)
+        / lap,
         "throughput_tokens_per_s": 1e3 * (m + 1) / duration,
         "tau": acc["tau"],
         "lap_ms_mean": lap,
@@ -179,6 +177,7 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
         "return_hop_ms": ret * np.ones_like(lap),
         "prefill_ms": prefill,
         "passes_per_request": passes,
+        "lap_ms_var": lap_var * np.ones_like(lap),
     }
 
 

@@ -360,14 +360,16 @@ def load_scenario(
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
     *,
     data: Mapping[str, Any] | None = None,
+    base_dir: str | os.PathLike | None = None,
 ) -> Scenario:
     """Load, override and validate a scenario (from a YAML file or an already-parsed mapping).
 
     ``overrides``: ``["a.b=v", ...]`` (values parsed as YAML scalars) or ``{"a.b": v}``.
-    Relative file paths inside the scenario resolve against the scenario's folder, then the
-    working directory, then the scenario folder's parents.
+    Relative file paths inside the scenario resolve against the scenario's folder (``base_dir``
+    for ``data``; default the working directory), then the working directory, then the
+    scenario folder's parents.
     """
-    base_dir = Path.cwd()
+    base_dir = Path.cwd() if base_dir is None else Path(base_dir).resolve()
     if data is None:
         if path is None:
             raise ScenarioError("scenario", "give a path or data", None)

@@ -83,6 +83,58 @@ def cmd_traces_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_traces_fit(args: argparse.Namespace) -> int:
+    from wansim.acceptance.profile import write_profile
+    from wansim.acceptance.trace import fit_profile, read_trace
+
+    frame, meta = read_trace(args.trace)
+    profile = fit_profile(
+        frame,
+        drafter=meta.get("drafter", "unknown"),
+        target=meta.get("target", "unknown"),
+        provenance=f"fitted from the trace {args.trace}",
+        source="measured",
+    )
+    write_profile(
+        profile, args.out, f"Fitted by `wansim traces fit` from {args.trace} ({len(frame)} steps)."
+    )
+    _print_profile_summary(profile, args.out)
+    return 0
+
+
+def cmd_traces_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from wansim.acceptance import importers
+    from wansim.acceptance.profile import write_profile
+
+    if args.source == "vllm":
+        path = Path(args.file)
+        if not path.is_file():
+            raise WansimInputError("FILE", "file not found", args.file)
+        profile = importers.profile_from_vllm(
+            path.read_text(), workload=args.workload, model=args.model, where=args.file
+        )
+    else:
+        if args.k is None:
+            raise WansimInputError(
+                "--k", "required for sglang (the run's --speculative-num-steps)", None
+            )
+        profile = importers.profile_from_sglang(args.file, args.k, workload=args.workload)
+    write_profile(
+        profile, args.out, f"Imported by `wansim traces import {args.source}` from {args.file}."
+    )
+    _print_profile_summary(profile, args.out)
+    return 0
+
+
+def _print_profile_summary(profile, out) -> None:
+    for name, wl in profile.workloads.items():
+        print(
+            f"{out}: {name}: K={len(wl.per_position)} tau={wl.tau:.3f} dispersion={wl.dispersion:.2f}"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wansim",
@@ -117,6 +169,22 @@ def build_parser() -> argparse.ArgumentParser:
     t = tsub.add_parser("show", help="tau(K) per workload of a profile")
     t.add_argument("profile")
     t.set_defaults(func=cmd_traces_show)
+    t = tsub.add_parser("fit", help="fit a profile from a per-step trace (CSV)")
+    t.add_argument("trace")
+    t.add_argument("--out", required=True, metavar="PROFILE.yaml")
+    t.set_defaults(func=cmd_traces_fit)
+    t = tsub.add_parser("import", help="profile from a serving engine's spec-decode metrics")
+    t.add_argument(
+        "source",
+        choices=("vllm", "sglang"),
+        help="vllm: saved /metrics text; sglang: JSON lines of accept_lengths",
+    )
+    t.add_argument("file")
+    t.add_argument("--out", required=True, metavar="PROFILE.yaml")
+    t.add_argument("--k", type=int, help="draft depth (sglang)")
+    t.add_argument("--workload", default="default")
+    t.add_argument("--model", help="vllm: keep one model_name")
+    t.set_defaults(func=cmd_traces_import)
 
     for register in EXTRA_COMMANDS:
         register(sub)

@@ -23,7 +23,7 @@ $(FULL): pyproject.toml | $(BIN)/python
 	touch $@ $(BASE)
 
 demo: $(BASE)
-	$(BIN)/wansim run $(REF) --engine analytical --out out/demo
+	$(BIN)/wansim run $(REF) --engine both --out out/demo
 
 # pytest exits 5 when it collects nothing: that is not a failure of the suite.
 test: $(FULL)

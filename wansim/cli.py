@@ -19,7 +19,7 @@ def _run_engine(engine: str, scenario, args):
         return analyze(scenario)
     from wansim.sim import simulate
 
-    return simulate(scenario)
+    return simulate(scenario, timeline=bool(args.perfetto))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -28,12 +28,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario, args.set)
     engines = ["des", "analytical"] if args.engine == "both" else [args.engine]
+    if args.perfetto and "des" not in engines:
+        raise WansimInputError(
+            "--perfetto", "needs the DES engine (--engine des or both)", args.engine
+        )
     results = {e: _run_engine(e, scenario, args) for e in engines}
     if args.perfetto:
-        if "des" not in results:
-            raise WansimInputError(
-                "--perfetto", "needs the DES engine (--engine des or both)", args.engine
-            )
         from wansim.sim.perfetto import write_perfetto
 
         write_perfetto(results["des"], args.perfetto)
@@ -193,6 +193,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Later modules add subcommands here: each is a function (subparsers) -> None.
 EXTRA_COMMANDS: list[Callable] = []
+
+
+def _register_sweep(sub) -> None:
+    from wansim.sweep.cli import register
+
+    register(sub)
+
+
+EXTRA_COMMANDS.append(_register_sweep)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

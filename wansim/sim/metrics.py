@@ -1,0 +1,123 @@
+"""Event record -> the metrics of ``wansim.metrics`` (DESIGN.md section 3).
+
+Warm-up rule: none at concurrency 1 (each request runs alone from an idle pipeline). With
+concurrency c > 1 the first c requests (ids 0..c-1, which start into an empty pipeline) are
+excluded from the per-request statistics when at least 2c requests were run; otherwise nothing
+is excluded.
+
+Per-request statistics (over the measured, i.e. post-warm-up, requests):
+
+- ``tokens_per_s``: mean over requests of M / decode time (decode time = first token to last
+  verify = the sum of the request's laps; M = output_tokens - 1);
+- ``lap_ms_mean/p50/p99``: over every decode lap of those requests (a lap = time between
+  consecutive verify completions of a request, the first from the prefill completion);
+- ``tpot_ms_p50/p99``: over requests of decode time / M;
+- ``ttft_ms_mean``: arrival (before any admission wait) to the first token.
+
+Whole-run statistics (every request, every pass):
+
+- ``throughput_tokens_per_s``: all output tokens / makespan (first arrival to last finish);
+- ``tau``: decode tokens committed / verify passes;
+- ``stage_utilization``: per stage, busy time (compute + drafting on that stage, prefill
+  included) / makespan; ``bubble_fraction`` = 1 - mean utilisation;
+- ``bytes_per_token``: decode-phase wire bytes on all hops (forward messages of verify passes
+  and every return message, retransmitted copies counted: bytes * (1 + G)) / decode tokens;
+- ``wasted_token_fraction``: sum over verify passes of (n - committed) / sum of n.
+
+``tokens_per_s_ci95`` (method in :func:`rate_interval`): at concurrency 1 the requests are
+independent replications (each runs alone; the links are idle between requests), so a Student-t
+interval over the per-request rates; at concurrency > 1 requests overlap and interact, so batch
+means: the measured requests in completion order are cut into b = min(20, max(2, n // 5))
+contiguous batches and the t-interval (b - 1 degrees of freedom) is taken over the batch means.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from wansim.sim.record import RunRecord
+
+MAX_BATCHES = 20
+
+
+def warmup_requests(concurrency: int, requests: int) -> int:
+    """Requests excluded from the per-request statistics (see the module docstring)."""
+    if concurrency > 1 and requests >= 2 * concurrency:
+        return concurrency
+    return 0
+
+
+def request_rates(record: RunRecord) -> np.ndarray:
+    """Tokens/s of every request: M / decode time."""
+    return 1e3 * record.decode_tokens / record.decode_ms
+
+
+def measured_mask(record: RunRecord) -> np.ndarray:
+    n = len(record.arrival_ms)
+    return np.arange(n) >= warmup_requests(record.concurrency, n)
+
+
+def ci_method(concurrency: int) -> str:
+    return "t-interval over requests" if concurrency == 1 else "batch means over requests"
+
+
+def rate_interval(record: RunRecord, level: float = 0.95) -> tuple[float, float]:
+    """Confidence interval of ``tokens_per_s`` at ``level`` (module docstring: the method)."""
+    mask = measured_mask(record)
+    rates = request_rates(record)[mask]
+    if record.concurrency == 1:
+        return t_interval(rates, level)
+    order = np.argsort(record.finish_ms[mask], kind="stable")
+    return batch_means_interval(rates[order], level)
+
+
+def t_interval(values: np.ndarray, level: float) -> tuple[float, float]:
+    """mean +- t_{(1+level)/2, n-1} * sd / sqrt(n); NaN with fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return float("nan"), float("nan")
+    mean = float(np.mean(values))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
+    return mean - half, mean + half
+
+
+def batch_means_interval(ordered: np.ndarray, level: float) -> tuple[float, float]:
+    """Batch means over values in completion order, centred on the mean of all values."""
+    n = len(ordered)
+    if n < 4:
+        return float("nan"), float("nan")
+    b = min(MAX_BATCHES, max(2, n // 5))
+    means = np.array([chunk.mean() for chunk in np.array_split(ordered, b)])
+    centre = float(np.mean(ordered))
+    half = float(stats.t.ppf(0.5 + level / 2, b - 1) * np.std(means, ddof=1) / np.sqrt(b))
+    return centre - half, centre + half
+
+
+def compute_metrics(record: RunRecord) -> dict:
+    mask = measured_mask(record)
+    rates = request_rates(record)[mask]
+    laps = record.laps_ms[mask[record.lap_request]]
+    tpot = (record.decode_ms / record.decode_tokens)[mask]
+    ttft = (record.first_token_ms - record.arrival_ms)[mask]
+    makespan = record.makespan_ms
+    utilisation = record.stage_busy_ms / makespan
+    low, high = rate_interval(record)
+    lap_p50, lap_p99 = np.quantile(laps, [0.5, 0.99])
+    tpot_p50, tpot_p99 = np.quantile(tpot, [0.5, 0.99])
+    return {
+        "tokens_per_s": float(rates.mean()),
+        "throughput_tokens_per_s": 1e3 * record.output_tokens / makespan,
+        "tau": record.tokens_committed / record.verify_passes,
+        "lap_ms_mean": float(laps.mean()),
+        "lap_ms_p50": float(lap_p50),
+        "lap_ms_p99": float(lap_p99),
+        "tpot_ms_p50": float(tpot_p50),
+        "tpot_ms_p99": float(tpot_p99),
+        "ttft_ms_mean": float(ttft.mean()),
+        "bubble_fraction": float(1.0 - utilisation.mean()),
+        "stage_utilization": [float(u) for u in utilisation],
+        "bytes_per_token": float(record.link_bytes_decode.sum() / record.tokens_committed),
+        "wasted_token_fraction": 1.0 - record.tokens_committed / record.tokens_verified,
+        "tokens_per_s_ci95": [low, high],
+    }

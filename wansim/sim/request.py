@@ -1,0 +1,139 @@
+"""Request state and the arrival source.
+
+A request arrives, waits for admission (at most ``workload.concurrency`` requests are in flight),
+sends one prefill pass of ``prompt_tokens`` into S0, and then commits its ``M = output_tokens - 1``
+decode tokens through verify passes (the first output token comes from prefill).
+
+Arrivals (``workload.arrival``):
+
+- ``closed``: ``concurrency`` requests arrive at t = 0; each finishing request is replaced at
+  once by the next, until ``requests`` have arrived (a saturated admission queue).
+- ``poisson``: arrivals at ``rate_per_s`` (exponential gaps drawn in one vectorised block from
+  the arrival stream); one that finds ``concurrency`` requests in flight waits, FIFO, and its
+  TTFT includes that wait.
+
+A request finishes at its last verify completion (the last stage); with a closed loop the next
+request is admitted at that instant, into S0's mailbox.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+from simpy.events import Timeout
+
+from wansim.scenario import Workload
+
+
+class Request:
+    """One request's state while it runs, and what the metrics need afterwards."""
+
+    __slots__ = (
+        "accepted",
+        "accepted_i",
+        "admitted_ms",
+        "arrival_ms",
+        "committed",
+        "decode_tokens",
+        "finish_ms",
+        "first_token_ms",
+        "laps_ms",
+        "last_verify_ms",
+        "passes",
+        "prompt_tokens",
+        "rid",
+    )
+
+    def __init__(self, rid: int, arrival_ms: float, prompt_tokens: int, decode_tokens: int):
+        self.rid = rid
+        self.arrival_ms = arrival_ms
+        self.admitted_ms = arrival_ms
+        self.prompt_tokens = prompt_tokens
+        self.decode_tokens = decode_tokens  # M: tokens the verify passes must commit
+        self.committed = 0
+        self.passes = 0  # verify passes so far
+        self.first_token_ms = float("nan")
+        self.finish_ms = float("nan")
+        self.last_verify_ms = 0.0  # the lap clock: last verify (or prefill) completion
+        self.laps_ms: list[float] = []
+        self.accepted: list[int] = []  # pre-drawn accepted-draft counts (see verifier)
+        self.accepted_i = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.decode_tokens - self.committed
+
+    @property
+    def done(self) -> bool:
+        return self.committed >= self.decode_tokens
+
+
+class RequestSource:
+    """Creates requests at their arrival times and admits them up to the concurrency limit.
+
+    ``admit(request)`` puts the request's prefill into S0; the last stage calls
+    :meth:`finished` when a request's last verify completes.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        workload: Workload,
+        rng: np.random.Generator,
+        admit: Callable[[Request], None],
+    ):
+        self.env = env
+        self.workload = workload
+        self.admit_into_pipeline = admit
+        self.requests: list[Request] = []
+        self.waiting: deque[Request] = deque()
+        self.in_flight = 0
+        self.gaps_ms: list[float] = []
+        if workload.arrival == "poisson":
+            mean_gap_ms = 1e3 / workload.rate_per_s
+            self.gaps_ms = rng.exponential(mean_gap_ms, workload.requests).tolist()
+
+    def start(self) -> None:
+        wl = self.workload
+        if wl.arrival == "closed":
+            for _ in range(min(wl.concurrency, wl.requests)):
+                self._arrive()
+        else:
+            self._schedule_next_arrival()
+
+    def _new_request(self) -> Request:
+        wl = self.workload
+        req = Request(len(self.requests), self.env.now, wl.prompt_tokens, wl.output_tokens - 1)
+        self.requests.append(req)
+        return req
+
+    def _arrive(self, _event: object = None) -> None:
+        req = self._new_request()
+        if self.in_flight < self.workload.concurrency:
+            self._admit(req)
+        else:
+            self.waiting.append(req)
+        if self.workload.arrival == "poisson":
+            self._schedule_next_arrival()
+
+    def _schedule_next_arrival(self) -> None:
+        i = len(self.requests)
+        if i < self.workload.requests:
+            Timeout(self.env, self.gaps_ms[i]).callbacks.append(self._arrive)
+
+    def _admit(self, req: Request) -> None:
+        self.in_flight += 1
+        req.admitted_ms = self.env.now
+        self.admit_into_pipeline(req)
+
+    def finished(self, req: Request) -> None:
+        """The request's last verify completed now: free its slot."""
+        req.finish_ms = self.env.now
+        self.in_flight -= 1
+        if self.waiting:
+            self._admit(self.waiting.popleft())
+        elif self.workload.arrival == "closed" and len(self.requests) < self.workload.requests:
+            self._arrive()

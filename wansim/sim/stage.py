@@ -1,0 +1,149 @@
+"""A pipeline stage: one long-lived SimPy process with a mailbox (a deque plus a wake event).
+
+The stage takes the oldest pass from its mailbox (FIFO), or with ``schedule.batching:
+continuous`` every pass waiting there as one batch of sum(n) tokens, and holds for ONE timeout
+of ``stage_ms(n)`` (one process step per pass or batch, never per token). Then:
+
+- a stage before the last sends the pass (or batch, as one message of header + sum(n)
+  activations) on its forward hop;
+- the last stage is where the verifier sits: a prefill pass yields the first output token
+  (TTFT), a verify pass commits min(A + 1, remaining) tokens and closes a lap. A request with
+  tokens left gets its next verify pass of K + 1 tokens, which rides the return hop to S0 (one
+  message of ``return_bytes`` per request); a finished request leaves (no draft after the final
+  verify) and frees its admission slot at that instant.
+
+Drafting occupies the stage it runs on. ``placement: last_stage``: after the verdicts, one
+drafter pass (``drafter_ms(K)``, block or autoregressive) drafts the continuing requests of the
+batch, then the verdict+drafts leave. ``first_stage``: S0 drafts (one drafter pass per batch
+holding verify passes) right before computing; drafting and compute then share one timeout.
+Stage busy time (compute + drafting, prefill included) is summed for utilisation.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import simpy
+from simpy.events import Timeout
+
+from wansim.sim.link import Link, decode_share
+from wansim.sim.messages import PREFILL, VERIFY, Pass, batch_label
+from wansim.sim.request import RequestSource
+from wansim.sim.verifier import Verifier
+
+
+class Stage:
+    """Stage ``index`` of ``n_stages``; wire it with ``link_out`` and ``source`` before running."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        n_stages: int,
+        compute_ms,
+        forward_bytes,
+        return_bytes: float,
+        *,
+        batching: bool,
+        draft_before_ms: float,
+        draft_after_ms: float,
+        verifier: Verifier,
+        timeline: list | None = None,
+    ):
+        self.env = env
+        self.index = index
+        self.is_last = index == n_stages - 1
+        self.compute_ms = compute_ms  # n tokens -> ms (cached by the engine)
+        self.forward_bytes = forward_bytes  # n tokens -> bytes of one forward message
+        self.return_bytes = return_bytes
+        self.batching = batching
+        self.draft_before_ms = draft_before_ms  # S0 with placement first_stage
+        self.draft_after_ms = draft_after_ms  # last stage with placement last_stage
+        self.verifier = verifier
+        self.timeline = timeline  # (stage, start, end, what, label)
+        self.mailbox: deque[Pass] = deque()
+        self.wake: simpy.Event | None = None
+        self.link_out: Link | None = None
+        self.source: RequestSource | None = None
+        self.busy_ms = 0.0
+        self.passes = 0
+        self.process = env.process(self.run())
+
+    def receive(self, passes: list[Pass]) -> None:
+        """Mailbox drop (a link delivery, or an admission into S0); wakes an idle stage."""
+        self.mailbox.extend(passes)
+        wake = self.wake
+        if wake is not None:
+            self.wake = None
+            wake.succeed()
+
+    def run(self):
+        env = self.env
+        mailbox = self.mailbox
+        compute_ms = self.compute_ms
+        draft_before = self.draft_before_ms
+        timeline = self.timeline
+        while True:
+            if not mailbox:
+                self.wake = env.event()
+                yield self.wake
+            if self.batching and len(mailbox) > 1:
+                batch = list(mailbox)
+                mailbox.clear()
+                n = sum(p.n for p in batch)
+            else:
+                p = mailbox.popleft()
+                batch = [p]
+                n = p.n
+            start = env._now
+            draft = draft_before if draft_before and any(p.kind == VERIFY for p in batch) else 0.0
+            compute = compute_ms(n)
+            yield Timeout(env, draft + compute)
+            self.busy_ms += draft + compute
+            self.passes += 1
+            if timeline is not None:
+                if draft:
+                    timeline.append((self.index, start, start + draft, "draft", batch_label(batch)))
+                timeline.append(
+                    (self.index, start + draft, env._now, _what(batch), batch_label(batch))
+                )
+            if not self.is_last:
+                share = 1.0 if batch[0].kind == VERIFY and len(batch) == 1 else decode_share(batch)
+                self.link_out.send(batch, self.forward_bytes(n), share)
+                continue
+            following = self._verdicts(batch)
+            if not following:
+                continue
+            if self.draft_after_ms:
+                start = env._now
+                yield Timeout(env, self.draft_after_ms)
+                self.busy_ms += self.draft_after_ms
+                if timeline is not None:
+                    timeline.append((self.index, start, env._now, "draft", batch_label(following)))
+            self.link_out.send(following, self.return_bytes * len(following), 1.0)
+
+    def _verdicts(self, batch: list[Pass]) -> list[Pass]:
+        """Last stage: first tokens and verdicts; returns the next passes of unfinished requests."""
+        now = self.env._now
+        verifier = self.verifier
+        following = []
+        for p in batch:
+            req = p.request
+            if p.kind == PREFILL:
+                req.first_token_ms = now
+            else:
+                verifier.verify(p, now)
+                req.laps_ms.append(now - req.last_verify_ms)
+            req.last_verify_ms = now
+            if req.committed >= req.decode_tokens:
+                self.source.finished(req)
+            else:
+                following.append(Pass(req, VERIFY, p.step + 1, verifier.tokens_per_pass(req)))
+        return following
+
+
+def _what(batch: list[Pass]) -> str:
+    kinds = {p.kind for p in batch}
+    if len(kinds) > 1:
+        return "mixed"
+    return "prefill" if PREFILL in kinds else "verify"

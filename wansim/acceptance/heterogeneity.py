@@ -71,7 +71,7 @@ def fit_rates(pooled: np.ndarray, sigma: float, iterations: int = 60) -> np.ndar
             ) -> float:
                 return float(omega @ (prev * expit(x + sigma * z))) - target[k]
 
-            x = brentq(gap, -40.0, 40.0, xtol=1e-13)
+            x = _root(gap)
             q_new[k] = expit(x)
             prev = prev * expit(x + sigma * z)
         done = np.max(np.abs(q_new - q)) < 1e-12
@@ -79,6 +79,20 @@ def fit_rates(pooled: np.ndarray, sigma: float, iterations: int = 60) -> np.ndar
         if done:
             break
     return q
+
+
+def _root(gap) -> float:
+    """Root of an increasing ``gap`` in logit space; the bracket widens until it holds (deep
+    positions under a wide difficulty spread need logits far below -40). A gap still positive
+    at the widest bracket (a target below float resolution) returns that lower end."""
+    lo, hi = -40.0, 40.0
+    while gap(lo) > 0 and lo > -5000.0:
+        lo *= 2
+    while gap(hi) < 0 and hi < 5000.0:
+        hi *= 2
+    if gap(lo) > 0:
+        return lo
+    return brentq(gap, lo, hi, xtol=1e-13)
 
 
 def between_fraction(q: np.ndarray, sigma: float) -> float:

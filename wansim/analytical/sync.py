@@ -7,7 +7,7 @@ call evaluates a whole grid. The model (DESIGN.md section 2), with n = K + 1 tok
   T_prefill = sum_i t_stage(prompt) + sum_fwd E[T_hop](header + prompt s_act)     (= TTFT)
 
 A request commits M = output_tokens - 1 tokens in N verify passes (the first token comes from
-prefill). For difficulty Z (quadrature weights w), E[N_Z] comes from the renewal formula in
+prefill). For difficulty Z (quadrature weights w), E[N_Z] and Var N_Z come from the recurrences in
 :mod:`wansim.acceptance.closed_form`. Then
 
   tokens_per_s            = E_w[M / (N_Z Tbar)]  (mean over requests of each one's rate; Tbar
@@ -104,12 +104,8 @@ def passes_per_node(
         return np.ones(1), np.array([m_tokens]), np.zeros(1)
     w, rates = model.nodes(k)
     surv = closed_form.survival(rates * shift)
-    tau_, ex2 = closed_form.moments(surv, np.full(len(w), k))
-    return (
-        w,
-        closed_form.expected_passes(m_tokens, tau_, ex2),
-        closed_form.variance_passes(m_tokens, tau_, ex2),
-    )
+    n_mean, n_var = closed_form.passes_moments(surv, m_tokens)
+    return w, n_mean, n_var
 
 
 def _hop_sums(scenario: Scenario, n_bytes_fwd, n_bytes_ret) -> tuple:

@@ -22,7 +22,8 @@ Whole-run statistics (every request, every pass):
   included) / makespan; ``bubble_fraction`` = 1 - mean utilisation;
 - ``bytes_per_token``: decode-phase wire bytes on all hops (forward messages of verify passes
   and every return message, retransmitted copies counted: bytes * (1 + G)) / decode tokens;
-- ``wasted_token_fraction``: sum over verify passes of (n - committed) / sum of n.
+- ``wasted_token_fraction``: sum over verify passes of (n - committed) / sum of n;
+- ``target_exact``: false for typical acceptance (a lossy rule), else true.
 
 ``tokens_per_s_ci95`` (method in :func:`rate_interval`): at concurrency 1 the requests are
 independent replications (each runs alone; the links are idle between requests), so a Student-t
@@ -119,5 +120,6 @@ def compute_metrics(record: RunRecord) -> dict:
         "stage_utilization": [float(u) for u in utilisation],
         "bytes_per_token": float(record.link_bytes_decode.sum() / record.tokens_committed),
         "wasted_token_fraction": 1.0 - record.tokens_committed / record.tokens_verified,
+        "target_exact": record.target_exact,
         "tokens_per_s_ci95": [low, high],
     }

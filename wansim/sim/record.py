@@ -53,6 +53,7 @@ class RunRecord:
     verify_passes: int
     tokens_verified: int
     tokens_committed: int
+    target_exact: bool
     events: int  # SimPy events scheduled
     timeline: Timeline | None = None
 
@@ -96,6 +97,7 @@ def build_record(requests, stages, links, verifier, concurrency, events, timelin
         verify_passes=verifier.passes,
         tokens_verified=verifier.tokens_verified,
         tokens_committed=verifier.tokens_committed,
+        target_exact=verifier.target_exact,
         events=events,
         timeline=timeline,
     )

@@ -73,6 +73,9 @@ class Verifier:
         self.block = np.minimum(np.ceil(1.25 * decode / tau) + 8, MAX_BLOCK).astype(int)
         self.chunks: dict[int, list[list[int]]] = {}
         self.log = log  # (rid, step, time_ms, n, accepted, remaining_before, committed)
+        # lossless and greedy verification keep the target's output distribution; typical
+        # acceptance (lossy) does not -- the acceptance profile already reflects the rule
+        self.target_exact = scenario.speculation.verifier != "typical"
         # totals over every verify pass of the run
         self.passes = 0
         self.tokens_verified = 0

@@ -1,0 +1,485 @@
+"""User-space WAN link emulator: one asyncio relay process per hop (kernel netem is unavailable).
+
+Model (the same one the simulator uses). A frame whose header reaches the relay at ``arrival``
+starts serialising at ``start = max(arrival, link_free)`` and occupies the link for
+``ser = bytes * 8 / bandwidth``; propagation overlaps (it does not occupy the link). It is
+delivered at ``max(start + ser + prop, previous_delivery)`` (FIFO, like TCP), where
+``prop = max(0, latency + jitter) + retransmissions * retransmit_ms`` (each transmission is lost
+with probability ``loss_rate``). Jitter follows ``wansim.scenario.Jitter``: normal N(mean, std);
+lognormal >= 0 with mean (default std) and std; pareto = Lomax with tail index ``shape`` and std;
+empirical resamples given values.
+
+Timing: ``asyncio.sleep`` until ``busy_wait_ms`` before delivery, then a busy-wait (asyncio's
+epoll timeout is rounded up to whole ms; uvloop's clock is cached to 1 ms, so it is not used).
+Frames arriving while the relay busy-waits are time-stamped late by at most ``busy_wait_ms``.
+Every frame's timings are appended to a CSV as it is delivered. The loopback legs into and out
+of the relay and the wake-up error are the emulator's own error: :func:`measure_link_accuracy`
+measures it (achieved one-way delay minus the scheduled one).
+
+numpy and the standard library only (no torch), so relays start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import json
+import math
+import multiprocessing
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from wansim.real.errors import RealConfigError
+from wansim.real.frames import (
+    HEADER_BYTES,
+    FrameError,
+    Kind,
+    array_frame,
+    decode_header,
+    recv_frame,
+    send_frame,
+)
+
+JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
+RECORD_COLUMNS = (
+    "frame",
+    "kind",
+    "step",
+    "bytes",
+    "send_ns",
+    "arrival_ns",
+    "scheduled_ns",
+    "delivered_ns",
+    "ser_ms",
+    "prop_ms",
+    "jitter_ms",
+    "queue_ms",
+)
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One hop's emulated link. ``bandwidth_mbps=None`` means no serialisation delay.
+
+    ``stall_after_frames`` / ``corrupt_frame`` inject faults for tests: hold every frame after
+    the first N, or flip a header byte of frame number N (0-based).
+    """
+
+    latency_ms: float = 0.0
+    bandwidth_mbps: float | None = None
+    jitter_kind: str = "none"
+    jitter_std_ms: float = 0.0
+    jitter_mean_ms: float | None = None
+    jitter_shape: float = 3.0
+    jitter_samples_ms: tuple[float, ...] = ()
+    loss_rate: float = 0.0
+    retransmit_ms: float = 200.0
+    seed: int = 0
+    busy_wait_ms: float = 1.0
+    stall_after_frames: int | None = None
+    corrupt_frame: int | None = None
+
+    def __post_init__(self):
+        def bad(name, problem):
+            raise RealConfigError(f"link.{name}", problem, getattr(self, name))
+
+        if not self.latency_ms >= 0 or not math.isfinite(self.latency_ms):
+            bad("latency_ms", "must be a finite number >= 0")
+        if self.bandwidth_mbps is not None and not self.bandwidth_mbps > 0:
+            bad("bandwidth_mbps", "must be > 0 (or null for unlimited)")
+        if self.jitter_kind not in JITTER_KINDS:
+            bad("jitter_kind", f"must be one of {list(JITTER_KINDS)}")
+        if self.jitter_std_ms < 0:
+            bad("jitter_std_ms", "must be >= 0")
+        if self.jitter_kind in ("normal", "lognormal", "pareto") and self.jitter_std_ms <= 0:
+            bad("jitter_std_ms", f"must be > 0 for {self.jitter_kind} jitter")
+        lognormal_mean = self.jitter_kind == "lognormal" and self.jitter_mean_ms is not None
+        if lognormal_mean and self.jitter_mean_ms <= 0:
+            bad("jitter_mean_ms", "must be > 0 for lognormal jitter")
+        if self.jitter_kind == "pareto" and not self.jitter_shape > 2:
+            bad("jitter_shape", "must be > 2")
+        if self.jitter_kind == "empirical" and not self.jitter_samples_ms:
+            bad("jitter_samples_ms", "must be non-empty for empirical jitter")
+        if not 0 <= self.loss_rate < 1:
+            bad("loss_rate", "must be in [0, 1)")
+        if self.retransmit_ms < 0:
+            bad("retransmit_ms", "must be >= 0")
+        if not 0 <= self.busy_wait_ms <= 20:
+            bad("busy_wait_ms", "must be in [0, 20]")
+
+    @classmethod
+    def from_hop(cls, hop, seed: int = 0) -> LinkSpec:
+        """From a resolved ``wansim.scenario.Hop`` (latency, bandwidth, jitter, loss)."""
+        j = hop.jitter
+        return cls(
+            latency_ms=hop.latency_ms,
+            bandwidth_mbps=hop.bandwidth_mbps,
+            jitter_kind=j.kind,
+            jitter_std_ms=j.std_ms,
+            jitter_mean_ms=j.mean_ms,
+            jitter_shape=j.shape,
+            jitter_samples_ms=tuple(j.samples_ms),
+            loss_rate=hop.loss_rate,
+            retransmit_ms=hop.retransmit_ms,
+            seed=seed,
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> LinkSpec:
+        raw = json.loads(text)
+        raw["jitter_samples_ms"] = tuple(raw.get("jitter_samples_ms", ()))
+        return cls(**raw)
+
+
+def sample_jitter_ms(spec: LinkSpec, rng: np.random.Generator) -> float:
+    """One draw of the jitter J (ms) for ``spec``; the propagation delay is max(0, L + J)."""
+    kind = spec.jitter_kind
+    if kind == "none":
+        return 0.0
+    s = spec.jitter_std_ms
+    if kind == "normal":
+        return float(rng.normal(spec.jitter_mean_ms or 0.0, s))
+    if kind == "lognormal":
+        m = spec.jitter_mean_ms if spec.jitter_mean_ms is not None else s
+        sigma2 = math.log1p((s / m) ** 2)
+        return float(rng.lognormal(math.log(m) - sigma2 / 2, math.sqrt(sigma2)))
+    if kind == "pareto":
+        a = spec.jitter_shape
+        lam = s * (a - 1) * math.sqrt((a - 2) / a)
+        return float(lam * rng.pareto(a))
+    return float(spec.jitter_samples_ms[int(rng.integers(len(spec.jitter_samples_ms)))])
+
+
+@dataclass
+class LinkScheduler:
+    """The delivery-time rule, separated from I/O so it can be tested and reused."""
+
+    spec: LinkSpec
+    rng: np.random.Generator = field(init=False)
+    link_free_ns: int = 0
+    last_delivery_ns: int = 0
+
+    def __post_init__(self):
+        self.rng = np.random.default_rng(self.spec.seed)
+
+    def schedule(self, arrival_ns: int, nbytes: int) -> tuple[int, float, float, float]:
+        """(delivery_ns, ser_ms, prop_ms, jitter_ms) for a frame of ``nbytes`` arriving now."""
+        spec = self.spec
+        start = max(arrival_ns, self.link_free_ns)
+        ser_ms = 0.0 if spec.bandwidth_mbps is None else nbytes * 8 / (spec.bandwidth_mbps * 1e3)
+        self.link_free_ns = start + int(ser_ms * 1e6)
+        jitter = sample_jitter_ms(spec, self.rng)
+        prop = max(0.0, spec.latency_ms + jitter)
+        if spec.loss_rate > 0:
+            while self.rng.random() < spec.loss_rate:
+                prop += spec.retransmit_ms
+        deliver = max(start + int((ser_ms + prop) * 1e6), self.last_delivery_ns)
+        self.last_delivery_ns = deliver
+        return deliver, ser_ms, prop, jitter
+
+
+# ----------------------------------------------------------------------------- the relay
+class _Relay:
+    def __init__(self, spec: LinkSpec, hop: int, records_path: str | None):
+        self.spec = spec
+        self.hop = hop
+        self.sched = LinkScheduler(spec)
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.records = open(records_path, "w", newline="") if records_path else None  # noqa: SIM115
+        self.writer_csv = csv.writer(self.records) if self.records else None
+        if self.writer_csv:
+            self.writer_csv.writerow(RECORD_COLUMNS)
+            self.records.flush()
+        self.error: str | None = None
+
+    async def read_loop(self, reader: asyncio.StreamReader) -> None:
+        idx = 0
+        try:
+            while True:
+                try:
+                    head = await reader.readexactly(HEADER_BYTES)
+                except asyncio.IncompleteReadError as e:
+                    if e.partial:
+                        raise FrameError(
+                            f"truncated header: {len(e.partial)} of {HEADER_BYTES} bytes"
+                        ) from None
+                    break  # clean EOF between frames
+                arrival = time.monotonic_ns()
+                h = decode_header(head)
+                try:
+                    payload = await reader.readexactly(h.payload_len) if h.payload_len else b""
+                except asyncio.IncompleteReadError as e:
+                    raise FrameError(
+                        f"truncated payload: {len(e.partial)} of {h.payload_len} bytes"
+                    ) from None
+                data = head + payload
+                if self.spec.corrupt_frame is not None and idx == self.spec.corrupt_frame:
+                    data = data[:20] + bytes([data[20] ^ 0xFF]) + data[21:]
+                deliver, ser, prop, jit = self.sched.schedule(arrival, len(data))
+                self.queue.put_nowait((idx, h, data, arrival, deliver, ser, prop, jit))
+                idx += 1
+        except FrameError as e:
+            self.error = f"malformed frame from upstream: {e}"
+        except (ConnectionError, OSError) as e:
+            self.error = f"upstream connection failed: {e}"
+        self.queue.put_nowait(None)
+
+    async def write_loop(self, writer: asyncio.StreamWriter) -> None:
+        busy_ns = int(self.spec.busy_wait_ms * 1e6)
+        stall = self.spec.stall_after_frames
+        while True:
+            item = await self.queue.get()
+            if item is None:
+                break
+            idx, h, data, arrival, deliver, ser, prop, jit = item
+            if stall is not None and idx >= stall:
+                continue  # fault injection: the link swallows everything from here on
+            remaining = deliver - time.monotonic_ns()
+            if remaining > busy_ns:
+                await asyncio.sleep((remaining - busy_ns) / 1e9)
+            while time.monotonic_ns() < deliver:
+                pass
+            writer.write(data)
+            delivered = time.monotonic_ns()
+            if writer.transport.get_write_buffer_size() > (1 << 20):
+                await writer.drain()
+            if self.writer_csv:
+                queue_ms = (deliver - arrival) / 1e6 - ser - prop
+                self.writer_csv.writerow(
+                    (
+                        idx,
+                        int(h.kind),
+                        h.step,
+                        len(data),
+                        h.send_ns,
+                        arrival,
+                        deliver,
+                        delivered,
+                        f"{ser:.6f}",
+                        f"{prop:.6f}",
+                        f"{jit:.6f}",
+                        f"{queue_ms:.6f}",
+                    )
+                )
+                if self.queue.empty():
+                    self.records.flush()
+        await writer.drain()
+
+    def close(self):
+        if self.records:
+            self.records.close()
+
+
+async def _serve(spec, hop, listener, downstream, records_path) -> str | None:
+    loop = asyncio.get_running_loop()
+    relay = _Relay(spec, hop, records_path)
+    try:
+        up, _ = await loop.sock_accept(listener)
+        listener.close()
+        up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader, _w = await asyncio.open_connection(sock=up)
+        _r, writer = await asyncio.open_connection(sock=downstream)
+        await asyncio.gather(relay.read_loop(reader), relay.write_loop(writer))
+        with contextlib.suppress(OSError):
+            writer.close()
+            await writer.wait_closed()
+    except (ConnectionError, OSError) as e:
+        relay.error = relay.error or f"downstream connection failed: {e}"
+    finally:
+        relay.close()
+    return relay.error
+
+
+def _send_ctrl(conn, **msg) -> None:
+    if conn is not None:
+        with contextlib.suppress(OSError, ValueError):
+            conn.send_bytes(json.dumps(msg).encode())
+
+
+def relay_main(spec_json: str, hop: int, host: str, downstream_port: int, records_path, conn):
+    """Process entry: listen for the upstream sender, connect downstream, relay until EOF.
+
+    Reports ``{"event": "listening", "port": P}`` then, on failure,
+    ``{"event": "error", "hop": h, "message": ...}`` over ``conn`` (JSON bytes, no pickle).
+    """
+    spec = LinkSpec.from_json(spec_json)
+    try:
+        listener = socket.create_server((host, 0))
+        listener.setblocking(False)
+        down = socket.create_connection((host, downstream_port), timeout=30)
+        down.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        down.setblocking(False)
+    except OSError as e:
+        _send_ctrl(conn, event="error", hop=hop, message=f"relay setup failed: {e}")
+        sys.exit(1)
+    _send_ctrl(conn, event="listening", hop=hop, port=listener.getsockname()[1])
+    error = asyncio.run(_serve(spec, hop, listener, down, records_path))
+    if error:
+        _send_ctrl(conn, event="error", hop=hop, message=error)
+        sys.exit(1)
+    _send_ctrl(conn, event="closed", hop=hop)
+
+
+def start_relay(ctx, spec: LinkSpec, hop: int, host: str, downstream_port: int, records_path):
+    """Start a relay process; return (process, control connection, upstream port)."""
+    parent, child = ctx.Pipe(duplex=True)
+    proc = ctx.Process(
+        target=relay_main,
+        args=(spec.to_json(), hop, host, downstream_port, records_path, child),
+        name=f"wansim-link-{hop}",
+        daemon=True,
+    )
+    proc.start()
+    child.close()
+    if not parent.poll(30):
+        proc.kill()
+        raise RuntimeError(f"link relay for hop {hop} did not start")
+    msg = json.loads(parent.recv_bytes())
+    if msg.get("event") != "listening":
+        proc.join(1)
+        raise RuntimeError(f"link relay for hop {hop} failed: {msg.get('message')}")
+    return proc, parent, int(msg["port"])
+
+
+# ----------------------------------------------------------------------------- accuracy
+@dataclass(frozen=True)
+class LinkAccuracy:
+    """Achieved minus scheduled one-way delay (ms) over ``frames`` frames through one relay."""
+
+    frames: int
+    frame_bytes: int
+    configured: LinkSpec
+    error_ms_mean: float
+    error_ms_sd: float
+    error_ms_p50: float
+    error_ms_p99: float
+    error_ms_max: float
+    error_ms_min: float
+    delay_ms_mean: float
+    scheduled_ms_mean: float
+    into_relay_ms_p50: float  # sender -> relay (loopback leg and relay read)
+    wake_late_ms_p50: float  # relay wrote the frame this late after its due time
+    wake_late_ms_p99: float
+    out_of_relay_ms_p50: float  # relay -> receiver (loopback leg and receiver wake-up)
+    load_avg_1min: float
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["configured"] = asdict(self.configured)
+        return d
+
+
+def measure_link_accuracy(
+    spec: LinkSpec,
+    frames: int = 1000,
+    frame_bytes: int = 64,
+    interval_ms: float = 2.0,
+    host: str = "127.0.0.1",
+) -> LinkAccuracy:
+    """Send ``frames`` frames through a relay process; compare achieved to scheduled delay.
+
+    Achieved = receiver's ``monotonic_ns`` at full receipt minus the sender's ``send_ns``;
+    scheduled = the relay's own schedule (delivery minus arrival, which includes the sampled
+    jitter and any serialisation/queueing). Their difference is the emulator's error.
+    """
+    import tempfile
+
+    ctx = multiprocessing.get_context("spawn")
+    sink = socket.create_server((host, 0))
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = os.path.join(tmp, "link.csv")
+        proc, conn, port = start_relay(ctx, spec, 0, host, sink.getsockname()[1], rec)
+        recv_sock, _ = sink.accept()
+        sink.close()
+        send_sock = socket.create_connection((host, port))
+        for s in (send_sock, recv_sock):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        n_values = max(1, frame_bytes - HEADER_BYTES)
+        payload = np.zeros(n_values, dtype=np.uint8)
+        received: list[tuple[int, int]] = []
+
+        def receive():
+            for _ in range(frames):
+                f = recv_frame(recv_sock)
+                received.append((f.header.send_ns, time.monotonic_ns()))
+
+        t = threading.Thread(target=receive, daemon=True)
+        t.start()
+        next_t = time.monotonic()
+        for i in range(frames):
+            send_frame(send_sock, array_frame(Kind.HIDDEN, payload, step=i))
+            next_t += interval_ms / 1e3
+            time.sleep(max(0.0, next_t - time.monotonic()))
+        t.join(timeout=60 + frames * (spec.latency_ms + 10 * spec.jitter_std_ms) / 1e3)
+        send_sock.close()
+        proc.join(10)
+        recv_sock.close()
+        conn.close()
+        with open(rec) as fh:
+            rows = list(csv.DictReader(fh))
+    if len(received) != frames or len(rows) != frames:
+        raise RuntimeError(f"link accuracy: got {len(received)}/{len(rows)} of {frames} frames")
+    achieved = np.array([(r - s) / 1e6 for s, r in received])
+
+    def col(name):
+        return np.array([int(r[name]) for r in rows], dtype=float)
+
+    scheduled = (col("scheduled_ns") - col("arrival_ns")) / 1e6
+    into = (col("arrival_ns") - col("send_ns")) / 1e6
+    late = (col("delivered_ns") - col("scheduled_ns")) / 1e6
+    out = np.array([r for _, r in received], dtype=float) / 1e6 - col("delivered_ns") / 1e6
+    err = achieved - scheduled
+    return LinkAccuracy(
+        frames=frames,
+        frame_bytes=HEADER_BYTES + n_values,
+        configured=spec,
+        error_ms_mean=float(err.mean()),
+        error_ms_sd=float(err.std()),
+        error_ms_p50=float(np.percentile(err, 50)),
+        error_ms_p99=float(np.percentile(err, 99)),
+        error_ms_max=float(err.max()),
+        error_ms_min=float(err.min()),
+        delay_ms_mean=float(achieved.mean()),
+        scheduled_ms_mean=float(scheduled.mean()),
+        into_relay_ms_p50=float(np.percentile(into, 50)),
+        wake_late_ms_p50=float(np.percentile(late, 50)),
+        wake_late_ms_p99=float(np.percentile(late, 99)),
+        out_of_relay_ms_p50=float(np.percentile(out, 50)),
+        load_avg_1min=os.getloadavg()[0],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Measure the link emulator's accuracy.")
+    ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--jitter-kind", default="none", choices=JITTER_KINDS)
+    ap.add_argument("--jitter-std-ms", type=float, default=0.0)
+    ap.add_argument("--bandwidth-mbps", type=float, default=None)
+    ap.add_argument("--frames", type=int, default=1000)
+    ap.add_argument("--frame-bytes", type=int, default=64)
+    ap.add_argument("--interval-ms", type=float, default=2.0)
+    args = ap.parse_args(argv)
+    spec = LinkSpec(
+        latency_ms=args.latency_ms,
+        jitter_kind=args.jitter_kind,
+        jitter_std_ms=args.jitter_std_ms,
+        bandwidth_mbps=args.bandwidth_mbps,
+    )
+    acc = measure_link_accuracy(spec, args.frames, args.frame_bytes, args.interval_ms)
+    print(json.dumps(acc.as_dict(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,7 +14,14 @@ analytical engine evaluates whole grids with them and the simulator calls them p
             (and the first value held below the first point)
 
 Drafter: one pass costs ``draft_ms``; a parallel (block) drafter drafts K tokens in one pass, an
-autoregressive drafter pays K passes.
+autoregressive drafter pays K passes. A tree of N nodes and depth D drafted for b sequences:
+
+    t_draft = passes * draft_ms + width_ms * b * (N - D),   passes = 1 (parallel) or D
+
+the passes draft the depth-D spine as for a chain of D (an autoregressive drafter runs once per
+level, EAGLE-2 style); every candidate beyond one per depth (N - D of them per sequence) costs
+``width_ms`` more (extra rows in the drafter's passes, or re-drafting under a non-top-1 parent
+for a block drafter). A chain (N = D = K) costs exactly ``drafter_ms(K)``.
 """
 
 from __future__ import annotations
@@ -81,3 +88,15 @@ def draft_passes(drafter: Drafter, k: np.ndarray | int) -> np.ndarray:
 def drafter_ms(drafter: Drafter, k: np.ndarray | int) -> np.ndarray:
     """Milliseconds to draft a block of k tokens (0 when k = 0: no speculation)."""
     return draft_passes(drafter, k) * np.asarray(drafter.draft_ms, dtype=float)
+
+
+def drafter_tree_ms(drafter: Drafter, depth, nodes, batch=1) -> np.ndarray:
+    """Milliseconds to draft a tree of ``nodes`` candidates and depth ``depth`` for ``batch``
+    sequences (module docstring); 0 when nothing is drafted."""
+    depth = np.asarray(depth)
+    nodes = np.asarray(nodes)
+    passes = np.where(nodes > 0, 1, 0) if drafter.parallel else depth
+    extra = np.maximum(nodes - depth, 0) * np.asarray(batch)
+    return passes * np.asarray(drafter.draft_ms, dtype=float) + extra * np.asarray(
+        drafter.width_ms, dtype=float
+    )

@@ -29,6 +29,10 @@ METRICS: dict[str, tuple[str, str]] = {
         "",
         "verified-but-rejected plus cancelled tokens over all tokens processed",
     ),
+    "target_exact": (
+        "",
+        "output distribution is the target's (false for typical acceptance, a lossy rule)",
+    ),
     "tokens_per_s_ci95": ("tok/s", "DES: 95% confidence interval of tokens_per_s [low, high]"),
 }
 

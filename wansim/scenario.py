@@ -219,7 +219,11 @@ class AcceptanceSpec:
     multiplies every conditional rate (Part IX: out of domain, fine-tuned targets).
     ``dispersion`` is the between-prompt share of the per-step accepted-length variance
     (default: the profile's; 0 for alpha/per_position). ``extrapolate`` allows K beyond the
-    measured positions by holding the last measured rate (an assumption, off by default)."""
+    measured positions by holding the last measured rate (an assumption, off by default).
+    ``sibling_logit_offsets`` (trees): rank-r candidates are accepted at
+    sigmoid(logit p_d - offset_r) for r = 2, 3, ... (overrides the profile's; see
+    :mod:`wansim.acceptance.trees`). alpha/per_position rates are the rates of the scenario's
+    ``speculation.verifier`` rule; a profile converts them (its ``verifier_logit_shift``)."""
 
     profile: str | None = spec(None)
     workload: str | None = spec(None)
@@ -228,8 +232,13 @@ class AcceptanceSpec:
     domain_shift: float = spec(1.0, gt=0, le=1)
     dispersion: float | None = spec(None, ge=0, lt=1)
     extrapolate: bool = spec(False)
+    sibling_logit_offsets: tuple[float, ...] | None = spec(None)
 
     def check(self, path: str) -> None:
+        if self.sibling_logit_offsets is not None and not self.sibling_logit_offsets:
+            raise ScenarioError(
+                f"{path}.sibling_logit_offsets", "needs at least one rank (rank 2 first)", []
+            )
         given = [n for n in ("profile", "alpha", "per_position") if getattr(self, n) is not None]
         if len(given) > 1:
             raise ScenarioError(path, "give only one of profile, alpha, per_position", given)
@@ -252,22 +261,52 @@ class AcceptanceSpec:
 @dataclasses.dataclass(frozen=True)
 class Drafter:
     """One drafter pass costs ``draft_ms``; ``parallel`` (block) drafters draft K tokens in one
-    pass, autoregressive ones pay K passes."""
+    pass, autoregressive ones pay K passes. A tree's candidates beyond one per depth cost
+    ``width_ms`` each (``compute.drafter_tree_ms``). ``preset`` names a catalog entry
+    (``wansim drafters``) whose values fill the fields this mapping omits (at load time)."""
 
     kind: str = spec("dspark", choices=DRAFTER_KINDS)
     placement: str = spec("last_stage", choices=PLACEMENTS)
     parallel: bool = spec(True)
     draft_ms: float = spec(4.0, ge=0)
+    width_ms: float = spec(0.05, ge=0, doc="per extra tree candidate beyond one per depth")
     acceptance: AcceptanceSpec = spec(factory=AcceptanceSpec)
+    preset: str | None = spec(None)
 
 
 # ----------------------------------------------------------------------------- speculation
 @dataclasses.dataclass(frozen=True)
 class Tree:
+    """sequoia/dynamic: ``budget_nodes`` draft nodes (root excluded), depth at most
+    ``max_depth`` (default: the positions the acceptance covers); static: ``branching`` gives
+    the children of every node at each depth and fixes the node count."""
+
     kind: str = spec("sequoia", choices=TREE_KINDS)
-    budget_nodes: int = spec(32, ge=1, doc="draft nodes, the root excluded")
+    budget_nodes: int = spec(32, ge=1, le=4096, doc="draft nodes, the root excluded")
     branching: tuple[int, ...] = spec((), ge=1, doc="static trees: children per node per depth")
     max_depth: int | None = spec(None, ge=1)
+
+    def check(self, path: str) -> None:
+        if self.kind == "static" and not self.branching:
+            raise ScenarioError(
+                f"{path}.branching", "a static tree needs children per depth, e.g. [4, 2, 1]", []
+            )
+        if self.kind != "static" and self.branching:
+            raise ScenarioError(
+                f"{path}.branching",
+                f"is for static trees (kind is {self.kind})",
+                list(self.branching),
+            )
+        if (
+            self.kind == "static"
+            and self.max_depth is not None
+            and len(self.branching) > self.max_depth
+        ):
+            raise ScenarioError(
+                f"{path}.branching",
+                f"is {len(self.branching)} deep, more than max_depth {self.max_depth}",
+                list(self.branching),
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -378,6 +417,7 @@ def load_scenario(
     else:
         raw = to_plain(data)
     raw = apply_overrides(raw, overrides or ())
+    raw = _apply_drafter_preset(raw)
     scenario = parse(Scenario, raw, "")
     scenario = _resolve_files(scenario, base_dir)
     _check_acceptance(scenario)
@@ -581,8 +621,11 @@ def _check_acceptance(scenario: Scenario) -> None:
 
     acc = scenario.drafter.acceptance
     need = scenario.k
+    field = "speculation.k"
     if scenario.speculation.policy == "tree":
-        need = max(need, _tree_depth_needed(scenario))
+        need = _tree_depth_needed(scenario)
+        tree = scenario.speculation.tree
+        field = "speculation.tree." + ("branching" if tree.kind == "static" else "max_depth")
     if acc.profile is not None:
         prof = load_profile(acc.profile)
         workload = acc.workload or prof.default_workload
@@ -595,7 +638,7 @@ def _check_acceptance(scenario: Scenario) -> None:
         measured = len(prof.workloads[workload].per_position)
         if need > measured and not acc.extrapolate:
             raise ScenarioError(
-                "speculation.k",
+                field,
                 f"profile measured positions 1..{measured} (set drafter.acceptance.extrapolate"
                 " to hold the last rate)",
                 need,
@@ -604,7 +647,7 @@ def _check_acceptance(scenario: Scenario) -> None:
         measured = len(acc.per_position)
         if need > measured and not acc.extrapolate:
             raise ScenarioError(
-                "speculation.k",
+                field,
                 f"per_position gives positions 1..{measured} (set drafter.acceptance.extrapolate"
                 " to hold the last rate)",
                 need,
@@ -615,4 +658,17 @@ def _tree_depth_needed(scenario: Scenario) -> int:
     tree = scenario.speculation.tree
     if tree.kind == "static" and tree.branching:
         return len(tree.branching)
+    if tree.max_depth is not None:
+        return min(tree.max_depth, tree.budget_nodes)
     return 0
+
+
+def _apply_drafter_preset(raw: dict) -> dict:
+    """``drafter: {preset: NAME, ...}``: the catalog entry's values under the explicit keys."""
+    drafter = raw.get("drafter")
+    if not isinstance(drafter, Mapping) or drafter.get("preset") is None:
+        return raw
+    from wansim.drafters import preset_mapping
+
+    merged = preset_mapping(drafter["preset"], drafter)
+    return {**raw, "drafter": merged}

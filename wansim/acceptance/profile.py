@@ -15,8 +15,20 @@ File format (YAML, ``format: wansim-profile/1``)::
         per_position: [p_1, ..., p_K]   # conditional acceptance, pooled over steps
         histogram: [n_0, ..., n_K]      # optional: steps with A = a accepted drafts
         dispersion: 0.3                 # optional: between-prompt share of Var(A)
-        siblings: [r_1, r_2, ...]       # optional: top-r sibling acceptance (trees)
+        siblings: [P_2, P_3, ...]       # optional, measured: rank-r sibling acceptance (trees)
+        sibling_logit_offsets: [D_2, ...]  # optional, model: rank-r rate = sigmoid(logit p_d - D_r)
         notes: ...
+    verifier_logit_shift: {greedy: 0.5, typical: 0.7}   # optional: other verifier rules
+
+Trees (see :mod:`wansim.acceptance.trees`): ``siblings`` are the pooled conditional acceptance
+rates of the rank-2, rank-3, ... candidate at depth 1 (given the better-ranked ones were rejected);
+``sibling_logit_offsets`` state the sibling model's parameters directly (rank r at depth d has
+rate sigmoid(logit p_d - D_r)). A workload gives at most one of the two; measured siblings are
+converted to offsets at depth 1 (D_r = logit p_1 - logit P_r).
+
+Verifier rules: the rates are measured under the header's ``verifier``; another rule's rates are
+sigmoid(logit p + shift) with the shift from ``verifier_logit_shift`` (the measured rule's shift
+is 0). A rule with no shift in the profile is an error, never a silent constant.
 
 The header comments of a file say where its numbers come from; :func:`write_profile` keeps a
 header. This module is a leaf: it parses files and nothing else.
@@ -45,6 +57,7 @@ class WorkloadProfile:
     histogram: tuple[int, ...] | None = spec(None, ge=0)
     dispersion: float = spec(0.0, ge=0, lt=1)
     siblings: tuple[float, ...] | None = spec(None, ge=0, le=1)
+    sibling_logit_offsets: tuple[float, ...] | None = spec(None)
     steps: int | None = spec(None, ge=0)
     notes: str = spec("")
 
@@ -56,10 +69,29 @@ class WorkloadProfile:
             raise ProfileError(
                 f"{path}.histogram", f"needs K+1 = {k + 1} counts (A = 0..{k})", self.histogram
             )
+        if self.siblings is not None and self.sibling_logit_offsets is not None:
+            raise ProfileError(
+                path, "give siblings (measured) or sibling_logit_offsets (model), not both", None
+            )
+        for name in ("siblings", "sibling_logit_offsets"):
+            if getattr(self, name) is not None and len(getattr(self, name)) == 0:
+                raise ProfileError(f"{path}.{name}", "needs at least one rank (rank 2 first)", [])
 
     @property
     def tau(self) -> float:
         return float(1.0 + np.cumprod(self.per_position).sum())
+
+
+VERIFIERS = ("lossless", "greedy", "typical")
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifierShift:
+    """Logit shift from the measured verifier rule's rates to each other rule's (None: unknown)."""
+
+    lossless: float | None = spec(None)
+    greedy: float | None = spec(None)
+    typical: float | None = spec(None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,9 +100,25 @@ class ProfileHeader:
     target: str = spec("unknown")
     k: int = spec(1, ge=1)
     temperature: float = spec(1.0, ge=0)
-    verifier: str = spec("lossless", choices=("lossless", "greedy", "typical"))
+    verifier: str = spec("lossless", choices=VERIFIERS)
     source: str = spec("measured", choices=SOURCES)
     provenance: str = spec("")
+    verifier_logit_shift: VerifierShift = spec(factory=VerifierShift)
+
+    def check(self, path: str) -> None:
+        own = getattr(self.verifier_logit_shift, self.verifier)
+        if own not in (None, 0.0):
+            raise ProfileError(
+                f"{path} verifier_logit_shift.{self.verifier}",
+                "must be 0 (the rates were measured under this rule)",
+                own,
+            )
+
+    def verifier_shift(self, rule: str) -> float | None:
+        """Logit shift to ``rule``'s rates (0 for the measured rule, None when unknown)."""
+        if rule == self.verifier:
+            return 0.0
+        return getattr(self.verifier_logit_shift, rule)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +197,20 @@ def _load_cached(path: str, mtime_ns: int) -> Profile:
 def profile_to_mapping(profile: Profile) -> dict:
     h = profile.header
     out: dict = {"format": FORMAT}
-    out.update({f.name: getattr(h, f.name) for f in dataclasses.fields(h)})
+    out.update(
+        {
+            f.name: getattr(h, f.name)
+            for f in dataclasses.fields(h)
+            if f.name != "verifier_logit_shift"
+        }
+    )
+    shifts = {
+        f.name: getattr(h.verifier_logit_shift, f.name)
+        for f in dataclasses.fields(h.verifier_logit_shift)
+        if getattr(h.verifier_logit_shift, f.name) is not None
+    }
+    if shifts:
+        out["verifier_logit_shift"] = shifts
     out["workloads"] = {}
     for name, wp in profile.workloads.items():
         body: dict = {"per_position": [round(float(x), 6) for x in wp.per_position]}
@@ -158,6 +219,8 @@ def profile_to_mapping(profile: Profile) -> dict:
         body["dispersion"] = round(float(wp.dispersion), 6)
         if wp.siblings is not None:
             body["siblings"] = [round(float(x), 6) for x in wp.siblings]
+        if wp.sibling_logit_offsets is not None:
+            body["sibling_logit_offsets"] = [round(float(x), 6) for x in wp.sibling_logit_offsets]
         if wp.steps is not None:
             body["steps"] = int(wp.steps)
         if wp.notes:

@@ -10,20 +10,23 @@ from wansim.analytical.distribution import (
     mixture_normal_quantiles,
     quantiles,
 )
-from wansim.analytical.sync import draft_tokens, passes_per_node, stage_utilization, sync_metrics
-from wansim.compute import drafter_ms, stage_ms
+from wansim.analytical.sync import lap_parts, passes_per_node, stage_utilization, sync_metrics
 from wansim.errors import ScenarioError
 from wansim.result import Result
 from wansim.scenario import Scenario
-from wansim.wire import forward_bytes, return_bytes
 
 
 def check_supported(scenario: Scenario) -> None:
-    """The closed forms cover the sync schedule with one request at a time (a chain or none)."""
+    """The closed forms cover the sync schedule with one request at a time, or a lockstep batch
+    of ``workload.concurrency`` sequences with ``schedule.batching: continuous`` (any policy)."""
+    batched = scenario.schedule.batching == "continuous"
     unsupported = [
-        ("speculation.policy", scenario.speculation.policy, scenario.speculation.policy != "tree"),
         ("schedule.kind", scenario.schedule.kind, scenario.schedule.kind == "sync"),
-        ("workload.concurrency", scenario.workload.concurrency, scenario.workload.concurrency == 1),
+        (
+            "workload.concurrency",
+            scenario.workload.concurrency,
+            scenario.workload.concurrency == 1 or batched,
+        ),
         ("workload.arrival", scenario.workload.arrival, scenario.workload.arrival == "closed"),
         (
             "schedule.hedge_branches",
@@ -40,24 +43,23 @@ def check_supported(scenario: Scenario) -> None:
 
 def analyze(scenario: Scenario) -> Result:
     check_supported(scenario)
-    means = {key: float(np.asarray(v)) for key, v in sync_metrics(scenario).items()}
-    k = int(draft_tokens(scenario))
+    raw = sync_metrics(scenario)
+    exact = bool(np.asarray(raw.pop("target_exact")))
+    means = {key: float(np.asarray(v)) for key, v in raw.items()}
+    parts = lap_parts(scenario)
     m = scenario.workload.output_tokens - 1
 
     # lap distribution: compute and drafting are deterministic, hops carry the randomness
     hops = list(scenario.resolved_hops())
-    fwd = float(forward_bytes(scenario.payload, scenario.model.hidden_size, k + 1))
-    sizes = [fwd] * (len(hops) - 1) + [float(return_bytes(scenario.payload))]
-    constant = float(drafter_ms(scenario.drafter, k)) + scenario.stages * float(
-        stage_ms(scenario.model.compute, k + 1)
-    )
+    sizes = [float(parts["forward_bytes"])] * (len(hops) - 1) + [float(parts["return_bytes"])]
+    constant = float(parts["draft_ms"]) + scenario.stages * float(parts["stage_ms"])
     values, pmf, grid_ms = lap_distribution(hops, sizes, constant)
     lap_p50, lap_p99 = quantiles(values, pmf, [0.5, 0.99])
     _, lap_var = mean_var(values, pmf)
     lap_mean = means["lap_ms_mean"]
 
     # TPOT: mixture over difficulty of normals (renewal CLT for the number of passes)
-    w, n_mean, n_var = passes_per_node(scenario.drafter.acceptance, k, m)
+    w, n_mean, n_var = passes_per_node(scenario)
     tpot_mean = n_mean * lap_mean / m
     tpot_sd = np.sqrt(lap_mean**2 * n_var + n_mean * lap_var) / m
     tpot_p50, tpot_p99 = mixture_normal_quantiles(w, tpot_mean, tpot_sd, [0.5, 0.99])
@@ -77,6 +79,7 @@ def analyze(scenario: Scenario) -> Result:
         "stage_utilization": utilization,
         "bytes_per_token": means["bytes_per_token"],
         "wasted_token_fraction": means["wasted_token_fraction"],
+        "target_exact": exact,
     }
     details = {
         "lap_breakdown_ms": {
@@ -87,5 +90,6 @@ def analyze(scenario: Scenario) -> Result:
         },
         "lap_grid_ms": grid_ms,
         "passes_per_request": means["passes_per_request"],
+        "tokens_per_pass": means["tokens_per_pass"],
     }
     return Result(scenario=scenario, engine="analytical", metrics=metrics, details=details)

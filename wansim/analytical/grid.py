@@ -25,6 +25,7 @@ from wansim.scenario import Scenario, load_scenario, scenario_to_dict, split_pat
 VECTOR_FIELDS = (
     "stages",
     "speculation.k",
+    "speculation.tree.budget_nodes",
     "network.latency_ms",
     "network.bandwidth_mbps",
     "network.loss_rate",
@@ -36,10 +37,12 @@ VECTOR_FIELDS = (
     "model.compute.base_ms",
     "model.compute.per_token_ms",
     "drafter.draft_ms",
+    "drafter.width_ms",
     "drafter.acceptance.alpha",
     "drafter.acceptance.domain_shift",
     "workload.output_tokens",
     "workload.prompt_tokens",
+    "workload.concurrency",
 )
 CHUNK = 1 << 18
 
@@ -72,6 +75,16 @@ def evaluate_grid(
             raise ScenarioError(
                 key, f"cannot vary in a vectorised grid (allowed: {', '.join(VECTOR_FIELDS)})", None
             )
+    if (
+        "workload.concurrency" in grid
+        and base.schedule.batching != "continuous"
+        and np.max(np.asarray(grid["workload.concurrency"])) > 1
+    ):
+        raise ScenarioError(
+            "workload.concurrency",
+            "varies above 1 only with schedule.batching: continuous (the lockstep batch model)",
+            list(np.unique(np.asarray(grid["workload.concurrency"])).tolist()),
+        )
     if "stages" in grid and base.network.hops:
         raise ScenarioError(
             "stages", "cannot vary when network.hops lists per-hop values", list(grid["stages"])

@@ -98,3 +98,77 @@ def write_outputs(results: dict[str, Result], out_dir: str | Path) -> list[Path]
     p.write_text(format_table(results) + "\n")
     written.append(p)
     return written
+
+
+# ----------------------------------------------------------------------------- paper figures
+def figures_dir() -> Path | None:
+    """``paper_figures/`` of this source checkout (or of the working directory)."""
+    for candidate in (Path(__file__).resolve().parents[1], Path.cwd()):
+        if (candidate / "paper_figures").is_dir():
+            return candidate / "paper_figures"
+    return None
+
+
+def figure_scripts() -> dict[str, Path]:
+    """name -> script for every ``paper_figures/fig_*.py`` (name without ``fig_`` and ``.py``)."""
+    from wansim.errors import WansimInputError
+
+    folder = figures_dir()
+    if folder is None:
+        raise WansimInputError("figures", "no paper_figures/ here (run from a source checkout)")
+    return {p.stem.removeprefix("fig_"): p for p in sorted(folder.glob("fig_*.py"))}
+
+
+def figure_caption(script: Path) -> str:
+    """The script's docstring: the question and the scenario."""
+    import ast
+
+    return ast.get_docstring(ast.parse(script.read_text())) or ""
+
+
+def run_figures(
+    names: list[str] | None = None, *, out: str | Path | None = None, fast: bool = False
+) -> list[tuple[str, bool, float, str]]:
+    """Run figure scripts, one process each; returns (name, ok, seconds, output tail).
+
+    Writes ``CAPTIONS.md`` (every figure's question and scenario) next to the figures."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from wansim.errors import WansimInputError
+
+    scripts = figure_scripts()
+    chosen = names or list(scripts)
+    for name in chosen:
+        if name.removeprefix("fig_") not in scripts:
+            raise WansimInputError("figures", f"no such figure (have: {', '.join(scripts)})", name)
+    folder = figures_dir()
+    out_dir = Path(out) if out else folder / "out"
+    env = dict(os.environ, WANSIM_FIGURES_OUT=str(out_dir.resolve()), MPLBACKEND="Agg")
+    if fast:
+        env["WANSIM_FIGURES_FAST"] = "1"
+    results = []
+    for name in chosen:
+        script = scripts[name.removeprefix("fig_")]
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=folder.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-12:]
+        results.append(
+            (script.stem, proc.returncode == 0, time.perf_counter() - start, "\n".join(tail))
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    captions = ["# Figure captions", ""]
+    for name, script in scripts.items():
+        captions += [f"## {name}", "", f"Script: `paper_figures/{script.name}`", ""]
+        captions += [figure_caption(script), ""]
+    (out_dir / "CAPTIONS.md").write_text("\n".join(captions))
+    return results

@@ -13,6 +13,7 @@ from wansim.compute import stage_ms
 from wansim.errors import ScenarioError
 from wansim.scenario import load_scenario
 from wansim.sim import simulate
+from wansim.sim.messages import PREFILL
 from wansim.wire import forward_bytes
 
 SMALL = {
@@ -80,12 +81,12 @@ def test_links_are_fifo_and_propagation_does_not_occupy_them():
     assert overlapped > 0
     # and the stages receive in that order: each stage computes a request's steps in order
     seen: dict[tuple[int, int], int] = {}
-    for stage, _start, _end, what, label in sorted(tl.stage_slices, key=lambda s: s[1]):
+    for stage, _start, _end, what, passes in sorted(tl.stage_slices, key=lambda s: s[1]):
         if what == "verify":
-            rid, _, step = label.split()
-            key = (stage, int(rid[1:]))
-            assert seen.get(key, 0) < int(step)
-            seen[key] = int(step)
+            (p,) = passes
+            key = (stage, p.request.rid)
+            assert seen.get(key, 0) < p.step
+            seen[key] = p.step
 
 
 def test_small_messages_are_not_limited_by_latency():
@@ -209,12 +210,11 @@ def test_continuous_batching_takes_the_whole_mailbox_as_one_pass():
     )
     r = simulate(sc, timeline=True)
     slices = r.details["timeline"].stage_slices
-    batched = [s for s in slices if s[4].startswith("batch of") and s[3] != "draft"]
+    batched = [s for s in slices if len(s[4]) > 1 and s[3] != "draft"]
     assert batched
-    for _stage, start, end, _what, label in batched:
-        parts = label.split(": ", 1)[1].split(", ")
-        assert int(label.split()[2].rstrip(":")) == len(parts) > 1
-        tokens = sum(32 if "prefill" in part else sc.k + 1 for part in parts)
+    for _stage, start, end, _what, passes in batched:
+        tokens = sum(32 if p.kind == PREFILL else sc.k + 1 for p in passes)
+        assert tokens == sum(p.n for p in passes)
         assert end - start == pytest.approx(float(stage_ms(sc.model.compute, tokens)))
 
 

@@ -12,6 +12,8 @@ each hop i: 3 + 2i propagation jitter, 4 + 2i losses. Same seed -> identical run
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import simpy
 
@@ -91,7 +93,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     verifier = Verifier(scenario, streams[0], streams[1], tl.verify_log if tl else None)
     draft = float(drafter_ms(scenario.drafter, scenario.k))
     first_stage = scenario.drafter.placement == "first_stage"
-    compute = _cached(lambda n: stage_ms(scenario.model.compute, n))
+    compute = functools.partial(stage_ms, scenario.model.compute)
     fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
     stages = [
         Stage(

@@ -139,7 +139,7 @@ class Link:
         self.bytes_decode += wire * decode_share
         if self.timeline is not None:
             self.timeline.append(
-                (self.index, now, start, start + busy, delivery, n_bytes, g, tuple(passes))
+                (self.index, now, start, start + busy, delivery, n_bytes, g, passes)
             )
 
     def _arrive(self, _event: object) -> None:

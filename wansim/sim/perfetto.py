@@ -50,7 +50,8 @@ def trace_events(timeline: Timeline) -> list[dict]:
     for i, name in enumerate(timeline.link_names):
         events.append(_meta(LINKS_PID, i, "thread_name", name))
         events.append(_meta(LINKS_PID, i, "thread_sort_index", i))
-    for stage, start, end, what, label in timeline.stage_slices:
+    for stage, start, end, what, passes in timeline.stage_slices:
+        label = batch_label(passes)
         events.append(
             {
                 "ph": "X",

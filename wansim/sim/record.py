@@ -24,7 +24,7 @@ class Timeline:
 
     stage_names: list[str]
     link_names: list[str]
-    # (stage, start_ms, end_ms, what, label); what: prefill | verify | mixed | draft
+    # (stage, start_ms, end_ms, what, passes); what: prefill | verify | mixed | draft
     stage_slices: list[tuple] = dataclasses.field(default_factory=list)
     # (hop, offer_ms, start_ms, busy_end_ms, delivery_ms, bytes, losses, passes)
     transfers: list[tuple] = dataclasses.field(default_factory=list)

@@ -16,6 +16,8 @@ Drafting occupies the stage it runs on. ``placement: last_stage``: after the ver
 drafter pass (``drafter_ms(K)``, block or autoregressive) drafts the continuing requests of the
 batch, then the verdict+drafts leave. ``first_stage``: S0 drafts (one drafter pass per batch
 holding verify passes) right before computing; drafting and compute then share one timeout.
+At the last stage drafting is a second timeout after the verdicts, because the verdict instant
+is observable: it closes the lap and, for a finishing request, admits the next one.
 Stage busy time (compute + drafting, prefill included) is summed for utilisation.
 """
 
@@ -24,10 +26,10 @@ from __future__ import annotations
 from collections import deque
 
 import simpy
-from simpy.events import Timeout
+from simpy.events import Event, Timeout
 
 from wansim.sim.link import Link, decode_share
-from wansim.sim.messages import PREFILL, VERIFY, Pass, batch_label
+from wansim.sim.messages import KIND_NAMES, PREFILL, VERIFY, Pass
 from wansim.sim.request import RequestSource
 from wansim.sim.verifier import Verifier
 
@@ -53,14 +55,14 @@ class Stage:
         self.env = env
         self.index = index
         self.is_last = index == n_stages - 1
-        self.compute_ms = compute_ms  # n tokens -> ms (cached by the engine)
+        self.compute_ms = compute_ms  # n tokens -> ms (memoised per stage: sizes repeat)
         self.forward_bytes = forward_bytes  # n tokens -> bytes of one forward message
         self.return_bytes = return_bytes
         self.batching = batching
         self.draft_before_ms = draft_before_ms  # S0 with placement first_stage
         self.draft_after_ms = draft_after_ms  # last stage with placement last_stage
         self.verifier = verifier
-        self.timeline = timeline  # (stage, start, end, what, label)
+        self.timeline = timeline  # (stage, start, end, what, passes); labels made on export
         self.mailbox: deque[Pass] = deque()
         self.wake: simpy.Event | None = None
         self.link_out: Link | None = None
@@ -81,12 +83,13 @@ class Stage:
         env = self.env
         mailbox = self.mailbox
         compute_ms = self.compute_ms
+        compute_cache: dict[int, float] = {}
         draft_before = self.draft_before_ms
         timeline = self.timeline
         while True:
             if not mailbox:
-                self.wake = env.event()
-                yield self.wake
+                wake = self.wake = Event(env)
+                yield wake
             if self.batching and len(mailbox) > 1:
                 batch = list(mailbox)
                 mailbox.clear()
@@ -97,16 +100,16 @@ class Stage:
                 n = p.n
             start = env._now
             draft = draft_before if draft_before and any(p.kind == VERIFY for p in batch) else 0.0
-            compute = compute_ms(n)
+            compute = compute_cache.get(n)
+            if compute is None:
+                compute = compute_cache[n] = float(compute_ms(n))
             yield Timeout(env, draft + compute)
             self.busy_ms += draft + compute
             self.passes += 1
             if timeline is not None:
                 if draft:
-                    timeline.append((self.index, start, start + draft, "draft", batch_label(batch)))
-                timeline.append(
-                    (self.index, start + draft, env._now, _what(batch), batch_label(batch))
-                )
+                    timeline.append((self.index, start, start + draft, "draft", batch))
+                timeline.append((self.index, start + draft, env._now, _what(batch), batch))
             if not self.is_last:
                 share = 1.0 if batch[0].kind == VERIFY and len(batch) == 1 else decode_share(batch)
                 self.link_out.send(batch, self.forward_bytes(n), share)
@@ -119,7 +122,7 @@ class Stage:
                 yield Timeout(env, self.draft_after_ms)
                 self.busy_ms += self.draft_after_ms
                 if timeline is not None:
-                    timeline.append((self.index, start, env._now, "draft", batch_label(following)))
+                    timeline.append((self.index, start, env._now, "draft", following))
             self.link_out.send(following, self.return_bytes * len(following), 1.0)
 
     def _verdicts(self, batch: list[Pass]) -> list[Pass]:
@@ -143,7 +146,8 @@ class Stage:
 
 
 def _what(batch: list[Pass]) -> str:
+    """prefill | verify | mixed (a continuous batch holding both)."""
+    if len(batch) == 1:
+        return KIND_NAMES[batch[0].kind]
     kinds = {p.kind for p in batch}
-    if len(kinds) > 1:
-        return "mixed"
-    return "prefill" if PREFILL in kinds else "verify"
+    return "mixed" if len(kinds) > 1 else KIND_NAMES[kinds.pop()]

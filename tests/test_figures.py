@@ -42,3 +42,51 @@ def test_figures_cli_list_and_bad_name(run_cli):
     assert code == 0 and all(f"{n}: " in out for n in SCRIPTS)
     code, _, err = run_cli("figures", "no_such_figure")
     assert code == 2 and "figures: no such figure (have: " in err and "'no_such_figure'" in err
+
+
+def test_run_out_writes_requests_and_plots(run_cli, tmp_path):
+    """``wansim run --out``: metrics, the DES per-request table, and the three plots."""
+    import json
+
+    import pandas as pd
+
+    from tests.conftest import REFERENCE
+
+    out = tmp_path / "run"
+    code, _, err = run_cli(
+        "run",
+        REFERENCE,
+        "--engine",
+        "both",
+        "--set",
+        "workload.requests=12",
+        "--set",
+        "workload.output_tokens=200",
+        "--out",
+        out,
+    )
+    assert code == 0 and "warning" not in err, err
+    metrics = json.loads((out / "metrics.json").read_text())["des"]
+    requests = pd.read_csv(out / "requests.csv")
+    assert len(requests) == 12 and (requests["decode_tokens"] == 199).all()
+    assert requests["tokens_per_s"].mean() == pytest.approx(metrics["tokens_per_s"], rel=1e-5)
+    assert requests["ttft_ms"].mean() == pytest.approx(metrics["ttft_ms_mean"], rel=1e-5)
+    assert (requests["finish_ms"] > requests["first_token_ms"]).all()
+    for name in ("lap_breakdown", "stage_utilization", "latency_cdf"):
+        image = mpimg.imread(out / f"{name}.png")
+        assert image.shape[1] > 500 and image[..., :3].std() > 0.05, name
+
+
+def test_lap_breakdown_adds_up_to_the_analytical_lap():
+    import wansim
+    from tests.conftest import REFERENCE
+    from wansim.plots import lap_breakdown_table
+
+    for over in ({}, {"network.hops": [{"latency_ms": 5.0 * i} for i in range(10)]}):
+        sc = wansim.load_scenario(REFERENCE, over)
+        table = lap_breakdown_table(sc)
+        parts = table[["compute_ms", "draft_ms", "propagation_ms", "serialisation_ms"]]
+        assert float(parts.to_numpy().sum()) == pytest.approx(
+            wansim.analyze(sc).metrics["lap_ms_mean"], rel=1e-9
+        )
+        assert list(table["hop"])[-1] == "S9->S0 (return)"

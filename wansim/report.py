@@ -87,7 +87,7 @@ def results_json(results: dict[str, Result]) -> dict:
 
 
 def write_outputs(results: dict[str, Result], out_dir: str | Path) -> list[Path]:
-    """metrics.json and table.txt under ``out_dir`` (engines' extra outputs go there too)."""
+    """metrics.json, table.txt, requests.csv (DES) and the PNG plots under ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -97,7 +97,20 @@ def write_outputs(results: dict[str, Result], out_dir: str | Path) -> list[Path]
     p = out / "table.txt"
     p.write_text(format_table(results) + "\n")
     written.append(p)
+    written += write_run_details(results, out)
     return written
+
+
+def write_run_details(results: dict[str, Result], out: Path) -> list[Path]:
+    """The DES's per-request table (requests.csv) and the run's plots (wansim.plots)."""
+    from wansim.plots import request_table, write_run_plots
+
+    written = []
+    if "des" in results and "record" in results["des"].details:
+        p = out / "requests.csv"
+        request_table(results["des"]).to_csv(p, index=False, float_format="%.6g")
+        written.append(p)
+    return written + write_run_plots(results, out)
 
 
 # ----------------------------------------------------------------------------- paper figures

@@ -1,0 +1,171 @@
+"""Settings of a real run (frozen dataclasses, validated on construction; no torch here).
+
+- :class:`PipelineSpec`: the deployment: target and drafter checkpoints, number of stages and
+  their layer ranges, one emulated link per hop (hop i: stage i -> i+1; the last hop is the
+  return hop from the last stage to stage 0), activation bits on the wire.
+- :class:`DecodeSpec`: how to decode: K drafts per verify pass, the verifier, temperature,
+  tokens per prompt, seed.
+- :class:`Prompt`: one prompt (token ids) with its workload name and id for the trace.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from wansim.real.codec import check_bits
+from wansim.real.errors import RealConfigError
+from wansim.real.link import LinkSpec
+
+VERIFIERS = ("greedy", "lossless")
+
+
+def check_checkpoint_dir(path: str | None, field_name: str) -> None:
+    """A local directory holding ``config.json`` (checked before any process starts)."""
+    if path is None:
+        return
+    p = Path(path)
+    if not p.is_dir():
+        raise RealConfigError(field_name, "must be an existing local checkpoint directory", path)
+    if not (p / "config.json").is_file():
+        raise RealConfigError(
+            field_name, "has no config.json (not a transformers checkpoint)", path
+        )
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A staged target (+ drafter at stage 0) connected by emulated links.
+
+    ``links``: empty = every hop is a plain loopback relay with no added delay; one entry = the
+    same link on every hop; ``stages`` entries = per hop (the last is the return hop).
+    ``layer_splits``: explicit ``[(lo, hi), ...]`` per stage, else an even split.
+    ``activation_bits``: 32 (fp32, exact), 16 (fp16) or 8/4/3 (quantized, ``group_size`` values
+    per fp16 scale). ``drafter_noise``: sigma of the weight noise added to the drafter at load
+    (0 = as trained). ``fail_stage_after_passes``: fault injection (stage, passes) for tests.
+    """
+
+    target_dir: str
+    drafter_dir: str | None = None
+    stages: int = 2
+    layer_splits: tuple[tuple[int, int], ...] | None = None
+    links: tuple[LinkSpec, ...] = ()
+    activation_bits: int = 32
+    group_size: int = 128
+    drafter_noise: float = 0.0
+    noise_seed: int = 0
+    host: str = "127.0.0.1"
+    stall_timeout_s: float = 60.0
+    start_timeout_s: float = 180.0
+    threads_per_stage: int = 1
+    fail_stage_after_passes: tuple[int, int] | None = None
+
+    def __post_init__(self):
+        check_checkpoint_dir(self.target_dir, "target_dir")
+        check_checkpoint_dir(self.drafter_dir, "drafter_dir")
+        if not isinstance(self.stages, int) or self.stages < 2:
+            raise RealConfigError("stages", "must be an integer >= 2", self.stages)
+        if self.layer_splits is not None:
+            splits = tuple(tuple(int(v) for v in s) for s in self.layer_splits)
+            object.__setattr__(self, "layer_splits", splits)
+            ok = len(splits) == self.stages and splits[0][0] == 0
+            ok = ok and all(lo < hi for lo, hi in splits)
+            ok = ok and all(a[1] == b[0] for a, b in itertools.pairwise(splits))
+            if not ok:
+                raise RealConfigError(
+                    "layer_splits",
+                    f"must be {self.stages} contiguous non-empty [lo, hi) ranges from layer 0",
+                    [list(s) for s in splits],
+                )
+        links = tuple(self.links)
+        object.__setattr__(self, "links", links)
+        if len(links) not in (0, 1, self.stages):
+            raise RealConfigError(
+                "links", f"must have 0, 1 or {self.stages} entries (one per hop)", len(links)
+            )
+        for i, link in enumerate(links):
+            if not isinstance(link, LinkSpec):
+                raise RealConfigError(f"links[{i}]", "must be a LinkSpec", type(link).__name__)
+        check_bits(self.activation_bits)
+        if not 1 <= self.group_size <= 65535:
+            raise RealConfigError("group_size", "must be in 1..65535", self.group_size)
+        if not self.drafter_noise >= 0:
+            raise RealConfigError("drafter_noise", "must be >= 0", self.drafter_noise)
+        try:
+            ipaddress.ip_address(self.host)
+        except ValueError:
+            raise RealConfigError(
+                "host", "must be an IP address (default 127.0.0.1)", self.host
+            ) from None
+        if not self.stall_timeout_s > 0:
+            raise RealConfigError("stall_timeout_s", "must be > 0", self.stall_timeout_s)
+        if not 1 <= self.threads_per_stage <= 64:
+            raise RealConfigError("threads_per_stage", "must be in 1..64", self.threads_per_stage)
+
+    def hop_links(self) -> tuple[LinkSpec, ...]:
+        """One LinkSpec per hop (``stages`` entries, the last is the return hop)."""
+        if not self.links:
+            return tuple(LinkSpec(seed=h) for h in range(self.stages))
+        if len(self.links) == 1:
+            from dataclasses import replace
+
+            return tuple(
+                replace(self.links[0], seed=self.links[0].seed + h) for h in range(self.stages)
+            )
+        return self.links
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["links"] = [asdict(link) for link in self.hop_links()]
+        return d
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """``k`` drafts per pass (0 = no speculation), ``verifier`` greedy|lossless, ``temperature``
+    (0 for greedy, > 0 for lossless), ``max_new_tokens`` per prompt, ``seed``."""
+
+    k: int = 4
+    verifier: str = "greedy"
+    temperature: float = 0.0
+    max_new_tokens: int = 64
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.verifier not in VERIFIERS:
+            raise RealConfigError("verifier", f"must be one of {list(VERIFIERS)}", self.verifier)
+        if not isinstance(self.k, int) or not 0 <= self.k <= 64:
+            raise RealConfigError("k", "must be an integer in 0..64", self.k)
+        if not self.temperature >= 0:
+            raise RealConfigError("temperature", "must be >= 0", self.temperature)
+        if self.verifier == "lossless" and self.temperature <= 0:
+            raise RealConfigError(
+                "temperature", "must be > 0 for the lossless verifier", self.temperature
+            )
+        if self.verifier == "greedy" and self.temperature != 0:
+            raise RealConfigError(
+                "temperature", "must be 0 for the greedy verifier", self.temperature
+            )
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise RealConfigError("max_new_tokens", "must be an integer >= 1", self.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Token ids of one prompt, tagged for the trace."""
+
+    workload: str
+    prompt_id: int
+    tokens: tuple[int, ...] = field(default=())
+
+    def __post_init__(self):
+        object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
+        if not self.tokens:
+            raise RealConfigError(f"prompts[{self.prompt_id}].tokens", "must be non-empty", [])
+
+
+def to_json(obj) -> str:
+    return json.dumps(asdict(obj))

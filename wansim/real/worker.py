@@ -1,0 +1,560 @@
+"""Stage worker processes: one OS process per pipeline stage, one thread of torch each.
+
+Stage i receives frames from hop i-1 (stage 0: from the return hop) and sends to hop i. A verify
+pass travels as ``DRAFT_IDS [, DRAFT_PROBS], HIDDEN``: the small frames are forwarded as they
+arrive, ``HIDDEN`` is decoded, run through the stage's layers (after cropping the KV cache to the
+pass's position: the rollback) and re-encoded at ``activation_bits``. The last stage verifies
+and sends ``VERDICT [accepted, next_token]`` back to stage 0 over the return hop.
+
+Stage 0 also holds the drafter and runs the decode loop when the runner asks (control messages
+are JSON bytes on a ``multiprocessing`` pipe, never pickled objects). Each stage appends one row
+per pass to ``raw/stage{i}.csv`` (flushed), stage 0 one row per verify step to
+``raw/steps.csv``, so a failed run keeps what it recorded.
+
+Errors: a malformed or truncated frame, a peer that closed, or an exception ends the stage with
+a message naming the stage and hop, sent to the runner and (best effort) down the pipeline as an
+``ERROR`` frame; stage 0 gives up on a verdict after ``stall_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import torch
+
+from wansim.real import codec
+from wansim.real.frames import (
+    ConnectionClosed,
+    Frame,
+    FrameError,
+    Kind,
+    array_frame,
+    frame_text,
+    message_frame,
+    recv_frame,
+    send_frame,
+)
+from wansim.real.model import StageShard, load_lm
+from wansim.real.speculative import (
+    Drafter,
+    prompt_generators,
+    sample_first,
+    verify,
+)
+
+STAGE_COLUMNS = (
+    "job",
+    "pass",
+    "n_tokens",
+    "pos",
+    "recv_ns",
+    "upstream_send_ns",
+    "start_ns",
+    "end_ns",
+    "sent_ns",
+    "compute_ms",
+    "codec_ms",
+    "verify_ms",
+    "out_bytes",
+)
+STEP_COLUMNS = (
+    "job",
+    "workload",
+    "prompt_id",
+    "prompt_index",
+    "step",
+    "pass",
+    "k",
+    "accepted",
+    "new_tokens",
+    "pos",
+    "start_ns",
+    "draft_end_ns",
+    "sent_ns",
+    "verdict_ns",
+    "draft_ms",
+    "stage0_ms",
+    "lap_ms",
+    "send_ns_verdict",
+)
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """What one stage process needs (sent as JSON)."""
+
+    index: int
+    stages: int
+    target_dir: str
+    layer_lo: int
+    layer_hi: int
+    drafter_dir: str | None
+    drafter_noise: float
+    noise_seed: int
+    activation_bits: int
+    group_size: int
+    host: str
+    raw_dir: str
+    stall_timeout_s: float
+    threads: int
+    fail_after_passes: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+class StageFailure(Exception):
+    """A failure already phrased with the stage and hop (becomes a PipelineError)."""
+
+
+class _Ctrl:
+    def __init__(self, conn):
+        self.conn = conn
+
+    def send(self, **msg) -> None:
+        with contextlib.suppress(OSError, ValueError, BrokenPipeError):
+            self.conn.send_bytes(json.dumps(msg).encode())
+
+    def recv(self) -> dict:
+        return json.loads(self.conn.recv_bytes())
+
+
+class _CsvLog:
+    def __init__(self, path: Path, columns):
+        new = not path.exists()
+        self.fh = open(path, "a", newline="")  # noqa: SIM115
+        self.w = csv.writer(self.fh)
+        if new:
+            self.w.writerow(columns)
+            self.fh.flush()
+
+    def row(self, values) -> None:
+        self.w.writerow(values)
+        self.fh.flush()
+
+
+class StageWorker:
+    def __init__(self, cfg: StageConfig, conn):
+        self.cfg = cfg
+        self.ctrl = _Ctrl(conn)
+        self.i = cfg.index
+        self.last = cfg.index == cfg.stages - 1
+        torch.set_num_threads(cfg.threads)
+        model = load_lm(cfg.target_dir)
+        self.shard = StageShard(model, cfg.layer_lo, cfg.layer_hi)
+        self.drafter = None
+        if self.i == 0 and cfg.drafter_dir:
+            self.drafter = Drafter(
+                load_lm(
+                    cfg.drafter_dir,
+                    field="drafter_dir",
+                    noise=cfg.drafter_noise,
+                    noise_seed=cfg.noise_seed,
+                )
+            )
+        self._warm_up()
+        raw = Path(cfg.raw_dir)
+        raw.mkdir(parents=True, exist_ok=True)
+        self.log = _CsvLog(raw / f"stage{self.i}.csv", STAGE_COLUMNS)
+        self.steps = _CsvLog(raw / "steps.csv", STEP_COLUMNS) if self.i == 0 else None
+        self.listener = socket.create_server((cfg.host, 0))
+        self.in_sock: socket.socket | None = None
+        self.out_sock: socket.socket | None = None
+        self.passes = 0
+        self.job: dict = {}
+        self.prefills = 0
+        self.vgen = None
+        self.pending: dict[int, dict] = {}
+
+    @torch.no_grad()
+    def _warm_up(self) -> None:
+        """A few throw-away passes so first-call allocations do not land in the measurements."""
+        for n in (8, 1, 4, 2):
+            if self.shard.first:
+                x = torch.zeros(n, dtype=torch.long)
+            else:
+                x = torch.zeros(n, self.shard.hidden_size)
+            self.shard.forward(x, 0 if n == 8 else 8)
+        self.shard.reset()
+        if self.drafter is not None:
+            gen = torch.Generator().manual_seed(0)
+            self.drafter.draft([0] * 8, 4, 1.0, gen)
+            self.drafter.draft([0] * 10, 4, 0.0, gen)
+            self.drafter.reset()
+
+    # ------------------------------------------------------------------ naming
+    def hop_in(self) -> str:
+        p = self.cfg.stages
+        src = (self.i - 1) % p
+        return f"hop {src} (stage {src} -> stage {self.i})"
+
+    def hop_out(self) -> str:
+        dst = (self.i + 1) % self.cfg.stages
+        return f"hop {self.i} (stage {self.i} -> stage {dst})"
+
+    # ------------------------------------------------------------------ setup
+    def connect(self) -> None:
+        self.ctrl.send(event="listening", stage=self.i, port=self.listener.getsockname()[1])
+        msg = self.ctrl.recv()
+        if msg.get("cmd") != "connect":
+            raise StageFailure(f"stage {self.i}: expected a connect command, got {msg}")
+        self.out_sock = socket.create_connection((self.cfg.host, int(msg["port"])), timeout=30)
+        self.out_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.out_sock.settimeout(None)
+        self.listener.settimeout(60)
+        try:
+            self.in_sock, _ = self.listener.accept()
+        except TimeoutError:
+            raise StageFailure(f"stage {self.i}: nothing connected on {self.hop_in()}") from None
+        self.listener.close()
+        self.in_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.in_sock.settimeout(None)
+        self.ctrl.send(event="ready", stage=self.i, pid=os.getpid())
+
+    # ------------------------------------------------------------------ wire helpers
+    def recv(self, timeout: float | None = None) -> Frame:
+        self.in_sock.settimeout(timeout)
+        try:
+            return recv_frame(self.in_sock)
+        except ConnectionClosed:
+            raise StageFailure(f"stage {self.i}: {self.hop_in()} closed unexpectedly") from None
+        except TimeoutError:
+            raise
+        except FrameError as e:
+            raise StageFailure(f"stage {self.i}: malformed frame on {self.hop_in()}: {e}") from None
+        except OSError as e:
+            raise StageFailure(f"stage {self.i}: {self.hop_in()} failed: {e}") from None
+
+    def send(self, frame: Frame) -> int:
+        try:
+            return send_frame(self.out_sock, frame)
+        except OSError as e:
+            raise StageFailure(f"stage {self.i}: sending on {self.hop_out()} failed: {e}") from None
+
+    def _tick_fault(self) -> None:
+        self.passes += 1
+        n = self.cfg.fail_after_passes
+        if n is not None and self.passes > n:
+            os._exit(3)  # fault injection: die like a crashed machine (no report)
+
+    # ------------------------------------------------------------------ one pass through this stage
+    def run_pass(self, hidden_frame: Frame, x: torch.Tensor | None, recv_ns: int) -> None:
+        """Stages >= 1: decode, compute, encode, send (or verify, on the last stage)."""
+        h = hidden_frame.header
+        self._tick_fault()
+        t_codec0 = time.perf_counter_ns()
+        if x is None:
+            x = torch.from_numpy(codec.decode(hidden_frame).copy())
+        if x.ndim != 2 or x.shape[1] != self.shard.hidden_size:
+            raise StageFailure(
+                f"stage {self.i}: activation shape {list(x.shape)} on {self.hop_in()}, "
+                f"expected [n, {self.shard.hidden_size}]"
+            )
+        codec_ns = time.perf_counter_ns() - t_codec0
+        start = time.monotonic_ns()
+        try:
+            out = self.shard.forward(x, h.pos)
+        except ValueError as e:
+            raise StageFailure(f"stage {self.i}: pass {h.step}: {e}") from None
+        end = time.monotonic_ns()
+        verify_ms = 0.0
+        if self.last:
+            t0 = time.perf_counter_ns()
+            out_frame = self._verdict(h.step, h.pos, out)
+            verify_ms = (time.perf_counter_ns() - t0) / 1e6
+        else:
+            t0 = time.perf_counter_ns()
+            out_frame = codec.encode(
+                Kind.HIDDEN,
+                out.numpy(),
+                self.cfg.activation_bits,
+                self.cfg.group_size,
+                step=h.step,
+                pos=h.pos,
+            )
+            codec_ns += time.perf_counter_ns() - t0
+        nbytes = self.send(out_frame)
+        sent = time.monotonic_ns()
+        self.log.row(
+            (
+                self.job.get("job", -1),
+                h.step,
+                x.shape[0],
+                h.pos,
+                recv_ns,
+                h.send_ns,
+                start,
+                end,
+                sent,
+                f"{(end - start) / 1e6:.4f}",
+                f"{codec_ns / 1e6:.4f}",
+                f"{verify_ms:.4f}",
+                nbytes,
+            )
+        )
+
+    def _verdict(self, step: int, pos: int, logits: torch.Tensor) -> Frame:
+        """Verify pass ``step``; a pass at position 0 is a prefill (samples the first token)."""
+        pend = self.pending.pop(step, None)
+        if pend is None:
+            raise StageFailure(f"stage {self.i}: pass {step} arrived without its draft ids")
+        drafts = pend["ids"]
+        k = len(drafts)
+        rows = logits[-(k + 1) :]
+        verifier = self.job.get("verifier", "greedy")
+        temp = float(self.job.get("temperature", 0.0))
+        if pos == 0:
+            _, self.vgen = prompt_generators(int(self.job.get("seed", 0)), self.prefills)
+            self.prefills += 1
+            v_acc, v_next = 0, sample_first(rows[-1], verifier, temp, self.vgen)
+        else:
+            q = pend.get("q")
+            v = verify(rows, drafts, q, verifier, temp, self.vgen)
+            v_acc, v_next = v.accepted, v.next_token
+        return array_frame(Kind.VERDICT, np.array([v_acc, v_next], dtype=np.int32), step=step)
+
+    # ------------------------------------------------------------------ stages >= 1
+    def serve(self) -> None:
+        while True:
+            f = self.recv()
+            recv_ns = time.monotonic_ns()
+            kind = f.kind
+            if kind == Kind.JOB:
+                self.job = json.loads(frame_text(f))
+                self.prefills = 0
+                self.pending.clear()
+                self.shard.reset()
+                if not self.last:
+                    self.send(f)
+            elif kind == Kind.DRAFT_IDS:
+                if self.last:
+                    ids = f.array().astype(int).tolist()
+                    self.pending[f.header.step] = {"ids": ids}
+                else:
+                    self.send(f)
+            elif kind == Kind.DRAFT_PROBS:
+                if self.last:
+                    if f.header.step not in self.pending:
+                        raise StageFailure(
+                            f"stage {self.i}: draft probabilities for unknown pass {f.header.step}"
+                        )
+                    self.pending[f.header.step]["q"] = torch.from_numpy(f.array().copy())
+                else:
+                    self.send(f)
+            elif kind == Kind.HIDDEN:
+                self.run_pass(f, None, recv_ns)
+            elif kind == Kind.SHUTDOWN:
+                self.send(f)
+                return
+            elif kind == Kind.ERROR:
+                self.send(f)  # pass it on towards stage 0
+            else:
+                raise StageFailure(
+                    f"stage {self.i}: unexpected {kind.name} frame on {self.hop_in()}"
+                )
+
+    # ------------------------------------------------------------------ stage 0
+    def wait_verdict(self, step: int) -> tuple[int, int, int, int]:
+        """(accepted, next_token, received_ns, sender's send_ns) for pass ``step``."""
+        timeout = self.cfg.stall_timeout_s
+        try:
+            f = self.recv(timeout)
+        except TimeoutError:
+            raise StageFailure(
+                f"stage 0: no verdict for pass {step} within {timeout:g} s (stalled link or stage)"
+            ) from None
+        now = time.monotonic_ns()
+        if f.kind == Kind.ERROR:
+            raise StageFailure(frame_text(f))
+        if f.kind != Kind.VERDICT or f.header.step != step:
+            raise StageFailure(
+                f"stage 0: expected the verdict of pass {step} on {self.hop_in()}, "
+                f"got {f.kind.name} for pass {f.header.step}"
+            )
+        arr = f.array()
+        if arr.shape != (2,):
+            raise StageFailure(f"stage 0: verdict of shape {list(arr.shape)} on {self.hop_in()}")
+        return int(arr[0]), int(arr[1]), now, f.header.send_ns
+
+    def send_pass(self, ids: list[int], pos: int, drafts: list[int], q) -> tuple:
+        """Stage 0's share of a pass; returns (pass id, compute ms, sent_ns)."""
+        step = self.passes
+        self._tick_fault()
+        start = time.monotonic_ns()
+        out = self.shard.forward(torch.tensor(ids), pos)
+        end = time.monotonic_ns()
+        t0 = time.perf_counter_ns()
+        hidden = codec.encode(
+            Kind.HIDDEN,
+            out.numpy(),
+            self.cfg.activation_bits,
+            self.cfg.group_size,
+            step=step,
+            pos=pos,
+        )
+        codec_ns = time.perf_counter_ns() - t0
+        ids_frame = array_frame(Kind.DRAFT_IDS, np.array(drafts, dtype=np.int32), step=step)
+        nbytes = self.send(ids_frame)
+        if q is not None:
+            nbytes += self.send(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
+        nbytes += self.send(hidden)
+        sent = time.monotonic_ns()
+        self.log.row(
+            (
+                self.job.get("job", -1),
+                step,
+                len(ids),
+                pos,
+                start,
+                0,
+                start,
+                end,
+                sent,
+                f"{(end - start) / 1e6:.4f}",
+                f"{codec_ns / 1e6:.4f}",
+                "0",
+                nbytes,
+            )
+        )
+        return step, (end - start) / 1e6, sent
+
+    def start_job(self, job: dict) -> None:
+        self.job = job
+        self.prefills = 0
+        self.shard.reset()
+        self.send(message_frame(Kind.JOB, json.dumps(job)))
+
+    def generate(self, job: dict) -> dict:
+        self.start_job(job)
+        k = int(job["k"])
+        verifier = job["verifier"]
+        temp = float(job["temperature"])
+        max_new = int(job["max_new_tokens"])
+        if k > 0 and self.drafter is None:
+            raise StageFailure("stage 0: k > 0 needs a drafter (drafter_dir)")
+        outputs = {}
+        for j, prompt in enumerate(job["prompts"]):
+            tokens = [int(t) for t in prompt["tokens"]]
+            dgen, _ = prompt_generators(int(job["seed"]), j)
+            if self.drafter is not None:
+                self.drafter.reset()
+            step_id, _, _ = self.send_pass(tokens, 0, [], None)
+            _, first, _, _ = self.wait_verdict(step_id)
+            committed = [*tokens, first]
+            n_new = 1
+            step = 0
+            while n_new < max_new:
+                t_start = time.monotonic_ns()
+                drafts, q = self.drafter.draft(committed, k, temp, dgen) if k else ([], None)
+                t_draft = time.monotonic_ns()
+                pos = len(committed) - 1
+                pid, s0_ms, sent = self.send_pass(
+                    [committed[-1], *drafts], pos, drafts, q if verifier == "lossless" else None
+                )
+                acc, nxt, t_verdict, v_send = self.wait_verdict(pid)
+                if not 0 <= acc <= k:
+                    raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
+                committed.extend(drafts[:acc])
+                committed.append(nxt)
+                n_new += acc + 1
+                self.steps.row(
+                    (
+                        job["job"],
+                        prompt["workload"],
+                        prompt["prompt_id"],
+                        j,
+                        step,
+                        pid,
+                        k,
+                        acc,
+                        acc + 1,
+                        pos,
+                        t_start,
+                        t_draft,
+                        sent,
+                        t_verdict,
+                        f"{(t_draft - t_start) / 1e6:.4f}",
+                        f"{s0_ms:.4f}",
+                        f"{(t_verdict - t_start) / 1e6:.4f}",
+                        v_send,
+                    )
+                )
+                step += 1
+            outputs[str(prompt["prompt_id"])] = committed[len(tokens) :][:max_new]
+        return outputs
+
+    def profile(self, job: dict) -> None:
+        """Compute-table passes: n tokens at ``context`` cached positions, ``repeats`` each."""
+        self.start_job(job)
+        gen = torch.Generator().manual_seed(int(job["seed"]))
+        vocab = self.shard.vocab_size
+        ctx = [
+            int(t) for t in torch.randint(0, vocab, (int(job["context_tokens"]),), generator=gen)
+        ]
+        pid, _, _ = self.send_pass(ctx, 0, [], None)
+        self.wait_verdict(pid)
+        for n in job["n_values"]:
+            for _ in range(int(job["repeats"])):
+                ids = [int(t) for t in torch.randint(0, vocab, (int(n),), generator=gen)]
+                pid, _, _ = self.send_pass(ids, len(ctx), ids[1:], None)
+                self.wait_verdict(pid)
+
+    def control_loop(self) -> None:
+        while True:
+            msg = self.ctrl.recv()
+            cmd = msg.get("cmd")
+            if cmd == "generate":
+                outputs = self.generate(msg["job"])
+                self.ctrl.send(event="done", job=msg["job"]["job"], outputs=outputs)
+            elif cmd == "profile":
+                self.profile(msg["job"])
+                self.ctrl.send(event="done", job=msg["job"]["job"], outputs={})
+            elif cmd == "shutdown":
+                self.send(array_frame(Kind.SHUTDOWN, np.zeros(0, np.uint8)))
+                with contextlib.suppress(TimeoutError, StageFailure):
+                    self.recv(10)
+                self.ctrl.send(event="closed", stage=0)
+                return
+            else:
+                raise StageFailure(f"stage 0: unknown command {cmd!r}")
+
+
+def stage_main(cfg_json: str, conn) -> None:
+    """Process entry for one stage (see module docstring)."""
+    cfg = StageConfig(**json.loads(cfg_json))
+    ctrl = _Ctrl(conn)
+    worker = None
+    try:
+        worker = StageWorker(cfg, conn)
+        worker.connect()
+        if cfg.index == 0:
+            worker.control_loop()
+        else:
+            worker.serve()
+            ctrl.send(event="closed", stage=cfg.index)
+    except StageFailure as e:
+        _fail(ctrl, worker, cfg, str(e))
+    except Exception as e:
+        tb = traceback.format_exc(limit=4)
+        _fail(ctrl, worker, cfg, f"stage {cfg.index}: {type(e).__name__}: {e}", tb)
+
+
+def _fail(ctrl: _Ctrl, worker, cfg: StageConfig, message: str, tb: str = "") -> None:
+    ctrl.send(event="error", stage=cfg.index, message=message, traceback=tb)
+    if worker is not None and worker.out_sock is not None and cfg.index != 0:
+        with contextlib.suppress(Exception):
+            send_frame(worker.out_sock, message_frame(Kind.ERROR, message))
+    sys.stderr.flush()
+    os._exit(1)

@@ -322,3 +322,27 @@ def test_a_point_the_engine_refuses_fails_the_sweep_up_front(run_cli, tmp_path, 
         code, _, err = run_cli("sweep", sweep, "--out", tmp_path / "o")
         assert code == 2 and err == "error: grid.speculation.k: not modelled here, got 5\n"
         assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_base_needs_only_be_valid_where_points_do_not_override(tmp_path, vectorize):
+    """A drafter with 3 measured positions on a base with K = 7: the grid's K are all valid."""
+    fixed = {
+        **QUICK,
+        "drafter.acceptance": {"per_position": [0.9, 0.8, 0.7]},
+    }
+    sweep = write_sweep(
+        tmp_path,
+        grid={"speculation.k": [1, 2, 3], "payload.activation_bits": [16, 4]},
+        set=fixed,
+        vectorize=vectorize,
+    )
+    out = run_sweep(sweep, tmp_path / "o", workers=1, progress=False)
+    assert len(out.table) == 6
+    tau = out.table.groupby("speculation.k")["tau"].first()
+    sc = wansim.load_scenario(REFERENCE, {**fixed, "speculation.k": 3})
+    assert tau[3] == pytest.approx(wansim.analyze(sc).metrics["tau"], rel=1e-12)
+    assert tau[3] == pytest.approx(1 + 0.9 + 0.9 * 0.8 + 0.9 * 0.8 * 0.7, rel=1e-2)
+    bad = write_sweep(tmp_path, "bad.yaml", grid={"speculation.k": [3, 4]}, set=fixed)
+    with pytest.raises(wansim.WansimInputError, match=r"^grid\.speculation\.k: .*got 4$"):
+        run_sweep(bad, tmp_path / "b", progress=False)

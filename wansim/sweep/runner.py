@@ -23,6 +23,7 @@ from wansim.sweep.spec import (
     Plan,
     Sweep,
     category_groups,
+    group_base_overrides,
     hash_column,
     load_sweep,
     plan,
@@ -178,7 +179,7 @@ def _run_vectorised(plan, store, done_mask, bar) -> None:
         missing = ~done_mask[group.points]
         if not missing.any():
             continue
-        over = {f: plan.values[f][j] for f, j in zip(cat, group.key, strict=True)}
+        over = group_base_overrides(plan.values, plan.index, group, vec, cat)
         base = load_scenario(data=plan.base_raw, overrides=over, base_dir=sweep.base_path.parent)
         arrays = {
             f: np.asarray(plan.values[f], dtype=float)[plan.index[f][group.points]] for f in vec

@@ -41,7 +41,6 @@ from wansim.scenario import (
     load_scenario,
     read_scenario_raw,
     resolve_file,
-    scenario_to_dict,
     split_path,
 )
 
@@ -247,7 +246,7 @@ class Plan:
     """
 
     sweep: Sweep
-    base: Scenario
+    base: Scenario | None  # None when only the points (not the base after set) are valid
     base_raw: dict
     fields: list[str]
     values: dict[str, list]
@@ -309,9 +308,17 @@ def plan(sweep: Sweep, *, check_engine=None) -> Plan:
     raw = read_scenario_raw(sweep.base_path)
     try:
         raw = apply_overrides(raw, sweep.set)
-        base = load_scenario(data=raw, base_dir=base_dir)
     except WansimInputError as err:
         raise _locate(err, sweep, None) from None
+    base = None
+    try:
+        base = load_scenario(data=raw, base_dir=base_dir)
+    except WansimInputError as err:
+        # the base after set may be invalid only in what every point overrides (e.g. a K
+        # beyond one drafter's data, swept over valid values): the points are checked below
+        if not any(_covers(f, err.path or "") for f in sweep.fields):
+            raise _locate(err, sweep, None) from None
+    seed = base.seed if base is not None else raw.get("seed", 0)
 
     fields = sweep.fields
     values = {**sweep.grid, **sweep.zip}
@@ -327,7 +334,7 @@ def plan(sweep: Sweep, *, check_engine=None) -> Plan:
     for field in sweep.zip:
         index[field] = flat[-1].astype(np.int64)
 
-    salt = pair_hash("seed", base.seed)
+    salt = pair_hash("seed", seed)
     total = np.full(n, salt, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for field in fields:
@@ -354,43 +361,42 @@ def plan(sweep: Sweep, *, check_engine=None) -> Plan:
             except WansimInputError as err:
                 raise _locate(err, sweep, over) from None
             scenarios.append(sc)
-    fingerprint = sweep_fingerprint(sweep, base)
+    fingerprint = sweep_fingerprint(sweep, raw)
     return Plan(sweep, base, raw, fields, values, index, point_hash, scenarios, fingerprint)
 
 
 def _validate_vectorised(sweep, raw, base_dir, values, index, fields, check_engine) -> None:
-    """Per category (distinct values of the non-vectorisable fields): the category's base, then
-    every distinct value of each vectorised field (every combination when there are few)."""
+    """Per category (distinct values of the non-vectorisable fields): the category's first
+    point, then every combination of the vectorised fields' values when there are at most 256,
+    else every value of each field with the other fields at the first point's values."""
     vec, cat = split_fields(fields, values)
     for group in category_groups(cat, values, index):
-        over = {f: values[f][j] for f, j in zip(cat, group.key, strict=True)}
-        try:
-            sc = load_scenario(data=raw, overrides=over, base_dir=base_dir)
-            if check_engine is not None:
-                check_engine(sc)
-        except WansimInputError as err:
-            raise _locate(err, sweep, over) from None
-        craw = apply_overrides(raw, over)
+        first = group_base_overrides(values, index, group, vec, cat)
         distinct = {
             f: np.flatnonzero(np.bincount(index[f][group.points], minlength=len(values[f])))
             for f in vec
         }
-        combos = math.prod(len(v) for v in distinct.values()) if distinct else 0
-        if combos and combos <= 256:
+        combos = math.prod(len(v) for v in distinct.values()) if distinct else 1
+        if combos <= 256:
             trials = [
-                dict(zip(vec, c, strict=True))
+                {**first, **dict(zip(vec, c, strict=True))}
                 for c in itertools.product(*([values[f][j] for j in distinct[f]] for f in vec))
             ]
         else:
-            trials = [{f: values[f][j]} for f in vec for j in distinct[f]]
+            trials = [first] + [{**first, f: values[f][j]} for f in vec for j in distinct[f]]
         for t in trials:
-            full = {**over, **t}
             try:
-                sc = load_scenario(data=craw, overrides=t, base_dir=base_dir)
+                sc = load_scenario(data=raw, overrides=t, base_dir=base_dir)
                 if check_engine is not None:
                     check_engine(sc)
             except WansimInputError as err:
-                raise _locate(err, sweep, full) from None
+                raise _locate(err, sweep, t) from None
+
+
+def group_base_overrides(values, index, group, vec, cat) -> dict[str, Any]:
+    """The overrides of a category's first point (the base its vectorised fields vary on)."""
+    p0 = int(group.points[0])
+    return {f: values[f][int(index[f][p0])] for f in [*cat, *vec]}
 
 
 def split_fields(fields: list[str], values: dict) -> tuple[list[str], list[str]]:
@@ -432,7 +438,7 @@ def _locate(err: WansimInputError, sweep: Sweep, point: Mapping | None) -> Sweep
     path = err.path or ""
     value = err.value
     for field in sorted(sweep.fields + list(sweep.set), key=len, reverse=True):
-        if path == field or path.startswith(field + ".") or path.startswith(field + "["):
+        if _covers(field, path):
             section = sweep.section_of(field)
             if point is not None and field in point and value is _UNSET:
                 value = point[field]
@@ -445,12 +451,18 @@ def _locate(err: WansimInputError, sweep: Sweep, point: Mapping | None) -> Sweep
     return SweepError(path, err.problem + where, value)
 
 
-def sweep_fingerprint(sweep: Sweep, base: Scenario) -> str:
-    """What every point's meaning depends on: the engine, the mode and the base after ``set``
-    (the grid, zip and seeds may grow between resumed runs: points are keyed by their hash)."""
+def sweep_fingerprint(sweep: Sweep, base_raw: Mapping) -> str:
+    """What every point's meaning depends on: the engine, the mode, the base file and the base
+    mapping after ``set`` (the grid, zip and seeds may grow between resumed runs: points are
+    keyed by their hash)."""
     data = {
         "engine": sweep.engine,
         "vectorize": sweep.engine == "analytical" and sweep.vectorize,
-        "base": scenario_to_dict(base),
+        "base_path": str(sweep.base_path),
+        "base": base_raw,
     }
     return hashlib.sha256(canonical(data).encode()).hexdigest()[:16]
+
+
+def _covers(field: str, path: str) -> bool:
+    return path == field or path.startswith((field + ".", field + "["))

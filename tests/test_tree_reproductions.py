@@ -77,7 +77,7 @@ def test_accepted_length_grows_like_log_n():
     """Review Part X: accepted length O(log N) in verifier capacity. With the reference rates
     held beyond position 7 (extrapolate), each doubling of the node budget adds a near-constant
     number of tokens (0.45-0.7), a log fit explains > 99% of tau(N), a linear fit does not."""
-    sc = ref("drafter.acceptance.extrapolate=true", "workload.output_tokens=100001")
+    sc = ref("drafter.acceptance.extrapolate=true", "workload.output_tokens=1000001")
     ns = [8, 16, 32, 64, 128, 256]
     taus = budget_curve(sc, ns)["tau"].to_numpy()
     inc = np.diff(taus)

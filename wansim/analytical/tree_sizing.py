@@ -85,10 +85,12 @@ def domain_shift_for(scenario: Scenario, loss: float, reading: str = "tau") -> f
     pass (tau - 1, the per-draft acceptance rate times K) fall to (1 - loss)(tau - 1);
     ``to_tau``: tau falls to ``loss`` itself (e.g. 1.2 on a fine-tuned target).
     """
-    base = analyze(_with(scenario, {"drafter.acceptance.domain_shift": 1.0})).metrics["tau"]
+    field = "drafter.acceptance.domain_shift"
 
     def tau(g: float) -> float:
-        return analyze(_with(scenario, {"drafter.acceptance.domain_shift": g})).metrics["tau"]
+        return float(evaluate_grid(scenario, {field: [g]}, validate=False)["tau"].iloc[0])
+
+    base = tau(1.0)
 
     if reading == "tau":
         target = (1 - loss) * base

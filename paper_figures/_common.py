@@ -123,6 +123,18 @@ def policy_sweep(name: str, policy: Policy, grid, fixed=None, *, des_fixed=None,
     return sweep(name, grid, {**fixed, **(des_fixed or {})}, engine="des", seeds=seeds), "des"
 
 
+def des_supports(overrides: dict[str, Any], base: Path = REFERENCE) -> bool:
+    """Whether the DES simulates the base with these overrides (else: no DES markers)."""
+    from wansim.scenario import load_scenario
+    from wansim.sim import check_supported
+
+    try:
+        check_supported(load_scenario(base, overrides))
+    except WansimInputError:
+        return False
+    return True
+
+
 def des_workload(requests: int, output_tokens: int) -> dict[str, int]:
     """DES run length for confirmation points (shorter in fast mode)."""
     if FAST:

@@ -246,6 +246,10 @@ BAD = [
         {"grid": {"stages": [10, 4]}, "set": {"network.hops": [{}] * 10}, "vectorize": False},
         "network.hops: needs 4 entries",
     ),
+    (
+        {"grid": {"stages": [10]}, "set": {"network.hops": [{}] * 10}},
+        "grid.stages: cannot vary when network.hops lists per-hop values",
+    ),
 ]
 
 
@@ -346,3 +350,26 @@ def test_base_needs_only_be_valid_where_points_do_not_override(tmp_path, vectori
     bad = write_sweep(tmp_path, "bad.yaml", grid={"speculation.k": [3, 4]}, set=fixed)
     with pytest.raises(wansim.WansimInputError, match=r"^grid\.speculation\.k: .*got 4$"):
         run_sweep(bad, tmp_path / "b", progress=False)
+
+
+def test_a_crashing_run_stops_the_sweep_and_keeps_finished_work(tmp_path, monkeypatch):
+    import wansim.sweep.worker as worker
+    from wansim.sweep import SweepRunError
+
+    real = worker.run_one
+
+    def crash_at_k5(engine, scenario):
+        if scenario.speculation.k == 5:
+            raise ZeroDivisionError("boom")
+        return real(engine, scenario)
+
+    monkeypatch.setattr(worker, "run_one", crash_at_k5)
+    sweep = write_sweep(tmp_path, grid=ISSUE_GRID, set=QUICK, vectorize=False)
+    with pytest.raises(SweepRunError, match=r"speculation\.k=5, network\.latency_ms=5") as info:
+        run_sweep(sweep, tmp_path / "o", workers=1, batch_size=2, progress=False)
+    assert "ZeroDivisionError: boom" in str(info.value)
+    kept = len(list((tmp_path / "o" / "parts").glob("part-*.parquet")))
+    assert kept == 3  # the three batches (6 runs) before the one that crashed
+    monkeypatch.setattr(worker, "run_one", real)
+    out = run_sweep(sweep, tmp_path / "o", resume=True, workers=1, progress=False)
+    assert (out.reused, out.computed) == (6, 6)

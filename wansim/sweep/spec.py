@@ -391,6 +391,16 @@ def _validate_vectorised(sweep, raw, base_dir, values, index, fields, check_engi
                     check_engine(sc)
             except WansimInputError as err:
                 raise _locate(err, sweep, t) from None
+        # the grid evaluator's own guards (fields it cannot vary on this base), on one point
+        # made of each field's largest value
+        from wansim.analytical import evaluate_grid
+
+        group_base = load_scenario(data=raw, overrides=first, base_dir=base_dir)
+        probe = {f: np.asarray([max(values[f][j] for j in distinct[f])]) for f in vec}
+        try:
+            evaluate_grid(group_base, probe, mesh=False, validate=False)
+        except WansimInputError as err:
+            raise _locate(err, sweep, first) from None
 
 
 def group_base_overrides(values, index, group, vec, cat) -> dict[str, Any]:

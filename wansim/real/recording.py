@@ -110,7 +110,8 @@ def compute_table(raw: dict[str, pd.DataFrame], stages: int, passes: set[int]) -
 def link_timings(
     raw: dict[str, pd.DataFrame], stages: int, passes: set[int], links: list[dict]
 ) -> pd.DataFrame:
-    """Per hop: bytes per pass, and scheduled vs achieved delay of the pass's main frame.
+    """Per hop: bytes per pass, and scheduled vs achieved delay of the pass's main frame, over
+    ``passes`` (the job's verify passes; a compute-profile job has only its own passes).
 
     Achieved = receiver's arrival time - sender's ``send_ns`` (both ``monotonic_ns``); scheduled
     = the relay's own schedule for that frame (arrival -> due delivery: latency + jitter +
@@ -137,7 +138,7 @@ def link_timings(
             recv = (
                 st[st["pass"].isin(passes)].set_index("pass")["recv_ns"] if not st.empty else None
             )
-        achieved = scheduled = err = late = np.array([])
+        achieved = scheduled = err = late = into = out = np.array([])
         if recv is not None and not main.empty:
             common = main.index.intersection(recv.index)
             m = main.loc[common]
@@ -145,6 +146,8 @@ def link_timings(
             scheduled = (m["scheduled_ns"].to_numpy(float) - m["arrival_ns"].to_numpy(float)) / 1e6
             late = (m["delivered_ns"].to_numpy(float) - m["scheduled_ns"].to_numpy(float)) / 1e6
             err = achieved - scheduled
+            into = (m["arrival_ns"].to_numpy(float) - m["send_ns"].to_numpy(float)) / 1e6
+            out = (recv.loc[common].to_numpy(float) - m["delivered_ns"].to_numpy(float)) / 1e6
 
         def pct(a, q):
             return float(np.percentile(a, q)) if len(a) else None
@@ -164,6 +167,10 @@ def link_timings(
                 "error_ms_p50": pct(err, 50),
                 "error_ms_p99": pct(err, 99),
                 "error_ms_mean": float(err.mean()) if len(err) else None,
+                "into_relay_ms_p50": pct(into, 50),
+                "into_relay_ms_p99": pct(into, 99),
+                "out_of_relay_ms_p50": pct(out, 50),
+                "out_of_relay_ms_p99": pct(out, 99),
                 "wake_late_ms_p50": pct(late, 50),
                 "wake_late_ms_p99": pct(late, 99),
                 "jitter_ms_mean": float(main["jitter_ms"].mean()) if len(main) else None,
@@ -272,8 +279,8 @@ def write_job(
             write_profile(prof, paths["profile"], "measured by the real execution path")
     steps_out = steps
     ct = compute_table(raw, stages, passes)
-    lt = link_timings(raw, stages, passes, links)
     decode_passes = set(steps["pass"]) if not steps.empty else set()
+    lt = link_timings(raw, stages, decode_passes or passes, links)
     summary = summarize(steps, raw, stages, decode_passes)
     summary["meta"] = meta
     for fname, df in (("compute_table.csv", ct), ("links.csv", lt), ("steps.csv", steps_out)):

@@ -505,8 +505,8 @@ class StageWorker:
         ]
         pid, _, _ = self.send_pass(ctx, 0, [], None)
         self.wait_verdict(pid)
-        for n in job["n_values"]:
-            for _ in range(int(job["repeats"])):
+        for _ in range(int(job["repeats"])):  # round-robin, so load drifts hit every n alike
+            for n in job["n_values"]:
                 ids = [int(t) for t in torch.randint(0, vocab, (int(n),), generator=gen)]
                 pid, _, _ = self.send_pass(ids, len(ctx), ids[1:], None)
                 self.wait_verdict(pid)

@@ -1,0 +1,164 @@
+"""Measurements of the real path that docs/real.md reports (each a function returning rows).
+
+- :func:`acceptance_by_noise`: greedy and T=1 acceptance of the tiny pair vs drafter weight noise
+  (in process, the pipeline's exact algorithm).
+- :func:`wire_bits_effect`: activation bits on the wire vs accepted length and output agreement
+  with the fp32 run (a real staged pipeline per bit width).
+- :func:`speed_matrix`: real tokens/s, tau and lap percentiles over stages x latency x K.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from wansim.real.config import DecodeSpec, PipelineSpec, Prompt
+from wansim.real.link import LinkSpec
+from wansim.real.runner import Pipeline
+
+
+def acceptance_by_noise(
+    target_dir: str,
+    drafter_dir: str,
+    prompts: Sequence[Prompt],
+    noises: Sequence[float] = (0.0, 0.05, 0.1, 0.2, 0.4),
+    k: int = 4,
+    max_new_tokens: int = 64,
+    temperatures: Sequence[float] = (0.0, 1.0),
+) -> list[dict]:
+    """Per (noise, temperature): acceptance rate (accepted / drafted), tau, per-position rates."""
+    import torch
+
+    from wansim.acceptance.trace import fit_per_position
+    from wansim.real.model import load_lm
+    from wansim.real.speculative import Drafter, speculative_decode
+
+    torch.set_num_threads(1)
+    target = load_lm(target_dir)
+    rows = []
+    for noise in noises:
+        drafter = Drafter(load_lm(drafter_dir, field="drafter_dir", noise=noise, noise_seed=0))
+        for temp in temperatures:
+            verifier = "greedy" if temp == 0 else "lossless"
+            accepted = []
+            for j, p in enumerate(prompts):
+                _, acc = speculative_decode(
+                    target,
+                    drafter,
+                    list(p.tokens),
+                    max_new_tokens,
+                    k,
+                    verifier,
+                    temp,
+                    seed=0,
+                    prompt_index=j,
+                )
+                accepted += acc
+            a = np.array(accepted)
+            rates = fit_per_position(np.full(len(a), k), a)
+            rows.append(
+                {
+                    "drafter_noise": noise,
+                    "temperature": temp,
+                    "k": k,
+                    "steps": len(a),
+                    "acceptance_rate": float(a.sum() / (k * len(a))),
+                    "tau": float(1 + a.mean()),
+                    "per_position": [round(float(r), 4) for r in rates],
+                }
+            )
+    return rows
+
+
+def wire_bits_effect(
+    target_dir: str,
+    drafter_dir: str,
+    prompts: Sequence[Prompt],
+    bits: Sequence[int] = (32, 16, 8, 4, 3),
+    k: int = 4,
+    max_new_tokens: int = 64,
+    stages: int = 2,
+    run_dir: str | Path | None = None,
+) -> list[dict]:
+    """Greedy decoding with activations at each bit width vs the fp32 run."""
+    rows = []
+    ref: dict[int, list[int]] | None = None
+    for b in bits:
+        spec = PipelineSpec(
+            target_dir=target_dir, drafter_dir=drafter_dir, stages=stages, activation_bits=b
+        )
+        sub = Path(run_dir) / f"bits{b}" if run_dir else None
+        with Pipeline(spec, sub) as pipe:
+            res = pipe.generate(prompts, DecodeSpec(k=k, max_new_tokens=max_new_tokens))
+        if ref is None:
+            ref = res.outputs
+        same, prefix = [], []
+        for pid, out in res.outputs.items():
+            r = ref[pid]
+            same.append(np.mean([a == b_ for a, b_ in zip(out, r, strict=True)]))
+            n = next((i for i, (a, b_) in enumerate(zip(out, r, strict=True)) if a != b_), len(r))
+            prefix.append(n)
+        rows.append(
+            {
+                "activation_bits": b,
+                "tau": res.summary["tau"],
+                "acceptance_rate": res.summary["acceptance_rate"],
+                "bytes_per_pass_hop0": float(res.links.loc[0, "bytes_per_pass_mean"]),
+                "tokens_equal_to_fp32": float(np.mean(same)),
+                "identical_prefix_mean": float(np.mean(prefix)),
+            }
+        )
+    return rows
+
+
+def speed_matrix(
+    target_dir: str,
+    drafter_dir: str,
+    prompts: Sequence[Prompt],
+    stages: Sequence[int] = (2, 4),
+    latencies_ms: Sequence[float] = (5.0, 20.0),
+    ks: Sequence[int] = (0, 4),
+    max_new_tokens: int = 64,
+    run_dir: str | Path | None = None,
+    drafter_noise: float = 0.0,
+) -> list[dict]:
+    """Real tokens/s per (stages, latency, K), greedy; one pipeline per (stages, latency)."""
+    rows = []
+    for p in stages:
+        for lat in latencies_ms:
+            spec = PipelineSpec(
+                target_dir=target_dir,
+                drafter_dir=drafter_dir,
+                stages=p,
+                links=(LinkSpec(latency_ms=lat),),
+                drafter_noise=drafter_noise,
+            )
+            sub = Path(run_dir) / f"p{p}-lat{lat:g}" if run_dir else None
+            with Pipeline(spec, sub) as pipe:
+                for k in ks:
+                    res = pipe.generate(
+                        prompts, DecodeSpec(k=k, max_new_tokens=max_new_tokens), name=f"k{k}"
+                    )
+                    s = res.summary
+                    ct = res.compute_table
+                    stage_ms = ct[(ct["stage"] != "drafter") & (ct["n_tokens"] == k + 1)]
+                    rows.append(
+                        {
+                            "stages": p,
+                            "latency_ms": lat,
+                            "k": k,
+                            "tokens_per_s": s["tokens_per_s"],
+                            "tau": s["tau"],
+                            "lap_ms_p50": s["lap_ms_p50"],
+                            "lap_ms_p99": s["lap_ms_p99"],
+                            "draft_ms_mean": s["draft_ms_mean"],
+                            "stage_ms_median": [round(float(x), 3) for x in stage_ms["median_ms"]],
+                            "link_error_ms_p50": [
+                                round(float(x), 3) for x in res.links["error_ms_p50"]
+                            ],
+                            "steps": s["steps"],
+                        }
+                    )
+    return rows

@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 
 from real_helpers import CTX, check_first_two, chi2_pvalue, target_first_two  # noqa: E402
 
-from wansim.real.model import StageShard, split_layers  # noqa: E402
+from wansim.real.config import split_layers  # noqa: E402
+from wansim.real.model import StageShard  # noqa: E402
 from wansim.real.speculative import (  # noqa: E402
     Drafter,
     plain_decode,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
-import json
+import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -66,8 +66,9 @@ class PipelineSpec:
     def __post_init__(self):
         check_checkpoint_dir(self.target_dir, "target_dir")
         check_checkpoint_dir(self.drafter_dir, "drafter_dir")
-        if not isinstance(self.stages, int) or self.stages < 2:
+        if not isinstance(self.stages, numbers.Integral) or self.stages < 2:
             raise RealConfigError("stages", "must be an integer >= 2", self.stages)
+        object.__setattr__(self, "stages", int(self.stages))
         if self.layer_splits is not None:
             splits = tuple(tuple(int(v) for v in s) for s in self.layer_splits)
             object.__setattr__(self, "layer_splits", splits)
@@ -137,8 +138,9 @@ class DecodeSpec:
     def __post_init__(self):
         if self.verifier not in VERIFIERS:
             raise RealConfigError("verifier", f"must be one of {list(VERIFIERS)}", self.verifier)
-        if not isinstance(self.k, int) or not 0 <= self.k <= 64:
+        if not isinstance(self.k, numbers.Integral) or not 0 <= self.k <= 64:
             raise RealConfigError("k", "must be an integer in 0..64", self.k)
+        object.__setattr__(self, "k", int(self.k))
         if not self.temperature >= 0:
             raise RealConfigError("temperature", "must be >= 0", self.temperature)
         if self.verifier == "lossless" and self.temperature <= 0:
@@ -149,8 +151,9 @@ class DecodeSpec:
             raise RealConfigError(
                 "temperature", "must be 0 for the greedy verifier", self.temperature
             )
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+        if not isinstance(self.max_new_tokens, numbers.Integral) or self.max_new_tokens < 1:
             raise RealConfigError("max_new_tokens", "must be an integer >= 1", self.max_new_tokens)
+        object.__setattr__(self, "max_new_tokens", int(self.max_new_tokens))
 
 
 @dataclass(frozen=True)
@@ -167,5 +170,15 @@ class Prompt:
             raise RealConfigError(f"prompts[{self.prompt_id}].tokens", "must be non-empty", [])
 
 
-def to_json(obj) -> str:
-    return json.dumps(asdict(obj))
+def split_layers(n_layers: int, stages: int) -> list[tuple[int, int]]:
+    """Even split of ``n_layers`` into ``stages`` contiguous ``[lo, hi)`` ranges (earlier stages
+    take the remainder)."""
+    if not 1 <= stages <= n_layers:
+        raise RealConfigError("stages", f"must be <= the target's {n_layers} layers", stages)
+    base, extra = divmod(n_layers, stages)
+    out, lo = [], 0
+    for i in range(stages):
+        hi = lo + base + (1 if i < extra else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out

@@ -101,19 +101,6 @@ def num_layers(model) -> int:
     return len(model.model.layers)
 
 
-def split_layers(n_layers: int, stages: int) -> list[tuple[int, int]]:
-    """Even split of ``n_layers`` into ``stages`` contiguous ranges (earlier stages get extras)."""
-    if not 1 <= stages <= n_layers:
-        raise RealConfigError("stages", f"must be in 1..{n_layers} (the model's layers)", stages)
-    base, extra = divmod(n_layers, stages)
-    out, lo = [], 0
-    for i in range(stages):
-        hi = lo + base + (1 if i < extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
-
-
 class StageShard:
     """Layers ``[lo, hi)`` of a loaded model with their own KV cache.
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from wansim.real.config import DecodeSpec, PipelineSpec, Prompt
+from wansim.real.config import DecodeSpec, PipelineSpec, Prompt, split_layers
 from wansim.real.errors import PipelineError, RealConfigError
 from wansim.real.link import start_relay
 from wansim.real.recording import RunResult, locate_stall, write_job
@@ -56,18 +56,6 @@ def _model_layers(path: str) -> int:
     raise RealConfigError("target_dir", "config.json has no num_hidden_layers", path)
 
 
-def _split(n_layers: int, stages: int) -> list[tuple[int, int]]:
-    if stages > n_layers:
-        raise RealConfigError("stages", f"must be <= the target's {n_layers} layers", stages)
-    base, extra = divmod(n_layers, stages)
-    out, lo = [], 0
-    for i in range(stages):
-        hi = lo + base + (1 if i < extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
-
-
 class Pipeline:
     """A running staged pipeline; reusable for several jobs until :meth:`close`."""
 
@@ -78,7 +66,7 @@ class Pipeline:
         self.run_dir = Path(run_dir)
         self.raw_dir = self.run_dir / "raw"
         n_layers = _model_layers(spec.target_dir)
-        splits = spec.layer_splits or tuple(_split(n_layers, spec.stages))
+        splits = spec.layer_splits or tuple(split_layers(n_layers, spec.stages))
         if splits[-1][1] != n_layers:
             raise RealConfigError(
                 "layer_splits",

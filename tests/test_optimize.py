@@ -184,3 +184,34 @@ def test_optimize_answers_in_seconds(run_cli):
         "--json",
     )
     assert code == 0 and time.perf_counter() - t0 < 10
+
+
+def test_optimize_confirm_des(run_cli):
+    """The analytical best tree budget, re-run with the DES: the analytical values lie inside the
+    DES intervals, and the DES ranks the configurations the same way where they differ."""
+    code, out, err = run_cli(
+        "optimize",
+        REFERENCE,
+        "--set",
+        "speculation.policy=tree",
+        "--set",
+        "workload.requests=60",
+        "--over",
+        "speculation.tree.budget_nodes=2,8,32",
+        "--top",
+        "3",
+        "--confirm",
+        "des",
+        "--json",
+    )
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["confirm"] == "des" and len(res["top"]) == 3
+    for row in res["top"]:
+        lo, hi = row["des"]["ci95"]
+        assert lo < row["des"]["value"] < hi
+        assert row["des"]["analytical_inside_ci95"], row
+    assert res["best"]["config"] == {"speculation.tree.budget_nodes": 32}
+    assert res["des_best_rank"] == 1
+    worst = res["top"][-1]
+    assert worst["des"]["ci95"][1] < res["top"][0]["des"]["ci95"][0]  # N = 2 clearly slower

@@ -19,6 +19,12 @@ tree     N + 1 (N nodes)      P(A >= d) = S_d = sum of pi(i) over depth-d nodes
 Depth cap: ``tree.max_depth``, else the positions the acceptance covers (all N with
 ``extrapolate`` or ``alpha``).
 
+Hedge branches (``schedule.hedge_branches`` = H with policy chain, sync schedule): the chain of K
+plus H alternative continuations at its H likeliest rejection points (the rank-2 candidate at
+that depth, re-drafted on to depth K; :func:`wansim.acceptance.trees.hedged_chain`), chosen from
+the pooled rates. They cost verify width and bytes (they are verified as a tree: N + 1 tokens,
+the mask, the drafter's width cost) and save laps (tau rises).
+
 Acceptance, per request with difficulty Z (logit-normal, :mod:`wansim.acceptance.heterogeneity`):
 
     P0_{d,r}(Z) = sigmoid(logit q_d + delta_v + sigma Z - Delta_r),   Delta_1 = 0
@@ -256,13 +262,45 @@ def policy(scenario: Scenario) -> Policy:
     """The speculation policy of a scenario whose fields are scalars."""
     spec = scenario.speculation
     if spec.policy == "none":
+        if scenario.schedule.hedge_branches:
+            raise ScenarioError(
+                "schedule.hedge_branches",
+                "needs speculation (policy chain)",
+                scenario.schedule.hedge_branches,
+            )
         return Policy("none", None, 0, 0, None)
     acc = acceptance(scenario.drafter.acceptance, spec.verifier)
+    hedges = int(scenario.schedule.hedge_branches)
+    if spec.policy == "chain" and hedges:
+        return _hedged_policy(acc, int(spec.k), hedges)
     if spec.policy == "chain":
         return Policy("chain", None, int(spec.k), int(spec.k), acc)
+    if hedges:
+        raise ScenarioError(
+            "schedule.hedge_branches",
+            "hedges a chain (policy chain); a tree already branches",
+            hedges,
+        )
     return _tree_policy(
         acc, spec.tree.kind, spec.tree.budget_nodes, spec.tree.branching, spec.tree.max_depth
     )
+
+
+@lru_cache(maxsize=256)
+def _hedged_policy(acc: SpecAcceptance, k: int, hedges: int) -> Policy:
+    if hedges > k:
+        raise ScenarioError(
+            "schedule.hedge_branches", f"at most one per drafted position (K = {k})", hedges
+        )
+    if not acc.offsets:
+        raise ScenarioError(
+            "schedule.hedge_branches",
+            "a hedge needs rank-2 rates: a profile with siblings or sibling_logit_offsets, or"
+            " drafter.acceptance.sibling_logit_offsets",
+            hedges,
+        )
+    tree = tr.hedged_chain(acc.pooled_rates(k), k, hedges)
+    return Policy("tree", "hedged-chain", tree.nodes, tree.max_depth, acc, tree)
 
 
 @lru_cache(maxsize=512)

@@ -83,7 +83,7 @@ def test_perfetto_needs_a_timeline_and_the_des(run_cli, tmp_path):
 
 @pytest.mark.parametrize(
     "override",
-    ["schedule.kind=async", "speculation.policy=tree", "schedule.hedge_branches=1"],
+    ["schedule.kind=async"],
 )
 def test_options_the_des_cannot_honour_exit_2_with_one_line(run_cli, override):
     code, out, err = run_cli("run", REFERENCE, "--engine", "des", "--set", override)

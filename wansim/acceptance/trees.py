@@ -392,6 +392,35 @@ def greedy_tree(rates: np.ndarray, budget: int) -> Tree:
     return Tree(tuple(parent), tuple(rank)).canonical()
 
 
+def hedged_chain(rates: np.ndarray, k: int, hedges: int) -> Tree:
+    """A chain of ``k`` drafts plus ``hedges`` alternative continuations at its likeliest
+    rejection points (``schedule.hedge_branches`` in the sync schedule).
+
+    The rejection point at depth i has probability S_{i-1} (1 - P_{i,1}) (reach depth i - 1 on
+    the spine, then reject the spine's token); the ``hedges`` likeliest depths (ties: shallower
+    first) each get the rank-2 candidate under spine node i - 1, continued by its own chain down
+    to depth k (k - i + 1 nodes). ``rates``: (>= k, >= 2) design rates.
+    """
+    rates = np.asarray(rates, dtype=float)
+    if not 0 <= hedges <= k:
+        raise ValueError(f"hedges must be in 0..k = {k}, got {hedges}")
+    p = rates[:k, 0]
+    reach = np.concatenate([[1.0], np.cumprod(p)[:-1]])
+    reject = reach * (1.0 - p)
+    order = sorted(range(k), key=lambda i: (-reject[i], i))[:hedges]
+    parent, rank = [-1], [0]
+    for d in range(1, k + 1):  # the spine: node d at depth d
+        parent.append(d - 1)
+        rank.append(1)
+    for i in sorted(order):  # 0-based depth index i -> depth i + 1
+        prev, r = i, 2  # under spine node i (depth i), as its rank-2 child
+        for _ in range(i + 1, k + 1):
+            parent.append(prev)
+            rank.append(r)
+            prev, r = len(parent) - 1, 1
+    return Tree(tuple(parent), tuple(rank)).canonical()
+
+
 # ----------------------------------------------------------------------------- rate matrices
 def positional_rates(acceptance: list[float] | tuple[float, ...], depth: int) -> np.ndarray:
     """Sequoia's depth-independent positional vector P_1..P_R repeated over ``depth`` rows."""

@@ -18,7 +18,8 @@ from wansim.scenario import Scenario
 
 def check_supported(scenario: Scenario) -> None:
     """The closed forms cover the sync schedule with one request at a time, or a lockstep batch
-    of ``workload.concurrency`` sequences with ``schedule.batching: continuous`` (any policy)."""
+    of ``workload.concurrency`` sequences with ``schedule.batching: continuous``; any policy
+    (none, chain, tree, a chain with hedge branches) and verifier rule."""
     batched = scenario.schedule.batching == "continuous"
     unsupported = [
         ("schedule.kind", scenario.schedule.kind, scenario.schedule.kind == "sync"),
@@ -28,11 +29,6 @@ def check_supported(scenario: Scenario) -> None:
             scenario.workload.concurrency == 1 or batched,
         ),
         ("workload.arrival", scenario.workload.arrival, scenario.workload.arrival == "closed"),
-        (
-            "schedule.hedge_branches",
-            scenario.schedule.hedge_branches,
-            scenario.schedule.hedge_branches == 0,
-        ),
     ]
     for path, value, ok in unsupported:
         if not ok:

@@ -17,7 +17,7 @@ import functools
 import numpy as np
 import simpy
 
-from wansim.compute import drafter_ms, stage_ms
+from wansim.compute import drafter_tree_ms, stage_ms
 from wansim.errors import ScenarioError
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
@@ -28,31 +28,19 @@ from wansim.sim.record import Timeline, build_record
 from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import Stage
 from wansim.sim.verifier import Verifier
-from wansim.wire import forward_bytes, return_bytes
+from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
 
 
 def check_supported(scenario: Scenario) -> None:
-    """The DES runs the sync schedule with chains (or no speculation); the rest is refused."""
+    """The DES runs the sync schedule with any speculation policy; the rest is refused."""
     sched = scenario.schedule
     refusals = [
-        (
-            "speculation.policy",
-            scenario.speculation.policy,
-            scenario.speculation.policy != "tree",
-            "trees are not simulated yet",
-        ),
         ("schedule.kind", sched.kind, sched.kind == "sync", "only the sync schedule is simulated"),
         (
             "schedule.max_inflight_blocks",
             sched.max_inflight_blocks,
             sched.max_inflight_blocks == 1,
             "the sync schedule keeps one block in flight per request",
-        ),
-        (
-            "schedule.hedge_branches",
-            sched.hedge_branches,
-            sched.hedge_branches == 0,
-            "hedge branches are not simulated yet",
         ),
     ]
     for path, value, ok, why in refusals:
@@ -91,7 +79,13 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
         else None
     )
     verifier = Verifier(scenario, streams[0], streams[1], tl.verify_log if tl else None)
-    draft = float(drafter_ms(scenario.drafter, scenario.k))
+    # the policy's costs (wansim.speculation): a drafter pass per batch plus the tree's width per
+    # sequence, the tree mask per verified sequence on forward hops, and the verdict (with the
+    # next tree when drafted on the last stage) per sequence on the return hop
+    pol = verifier.policy
+    tree_nodes = pol.nodes if pol.kind == "tree" else 0
+    draft = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 0))
+    draft_per_sequence = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 1)) - draft
     first_stage = scenario.drafter.placement == "first_stage"
     compute = functools.partial(stage_ms, scenario.model.compute)
     fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
@@ -102,10 +96,15 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
             p_stages,
             compute,
             fwd_bytes,
-            float(return_bytes(scenario.payload)),
+            float(verdict_bytes(scenario.payload, tree_nodes, not first_stage)),
             batching=scenario.schedule.batching == "continuous",
             draft_before_ms=draft if first_stage and i == 0 else 0.0,
             draft_after_ms=draft if not first_stage and i == p_stages - 1 else 0.0,
+            draft_before_per_sequence_ms=draft_per_sequence if first_stage and i == 0 else 0.0,
+            draft_after_per_sequence_ms=(
+                draft_per_sequence if not first_stage and i == p_stages - 1 else 0.0
+            ),
+            mask_bytes_per_sequence=float(tree_mask_bytes(tree_nodes)),
             verifier=verifier,
             timeline=tl.stage_slices if tl else None,
         )

@@ -49,6 +49,9 @@ class Stage:
         batching: bool,
         draft_before_ms: float,
         draft_after_ms: float,
+        draft_before_per_sequence_ms: float = 0.0,
+        draft_after_per_sequence_ms: float = 0.0,
+        mask_bytes_per_sequence: float = 0.0,
         verifier: Verifier,
         timeline: list | None = None,
     ):
@@ -61,6 +64,10 @@ class Stage:
         self.batching = batching
         self.draft_before_ms = draft_before_ms  # S0 with placement first_stage
         self.draft_after_ms = draft_after_ms  # last stage with placement last_stage
+        # trees (wansim.speculation): the drafter's width cost and the tree mask, per sequence
+        self.draft_before_per_sequence_ms = draft_before_per_sequence_ms
+        self.draft_after_per_sequence_ms = draft_after_per_sequence_ms
+        self.mask_bytes_per_sequence = mask_bytes_per_sequence
         self.verifier = verifier
         self.timeline = timeline  # (stage, start, end, what, passes); labels made on export
         self.mailbox: deque[Pass] = deque()
@@ -85,6 +92,7 @@ class Stage:
         compute_ms = self.compute_ms
         compute_cache: dict[int, float] = {}
         draft_before = self.draft_before_ms
+        before_per_seq = self.draft_before_per_sequence_ms
         timeline = self.timeline
         while True:
             if not mailbox:
@@ -100,6 +108,8 @@ class Stage:
                 n = p.n
             start = env._now
             draft = draft_before if draft_before and any(p.kind == VERIFY for p in batch) else 0.0
+            if before_per_seq:
+                draft += before_per_seq * sum(p.kind == VERIFY for p in batch)
             compute = compute_cache.get(n)
             if compute is None:
                 compute = compute_cache[n] = float(compute_ms(n))
@@ -112,15 +122,19 @@ class Stage:
                 timeline.append((self.index, start + draft, env._now, _what(batch), batch))
             if not self.is_last:
                 share = 1.0 if batch[0].kind == VERIFY and len(batch) == 1 else decode_share(batch)
-                self.link_out.send(batch, self.forward_bytes(n), share)
+                size = self.forward_bytes(n)
+                if self.mask_bytes_per_sequence:
+                    size += self.mask_bytes_per_sequence * sum(p.kind == VERIFY for p in batch)
+                self.link_out.send(batch, size, share)
                 continue
             following = self._verdicts(batch)
             if not following:
                 continue
-            if self.draft_after_ms:
+            if self.draft_after_ms or self.draft_after_per_sequence_ms:
                 start = env._now
-                yield Timeout(env, self.draft_after_ms)
-                self.busy_ms += self.draft_after_ms
+                draft = self.draft_after_ms + self.draft_after_per_sequence_ms * len(following)
+                yield Timeout(env, draft)
+                self.busy_ms += draft
                 if timeline is not None:
                     timeline.append((self.index, start, env._now, "draft", following))
             self.link_out.send(following, self.return_bytes * len(following), 1.0)

@@ -293,3 +293,11 @@ def test_domain_shift_scales_every_ranks_marginal(g, seed):
     assert np.allclose(tr.marginals(shifted), g * tr.marginals(base), atol=1e-12)
     assert np.allclose(shifted[..., 0], g * base[..., 0], atol=1e-12)
     assert np.all((shifted >= 0) & (shifted <= 1))
+
+
+def test_chunked_dp_equals_one_table(monkeypatch):
+    rates = tr.rate_matrix(np.linspace(2.0, 0.5, 6), [1.0, 2.0])
+    tree, value = tr.optimal_tree(rates, 50)
+    monkeypatch.setattr(tr, "_DP_CELLS", 7)  # a few rows per chunk
+    tree2, value2 = tr.optimal_tree(rates, 50)
+    assert value2 == value and tree2 == tree

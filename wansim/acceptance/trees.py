@@ -56,6 +56,8 @@ import numpy as np
 
 from wansim.errors import WansimInputError
 
+_DP_CELLS = 1 << 22  # table cells per chunk of the optimal-tree DP (~32 MB of float64)
+
 
 # ----------------------------------------------------------------------------- representation
 @dataclasses.dataclass(frozen=True)
@@ -307,19 +309,22 @@ def optimal_tree(rates: np.ndarray, budget: int, method: str = "auto") -> tuple[
     f = np.zeros((depth_cap + 1, size + 1))
     f[:, 1:] = 1.0
     choice = np.zeros((depth_cap, ranks, size + 1), dtype=np.int64)
-    idx_n = np.arange(size + 1)[:, None]
     idx_a = np.arange(size + 1)[None, :]
-    valid = (idx_a >= 1) & (idx_a <= idx_n)
+    rows = max(1, _DP_CELLS // (size + 1))  # rows of the (n, a) table per chunk (memory bound)
     for d in range(depth_cap - 1, -1, -1):
         g = np.zeros(size + 1)  # g_{R+1}
         for r in range(ranks - 1, -1, -1):
-            value = m[d, r] * f[d + 1][idx_a] + g[np.clip(idx_n - idx_a, 0, size)]
-            cand = np.where(valid, value, -np.inf)
-            best_a = cand.argmax(axis=1)
-            best = cand[np.arange(size + 1), best_a]
-            use = best > 0.0  # using rank r (its value) vs no child of rank >= r
-            choice[d, r] = np.where(use, best_a, 0)
-            g = np.where(use, best, 0.0)
+            g_new = np.zeros(size + 1)
+            for lo in range(0, size + 1, rows):
+                idx_n = np.arange(lo, min(lo + rows, size + 1))[:, None]
+                value = m[d, r] * f[d + 1][idx_a] + g[np.clip(idx_n - idx_a, 0, size)]
+                cand = np.where((idx_a >= 1) & (idx_a <= idx_n), value, -np.inf)
+                best_a = cand.argmax(axis=1)
+                best = cand[np.arange(len(idx_n)), best_a]
+                use = best > 0.0  # using rank r (its value) vs no child of rank >= r
+                choice[d, r, idx_n[:, 0]] = np.where(use, best_a, 0)
+                g_new[idx_n[:, 0]] = np.where(use, best, 0.0)
+            g = g_new
         f[d, 1:] = 1.0 + g[:-1]
     tree = _rebuild(lambda d, r, n: int(choice[d, r, n]), depth_cap, ranks, size)
     return tree, float(f[0, size])

@@ -62,7 +62,11 @@ BAD = [
     # (overrides, field path named, fragment of the problem)
     (["network.latency_ms=-5"], "network.latency_ms", "must be >= 0"),
     (["network.bandwidth_mbps=0"], "network.bandwidth_mbps", "must be > 0"),
-    (["payload.activation_bits=5"], "payload.activation_bits", "must be one of 3 | 4 | 8 | 16"),
+    (
+        ["payload.activation_bits=5"],
+        "payload.activation_bits",
+        "must be one of 3 | 4 | 8 | 16 | 32",
+    ),
     (["speculation.k=0"], "speculation.k", "must be >= 1"),
     (["speculation.k=2.5"], "speculation.k", "must be an integer"),
     (["stages=ten"], "stages", "must be an integer"),

@@ -13,6 +13,9 @@ analytical engine evaluates whole grids with them and the simulator calls them p
 - table:    measured (n, ms) points, linear interpolation, last slope extended beyond the end
             (and the first value held below the first point)
 
+Stages may differ (``model.stage_compute``: one model per stage); :func:`stage_ms_each` gives
+each stage's time and :func:`mean_stage_ms` their mean (both engines sum the stages).
+
 Drafter: one pass costs ``draft_ms``; a parallel (block) drafter drafts K tokens in one pass, an
 autoregressive drafter pays K passes. A tree of N nodes and depth D drafted for b sequences:
 
@@ -58,6 +61,21 @@ def stage_ms(model: ComputeModel, n_tokens: np.ndarray | float) -> np.ndarray:
     if isinstance(model, TableCompute):
         return _table(model, n)
     raise TypeError(f"unknown compute model {model!r}")
+
+
+def stage_ms_each(scenario, n_tokens) -> list[np.ndarray]:
+    """Per stage (``Scenario.stage_compute_models``): ms for a pass of ``n_tokens`` tokens."""
+    return [stage_ms(m, n_tokens) for m in scenario.stage_compute_models()]
+
+
+def mean_stage_ms(scenario, n_tokens) -> np.ndarray:
+    """Mean over the stages of :func:`stage_ms` (times ``stages`` = the pipeline's compute per
+    pass); with no ``model.stage_compute`` it is ``stage_ms(model.compute, n)`` and ``stages``
+    may be an array (grids)."""
+    if not scenario.model.stage_compute:
+        return stage_ms(scenario.model.compute, n_tokens)
+    each = stage_ms_each(scenario, n_tokens)
+    return sum(each[1:], start=each[0]) / len(each)
 
 
 def _roofline(model: RooflineCompute | MoeCompute, weight_bytes, flops) -> np.ndarray:

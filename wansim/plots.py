@@ -48,6 +48,7 @@ def lap_breakdown_table(scenario) -> pd.DataFrame:
 
     Hop i carries S_i's output to S_(i+1); the last hop returns the verdict to S0."""
     from wansim.analytical.sync import lap_parts
+    from wansim.compute import stage_ms_each
     from wansim.network import hop_mean
     from wansim.scenario import hop_name
     from wansim.wire import serialise_ms
@@ -55,6 +56,7 @@ def lap_breakdown_table(scenario) -> pd.DataFrame:
     parts = lap_parts(scenario)
     p = scenario.stages
     hops = scenario.resolved_hops()
+    compute = stage_ms_each(scenario, parts["batch"] * parts["tokens"])
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
     rows = []
     for i, hop in enumerate(hops):
@@ -65,7 +67,7 @@ def lap_breakdown_table(scenario) -> pd.DataFrame:
             {
                 "stage": f"S{i}",
                 "hop": hop_name(i, p),
-                "compute_ms": float(parts["stage_ms"]),
+                "compute_ms": float(compute[i]),
                 "draft_ms": float(parts["draft_ms"]) if i == draft_stage else 0.0,
                 "propagation_ms": total - ser,
                 "serialisation_ms": ser,

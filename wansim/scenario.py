@@ -29,7 +29,7 @@ TREE_KINDS = ("static", "sequoia", "dynamic")
 SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
 ARRIVALS = ("closed", "poisson")
-ACTIVATION_BITS = (3, 4, 8, 16)
+ACTIVATION_BITS = (3, 4, 8, 16, 32)
 
 
 # ----------------------------------------------------------------------------- compute models
@@ -120,8 +120,13 @@ ComputeModel = LinearCompute | RooflineCompute | MoeCompute | TableCompute
 
 @dataclasses.dataclass(frozen=True)
 class Model:
+    """``compute``: every stage's compute model. ``stage_compute``: optional, one entry per stage
+    (P entries, each naming its ``kind``) replacing ``compute`` stage by stage, for pipelines
+    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here)."""
+
     hidden_size: int = spec(7168, ge=1)
     compute: ComputeModel = spec(factory=LinearCompute, variants=COMPUTE_VARIANTS)
+    stage_compute: tuple[ComputeModel, ...] = spec((), variants=COMPUTE_VARIANTS)
 
 
 # ----------------------------------------------------------------------------- network
@@ -202,8 +207,8 @@ class Network:
 @dataclasses.dataclass(frozen=True)
 class Payload:
     """Bytes on the wire: activations of hidden_size*activation_bits/8 per token (plus one fp16
-    scale per ``quant_group_size`` values below 16 bits), a header per message, and a token-id
-    return message of ``return_bytes``."""
+    scale per ``quant_group_size`` values below 16 bits; 32 = fp32), a header per message, and a
+    token-id return message of ``return_bytes``."""
 
     activation_bits: int = spec(16, choices=ACTIVATION_BITS)
     header_bytes: int = spec(64, ge=0)
@@ -361,11 +366,23 @@ class Scenario:
                 f"needs {self.stages} entries (one per stage; the last is the return hop)",
                 f"{len(hops)} entries",
             )
+        per_stage = self.model.stage_compute
+        if per_stage and len(per_stage) != self.stages:
+            raise ScenarioError(
+                "model.stage_compute",
+                f"needs {self.stages} entries (one compute model per stage)",
+                f"{len(per_stage)} entries",
+            )
 
     @property
     def k(self) -> int:
         """Draft tokens per verify pass (0 without speculation)."""
         return 0 if self.speculation.policy == "none" else self.speculation.k
+
+    def stage_compute_models(self) -> tuple[ComputeModel, ...]:
+        """Stage i's compute model: ``model.stage_compute[i]`` where given, else
+        ``model.compute`` (scalar ``stages``)."""
+        return self.model.stage_compute or (self.model.compute,) * int(self.stages)
 
     def resolved_hops(self) -> tuple[Hop, ...]:
         """The P hops of the ring: hop i is S_i -> S_(i+1); hop P-1 is the return hop to S0."""

@@ -101,9 +101,9 @@ def _default_of(f: dataclasses.Field, base: Any) -> Any:
 
 def _convert(tp: Any, value: Any, path: str, meta: Mapping, default: Any) -> Any:
     variants = meta.get("variants")
-    if variants:
-        return _convert_variant(variants, value, path, default)
     origin = typing.get_origin(tp)
+    if variants and origin is not tuple:  # a list of variants: each item is converted below
+        return _convert_variant(variants, value, path, default)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:

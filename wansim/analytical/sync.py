@@ -13,6 +13,9 @@ kept full (continuous refill). b = 1 otherwise (one request in flight):
   T_lap     = t_draft + sum_i t_stage(b n) + sum_fwd E[T_hop](fwd bytes) + E[T_ret](b verdict)
   T_prefill = sum_i t_stage(b prompt) + sum_fwd E[T_hop](header + b prompt s_act)  (= TTFT)
 
+(t_stage_i is stage i's own model with ``model.stage_compute``; the code carries the mean over
+stages, ``stage_ms``, so that P * stage_ms is the sum.)
+
 A request commits M = output_tokens - 1 tokens in N verify passes (the first token comes from
 prefill). For difficulty Z (quadrature weights w), E[N_Z] and Var N_Z come from the recurrences in
 :mod:`wansim.acceptance.closed_form`. Then
@@ -39,7 +42,7 @@ import numpy as np
 
 from wansim import speculation
 from wansim.acceptance import closed_form
-from wansim.compute import stage_ms
+from wansim.compute import mean_stage_ms, stage_ms_each
 from wansim.network import expected_losses, hop_mean, hop_mean_ms, hop_var, hop_var_ms
 from wansim.scenario import Scenario
 from wansim.wire import forward_bytes
@@ -90,7 +93,7 @@ def lap_parts(scenario: Scenario) -> dict[str, np.ndarray]:
         "m": m,
         "batch": b,
         "draft_ms": speculation.drafter_ms(scenario, terms, b),
-        "stage_ms": stage_ms(scenario.model.compute, b * n),
+        "stage_ms": mean_stage_ms(scenario, b * n),  # mean over stages (they may differ)
         "forward_bytes": speculation.forward_message_bytes(scenario, n, terms["tree_nodes"], b),
         "return_bytes": speculation.return_message_bytes(scenario, terms["tree_nodes"], b),
     }
@@ -104,7 +107,7 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     m, b, n, passes = parts["m"], parts["batch"], parts["tokens"], parts["passes"]
 
     stage = parts["stage_ms"]
-    stage_prefill = stage_ms(scenario.model.compute, b * np.asarray(wl.prompt_tokens))
+    stage_prefill = mean_stage_ms(scenario, b * np.asarray(wl.prompt_tokens))
     draft = parts["draft_ms"]
     hidden = scenario.model.hidden_size
     ret_bytes = parts["return_bytes"]
@@ -148,8 +151,9 @@ def stage_utilization(scenario: Scenario, means: dict) -> list[float]:
     passes = float(means["passes_per_request"])
     duration = float(means["prefill_ms"] + passes * means["lap_ms_mean"])
     b = float(speculation.batch_size(scenario))
-    prefill_stage = float(stage_ms(scenario.model.compute, b * scenario.workload.prompt_tokens))
-    busy = [prefill_stage + passes * float(means["stage_compute_ms"])] * stages
+    prefill = stage_ms_each(scenario, b * scenario.workload.prompt_tokens)
+    verify = stage_ms_each(scenario, b * float(means["tokens_per_pass"]))
+    busy = [float(pre) + passes * float(ver) for pre, ver in zip(prefill, verify, strict=True)]
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else stages - 1
     busy[draft_stage] += passes * float(means["draft_ms"])
     return [x / duration for x in busy]

@@ -87,14 +87,14 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     draft = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 0))
     draft_per_sequence = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 1)) - draft
     first_stage = scenario.drafter.placement == "first_stage"
-    compute = functools.partial(stage_ms, scenario.model.compute)
+    computes = [functools.partial(stage_ms, m) for m in scenario.stage_compute_models()]
     fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
     stages = [
         Stage(
             env,
             i,
             p_stages,
-            compute,
+            computes[i],
             fwd_bytes,
             float(verdict_bytes(scenario.payload, tree_nodes, not first_stage)),
             batching=scenario.schedule.batching == "continuous",

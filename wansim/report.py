@@ -19,7 +19,7 @@ def _fmt(value) -> str:
         vals = [float(v) for v in value]
         if not vals:
             return "-"
-        return f"mean {sum(vals) / len(vals):.3g} (min {min(vals):.3g}, max {max(vals):.3g})"
+        return f"{sum(vals) / len(vals):.3g} [{min(vals):.3g}..{max(vals):.3g}]"
     if isinstance(value, float):
         if value == 0:
             return "0"
@@ -36,7 +36,9 @@ def _mean(value) -> float | None:
 
 
 def relative_difference(a, b) -> float | None:
-    """(a - b) / |b| for scalars (lists compared by their mean)."""
+    """(a - b) / |b| for numbers (lists compared by their mean); None for flags and text."""
+    if isinstance(a, (bool, str)) or isinstance(b, (bool, str)):
+        return None
     x, y = _mean(a), _mean(b)
     if x is None or y is None:
         return None

@@ -213,6 +213,9 @@ class Payload:
     activation_bits: int = spec(16, choices=ACTIVATION_BITS)
     header_bytes: int = spec(64, ge=0)
     return_bytes: int = spec(50, ge=1)
+    cancel_bytes: int = spec(
+        24, ge=1, doc="async: a cancellation message (request id, epoch, position)"
+    )
     quant_group_size: int = spec(128, ge=1)
 
 
@@ -268,7 +271,14 @@ class Drafter:
     """One drafter pass costs ``draft_ms``; ``parallel`` (block) drafters draft K tokens in one
     pass, autoregressive ones pay K passes. A tree's candidates beyond one per depth cost
     ``width_ms`` each (``compute.drafter_tree_ms``). ``preset`` names a catalog entry
-    (``wansim drafters``) whose values fill the fields this mapping omits (at load time)."""
+    (``wansim drafters``) whose values fill the fields this mapping omits (at load time).
+
+    ``overlap: true`` puts the drafter on its own device (another GPU or node beside its
+    stage): drafting no longer occupies the stage, and the drafter drafts the next block from
+    its own drafts while the current block is verified, betting that the block is accepted
+    whole. A won bet makes a step cost max(draft, lap) instead of draft + lap; a lost one
+    redrafts from the correction (lap + draft). Chains only; nothing to overlap with policy
+    none."""
 
     kind: str = spec("dspark", choices=DRAFTER_KINDS)
     placement: str = spec("last_stage", choices=PLACEMENTS)
@@ -277,6 +287,11 @@ class Drafter:
     width_ms: float = spec(0.05, ge=0, doc="per extra tree candidate beyond one per depth")
     acceptance: AcceptanceSpec = spec(factory=AcceptanceSpec)
     preset: str | None = spec(None)
+    overlap: bool = spec(
+        False,
+        doc="the drafter has its own device beside its stage and drafts the next block while"
+        " the current one is verified (the max(.) law; :mod:`wansim.sim.schedule`)",
+    )
 
 
 # ----------------------------------------------------------------------------- speculation
@@ -324,6 +339,12 @@ class Speculation:
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
+    """``sync``: one block in flight per request (the next is drafted from the verdict).
+    ``async`` (in-pipe speculation): S0 launches up to ``max_inflight_blocks`` blocks of a
+    request before their verdicts return, each drafted from the drafts before it; needs the
+    drafter on S0 (``drafter.placement: first_stage``) and a chain (:mod:`wansim.sim.schedule`
+    has the protocol)."""
+
     kind: str = spec("sync", choices=SCHEDULES)
     max_inflight_blocks: int = spec(1, ge=1)
     hedge_branches: int = spec(0, ge=0)
@@ -359,6 +380,7 @@ class Scenario:
     workload: Workload = spec(factory=Workload)
 
     def check(self, path: str) -> None:
+        self._check_schedule()
         hops = self.network.hops
         if hops and len(hops) != self.stages:
             raise ScenarioError(
@@ -372,6 +394,33 @@ class Scenario:
                 "model.stage_compute",
                 f"needs {self.stages} entries (one compute model per stage)",
                 f"{len(per_stage)} entries",
+            )
+
+    def _check_schedule(self) -> None:
+        """Async in-pipe speculation bets on drafts S0 drafted itself (module Schedule)."""
+        sched = self.schedule
+        if sched.kind == "sync" and sched.max_inflight_blocks != 1:
+            raise ScenarioError(
+                "schedule.max_inflight_blocks",
+                "the sync schedule keeps one block in flight per request (use kind: async)",
+                sched.max_inflight_blocks,
+            )
+        if sched.kind != "async":
+            return
+        if self.drafter.placement != "first_stage":
+            raise ScenarioError(
+                "drafter.placement",
+                "async needs the drafter on S0 (first_stage) to draft the next block from its own"
+                " drafts before the verdict returns; a last_stage drafter drafts only after a"
+                " verification",
+                self.drafter.placement,
+            )
+        if self.speculation.policy == "none":
+            raise ScenarioError(
+                "speculation.policy",
+                "async launches draft blocks ahead of their verdicts: it needs speculation"
+                " (policy chain)",
+                "none",
             )
 
     @property

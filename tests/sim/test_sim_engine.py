@@ -251,7 +251,6 @@ def test_drafting_occupies_the_stage_it_runs_on():
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("schedule.kind", "async"),
         ("speculation.policy", "tree"),
         ("schedule.hedge_branches", 2),
         ("schedule.max_inflight_blocks", 3),

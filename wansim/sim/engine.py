@@ -5,13 +5,18 @@ hops (hop i carries S_i's output to S_(i+1); hop P-1 is the return hop to S0; wi
 ring is the return hop alone), one :class:`~wansim.sim.verifier.Verifier` at the last stage and
 a :class:`~wansim.sim.request.RequestSource`. The run ends when every request has finished.
 
-Random streams: ``np.random.SeedSequence(scenario.seed).spawn(3 + 2P)`` gives independent
+Random streams: ``np.random.SeedSequence(scenario.seed).spawn(4 + 2P)`` gives independent
 generators, by position: 0 acceptance draws, 1 per-request difficulty, 2 arrivals, then for
-each hop i: 3 + 2i propagation jitter, 4 + 2i losses. Same seed -> identical run.
+each hop i: 3 + 2i propagation jitter, 4 + 2i losses; the last child (3 + 2P) seeds the block
+schedule's bets, one stream per request. Same seed -> identical run.
+
+With ``schedule.kind: async`` or ``drafter.overlap: true`` (chains) the stages run the block
+schedule of :mod:`wansim.sim.schedule` (bets, cancellation, the overlapped drafter).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import numpy as np
@@ -26,26 +31,35 @@ from wansim.sim.messages import PREFILL, Pass
 from wansim.sim.metrics import ci_method, compute_metrics, warmup_requests
 from wansim.sim.record import Timeline, build_record
 from wansim.sim.request import Request, RequestSource
+from wansim.sim.schedule import Scheduler, guess_rates
 from wansim.sim.stage import Stage
 from wansim.sim.verifier import Verifier
 from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
 
 
 def check_supported(scenario: Scenario) -> None:
-    """The DES runs the sync schedule with any speculation policy; the rest is refused."""
+    """The DES runs the sync schedule with any speculation policy, and the block schedule
+    (async, overlapped drafter: :mod:`wansim.sim.schedule`) with chains; the rest is refused."""
     sched = scenario.schedule
-    refusals = [
-        ("schedule.kind", sched.kind, sched.kind == "sync", "only the sync schedule is simulated"),
-        (
-            "schedule.max_inflight_blocks",
-            sched.max_inflight_blocks,
-            sched.max_inflight_blocks == 1,
-            "the sync schedule keeps one block in flight per request",
-        ),
-    ]
-    for path, value, ok, why in refusals:
-        if not ok:
-            raise ScenarioError(path, f"{why} by the DES", value)
+    if not uses_blocks(scenario):
+        return
+    field = "schedule.kind" if sched.kind == "async" else "drafter.overlap"
+    value = sched.kind if sched.kind == "async" else True
+    if scenario.speculation.policy == "tree":
+        raise ScenarioError(
+            field, "bets on a chain's drafts; trees are not simulated with it by the DES", value
+        )
+    if sched.hedge_branches:
+        raise ScenarioError(
+            field,
+            "bets on a chain's drafts; hedge branches are not simulated with it by the DES",
+            value,
+        )
+
+
+def uses_blocks(scenario: Scenario) -> bool:
+    """Whether the run needs the block schedule (async, or a drafter that overlaps)."""
+    return scenario.schedule.kind == "async" or (scenario.drafter.overlap and scenario.k > 0)
 
 
 def _cached(fn):
@@ -66,10 +80,11 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     check_supported(scenario)
     env = simpy.Environment()
     p_stages = scenario.stages
-    streams = [
-        np.random.default_rng(s)
-        for s in np.random.SeedSequence(scenario.seed).spawn(3 + 2 * p_stages)
-    ]
+    # the block schedule's bets come from one more child, after the documented streams
+    seeds = np.random.SeedSequence(scenario.seed).spawn(4 + 2 * p_stages)
+    streams = [np.random.default_rng(s) for s in seeds[:-1]]
+    blocks = uses_blocks(scenario)
+    difficulty_copy = copy.deepcopy(streams[1]) if blocks else None
     tl = (
         Timeline(
             stage_names=[f"S{i}" for i in range(p_stages)],
@@ -87,6 +102,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     draft = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 0))
     draft_per_sequence = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 1)) - draft
     first_stage = scenario.drafter.placement == "first_stage"
+    overlap = blocks and scenario.drafter.overlap  # drafting on its own device (schedule.py)
     computes = [functools.partial(stage_ms, m) for m in scenario.stage_compute_models()]
     fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
     stages = [
@@ -98,8 +114,8 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
             fwd_bytes,
             float(verdict_bytes(scenario.payload, tree_nodes, not first_stage)),
             batching=scenario.schedule.batching == "continuous",
-            draft_before_ms=draft if first_stage and i == 0 else 0.0,
-            draft_after_ms=draft if not first_stage and i == p_stages - 1 else 0.0,
+            draft_before_ms=draft if first_stage and i == 0 and not overlap else 0.0,
+            draft_after_ms=draft if not first_stage and i == p_stages - 1 and not overlap else 0.0,
             draft_before_per_sequence_ms=draft_per_sequence if first_stage and i == 0 else 0.0,
             draft_after_per_sequence_ms=(
                 draft_per_sequence if not first_stage and i == p_stages - 1 else 0.0
@@ -110,12 +126,26 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
         )
         for i in range(p_stages)
     ]
+    scheduler = None
+    if blocks:
+        scheduler = Scheduler(
+            env,
+            scenario,
+            verifier,
+            stages,
+            p_guess=guess_rates(pol, difficulty_copy, scenario.workload.requests),
+            bet_seed=seeds[-1],
+            draft_ms=draft,
+            cancel_bytes=float(scenario.payload.cancel_bytes),
+        )
+        for stage in stages:
+            stage.hooks = scheduler
     links = [
         Link(
             env,
             i,
             hop,
-            stages[(i + 1) % p_stages].receive,
+            scheduler.deliver((i + 1) % p_stages) if blocks else stages[(i + 1) % p_stages].receive,
             streams[3 + 2 * i],
             streams[4 + 2 * i],
             tl.transfers if tl else None,
@@ -125,6 +155,8 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
 
     def admit(req: Request) -> None:
         verifier.prepare(req)
+        if scheduler is not None:
+            scheduler.prepare(req)
         stages[0].receive([Pass(req, PREFILL, 0, req.prompt_tokens)])
 
     source = RequestSource(env, scenario.workload, streams[2], admit)
@@ -136,7 +168,9 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     events = _events_scheduled(env)
 
     wl = scenario.workload
-    record = build_record(source.requests, stages, links, verifier, wl.concurrency, events, tl)
+    record = build_record(
+        source.requests, stages, links, verifier, wl.concurrency, events, tl, scheduler
+    )
     unfinished = int(np.isnan(record.finish_ms).sum())
     if unfinished:  # cannot happen with a correct engine; never report partial metrics
         raise RuntimeError(f"DES ended with {unfinished} unfinished requests")
@@ -149,6 +183,18 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
         "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
         "verify_passes": record.verify_passes,
     }
+    if scheduler is not None:
+        details["blocks"] = {
+            "bets_won": scheduler.bets_won,
+            "bets_lost": scheduler.bets_lost,
+            "cancelled_blocks": scheduler.cancelled_blocks,
+            "dropped_unstarted": scheduler.dropped_unstarted,
+            "cancelled_stage_tokens": scheduler.cancelled_stage_tokens,
+            "cancel_messages": scheduler.cancel_messages,
+            "drafter_busy_ms": scheduler.drafter_busy_ms,
+            "drafter_passes": scheduler.drafter_passes,
+            "drafter_wasted_blocks": scheduler.drafter_wasted_blocks,
+        }
     return Result(scenario=scenario, engine="des", metrics=compute_metrics(record), details=details)
 
 

@@ -22,7 +22,11 @@ Whole-run statistics (every request, every pass):
   included) / makespan; ``bubble_fraction`` = 1 - mean utilisation;
 - ``bytes_per_token``: decode-phase wire bytes on all hops (forward messages of verify passes
   and every return message, retransmitted copies counted: bytes * (1 + G)) / decode tokens;
-- ``wasted_token_fraction``: sum over verify passes of (n - committed) / sum of n;
+- ``wasted_token_fraction``: sum over verify passes of (n - committed) / sum of n; with the
+  block schedule (async) counted in stage-tokens (a pass of n tokens computed by each of the P
+  stages is P n), so cancelled blocks count the stages that computed them:
+  (P (verified - committed) + cancelled stage-tokens) / (P verified + cancelled stage-tokens),
+  which is the sync formula when nothing was cancelled;
 - ``target_exact``: false for typical acceptance (a lossy rule), else true.
 
 ``tokens_per_s_ci95`` (method in :func:`rate_interval`): at concurrency 1 the requests are
@@ -95,6 +99,15 @@ def batch_means_interval(ordered: np.ndarray, level: float) -> tuple[float, floa
     return centre - half, centre + half
 
 
+def wasted_fraction(record: RunRecord) -> float:
+    """Verified-but-rejected plus cancelled tokens over all processed (module docstring)."""
+    if not record.cancelled_stage_tokens:
+        return 1.0 - record.tokens_committed / record.tokens_verified
+    p = len(record.stage_busy_ms)
+    processed = p * record.tokens_verified + record.cancelled_stage_tokens
+    return 1.0 - p * record.tokens_committed / processed
+
+
 def compute_metrics(record: RunRecord) -> dict:
     mask = measured_mask(record)
     rates = request_rates(record)[mask]
@@ -119,7 +132,7 @@ def compute_metrics(record: RunRecord) -> dict:
         "bubble_fraction": float(1.0 - utilisation.mean()),
         "stage_utilization": [float(u) for u in utilisation],
         "bytes_per_token": float(record.link_bytes_decode.sum() / record.tokens_committed),
-        "wasted_token_fraction": 1.0 - record.tokens_committed / record.tokens_verified,
+        "wasted_token_fraction": wasted_fraction(record),
         "target_exact": record.target_exact,
         "tokens_per_s_ci95": [low, high],
     }

@@ -56,6 +56,9 @@ class RunRecord:
     target_exact: bool
     events: int  # SimPy events scheduled
     timeline: Timeline | None = None
+    # the block schedule (async, overlapped drafter): stage-tokens computed for blocks that
+    # were then cancelled (a block of n tokens computed by s stages counts s n)
+    cancelled_stage_tokens: int = 0
 
     @property
     def start_ms(self) -> float:
@@ -76,7 +79,9 @@ class RunRecord:
         return int((self.decode_tokens + 1).sum())
 
 
-def build_record(requests, stages, links, verifier, concurrency, events, timeline) -> RunRecord:
+def build_record(
+    requests, stages, links, verifier, concurrency, events, timeline, scheduler=None
+) -> RunRecord:
     """Collect the record from the finished run's objects."""
     laps = [r.laps_ms for r in requests]
     return RunRecord(
@@ -100,4 +105,5 @@ def build_record(requests, stages, links, verifier, concurrency, events, timelin
         target_exact=verifier.target_exact,
         events=events,
         timeline=timeline,
+        cancelled_stage_tokens=0 if scheduler is None else scheduler.cancelled_stage_tokens,
     )

@@ -19,6 +19,10 @@ holding verify passes) right before computing; drafting and compute then share o
 At the last stage drafting is a second timeout after the verdicts, because the verdict instant
 is observable: it closes the lap and, for a finishing request, admits the next one.
 Stage busy time (compute + drafting, prefill included) is summed for utilisation.
+
+With ``schedule.kind: async`` or ``drafter.overlap: true`` the stage calls the block schedule's
+hooks (:mod:`wansim.sim.schedule`): before computing (drop cancelled blocks), after computing
+(count the work, issue blocks at S0) and, at the last stage, for the verdicts.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class Stage:
         mask_bytes_per_sequence: float = 0.0,
         verifier: Verifier,
         timeline: list | None = None,
+        hooks=None,
     ):
         self.env = env
         self.index = index
@@ -70,6 +75,8 @@ class Stage:
         self.mask_bytes_per_sequence = mask_bytes_per_sequence
         self.verifier = verifier
         self.timeline = timeline  # (stage, start, end, what, passes); labels made on export
+        # the block schedule (async, overlapped drafter: wansim.sim.schedule), None for sync
+        self.hooks = hooks
         self.mailbox: deque[Pass] = deque()
         self.wake: simpy.Event | None = None
         self.link_out: Link | None = None
@@ -94,8 +101,9 @@ class Stage:
         draft_before = self.draft_before_ms
         before_per_seq = self.draft_before_per_sequence_ms
         timeline = self.timeline
+        hooks = self.hooks
         while True:
-            if not mailbox:
+            while not mailbox:  # (a cancellation may empty the mailbox before we wake)
                 wake = self.wake = Event(env)
                 yield wake
             if self.batching and len(mailbox) > 1:
@@ -106,6 +114,11 @@ class Stage:
                 p = mailbox.popleft()
                 batch = [p]
                 n = p.n
+            if hooks is not None:  # drop cancelled blocks before starting them
+                batch = hooks.take(self.index, batch)
+                if not batch:
+                    continue
+                n = sum(p.n for p in batch)
             start = env._now
             draft = draft_before if draft_before and any(p.kind == VERIFY for p in batch) else 0.0
             if before_per_seq:
@@ -120,6 +133,14 @@ class Stage:
                 if draft:
                     timeline.append((self.index, start, start + draft, "draft", batch))
                 timeline.append((self.index, start + draft, env._now, _what(batch), batch))
+            if hooks is not None:  # count the work; cancelled meanwhile: not forwarded
+                batch = hooks.done(self.index, batch)
+                if self.is_last:
+                    hooks.verdicts(self, batch)
+                    continue
+                if not batch:
+                    continue
+                n = sum(p.n for p in batch)
             if not self.is_last:
                 share = 1.0 if batch[0].kind == VERIFY and len(batch) == 1 else decode_share(batch)
                 size = self.forward_bytes(n)

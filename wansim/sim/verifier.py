@@ -12,7 +12,9 @@ Per-request difficulty: each request gets its own rates from the policy's ``requ
 ``AcceptanceModel.request_rates``; a dynamic tree is shaped per request from them). The A of
 each request are pre-drawn in vectorised blocks from the acceptance stream, 256 requests per
 numpy call (about 1.25 x the passes the request is expected to need; a request that runs out
-draws another block of its own), so a request's acceptance sequence does not depend on timing.
+draws another block from its own stream: seed, request id, refill number), so a request's
+acceptance sequence does not depend on timing (the async schedule relies on it: its valid blocks
+consume the same sequence as a sync run's passes).
 
 Commit: a pass commits min(A + 1, tokens the request still needs) -- the last pass is
 truncated to what the request still needs, and the tokens verified beyond that are wasted.
@@ -52,6 +54,7 @@ class Verifier:
         tau = 1.0 + self.survival.sum(axis=1)
         self.block = np.minimum(np.ceil(1.25 * decode / tau) + 8, MAX_BLOCK).astype(int)
         self.chunks: dict[int, list[list[int]]] = {}
+        self.refills: dict[int, int] = {}
         self.log = log  # (rid, step, time_ms, n, accepted, remaining_before, committed)
         # lossless and greedy verification keep the target's output distribution; typical
         # acceptance (lossy) does not
@@ -76,9 +79,16 @@ class Verifier:
         request.accepted_i = 0
 
     def _refill(self, request: Request) -> None:
+        """Another block for a request that ran out, from its own stream (seed, request id,
+        refill number): its draws never depend on when other requests refill."""
         surv = self.survival[request.rid : request.rid + 1]
         size = int(self.block[request.rid])
-        request.accepted = _draw(self.rng, surv, size)[0].tolist()
+        n = self.refills[request.rid] = self.refills.get(request.rid, 0) + 1
+        seq = self.rng.bit_generator.seed_seq
+        own = np.random.default_rng(
+            np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, request.rid, n))
+        )
+        request.accepted = _draw(own, surv, size)[0].tolist()
         request.accepted_i = 0
 
     def verify(self, p: Pass, now_ms: float) -> int:

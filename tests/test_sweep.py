@@ -301,7 +301,7 @@ def test_analytical_sweeps_never_touch_a_pool(tmp_path, monkeypatch, latencies):
 
 
 def test_batches_and_progress():
-    assert batch_size_for(24, 2) == 2 and batch_size_for(1000, 2) == 63
+    assert batch_size_for(24, 2) == 1 and batch_size_for(1000, 2) == 32
     assert batch_size_for(10**6, 2) == 500 and batch_size_for(1, 8) == 1
     stream = io.StringIO()
     bar = Progress(100, 20, stream=stream)
@@ -369,7 +369,8 @@ def test_a_crashing_run_stops_the_sweep_and_keeps_finished_work(tmp_path, monkey
         run_sweep(sweep, tmp_path / "o", workers=1, batch_size=2, progress=False)
     assert "ZeroDivisionError: boom" in str(info.value)
     kept = len(list((tmp_path / "o" / "parts").glob("part-*.parquet")))
-    assert kept == 3  # the three batches (6 runs) before the one that crashed
+    # batches interleave the grid: the first holds runs 0 and 6 (k = 5); run 0 is kept
+    assert kept == 1
     monkeypatch.setattr(worker, "run_one", real)
     out = run_sweep(sweep, tmp_path / "o", resume=True, workers=1, progress=False)
-    assert (out.reused, out.computed) == (6, 6)
+    assert (out.reused, out.computed) == (1, 11)

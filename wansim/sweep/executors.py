@@ -32,9 +32,9 @@ def default_workers() -> int:
 
 
 def batch_size_for(n_runs: int, workers: int) -> int:
-    """About 8 tasks per worker (load balance, and results written as batches finish),
-    never more than 500 runs per task."""
-    return max(1, min(500, -(-n_runs // (8 * max(1, workers)))))
+    """About 16 tasks per worker (load balance: the last tasks are short; results are written
+    as tasks finish), never more than 500 runs per task."""
+    return max(1, min(500, -(-n_runs // (16 * max(1, workers)))))
 
 
 class Executor(abc.ABC):

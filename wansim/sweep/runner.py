@@ -146,11 +146,14 @@ def _run_pointwise(plan, store, todo, executor, batch_size, bar) -> None:
     size = batch_size or batch_size_for(len(todo), executor.workers)
     points, reps = todo // seeds, todo % seeds
     run_seed = run_seeds(plan.point_hash[points], reps)
+    # batch b takes runs b, b + n, b + 2n, ...: every batch is a cross-section of the grid, so
+    # batches cost about the same whatever the grid order (no long batch left for the end)
+    n_tasks = -(-len(todo) // size)
     tasks = []
-    for start in range(0, len(todo), size):
+    for b in range(n_tasks):
         runs = [
             (int(todo[j]), dataclasses.replace(plan.scenarios[points[j]], seed=int(run_seed[j])))
-            for j in range(start, min(start + size, len(todo)))
+            for j in range(b, len(todo), n_tasks)
         ]
         tasks.append((plan.sweep.engine, runs))
     for batch in executor.imap(run_batch, tasks):

@@ -88,10 +88,24 @@ def cmd_traces_fit(args: argparse.Namespace) -> int:
     from wansim.acceptance.trace import fit_profile, read_trace
 
     frame, meta = read_trace(args.trace)
+    # the rule the trace was measured under (the real path's traces say so in their metadata)
+    verifier = meta.get("verifier", "lossless")
+    if verifier not in ("lossless", "greedy", "typical"):
+        raise WansimInputError(
+            f"{args.trace}: verifier", "must be lossless | greedy | typical", verifier
+        )
+    try:
+        temperature = float(meta.get("temperature", 1.0))
+    except ValueError:
+        raise WansimInputError(
+            f"{args.trace}: temperature", "must be a number", meta["temperature"]
+        ) from None
     profile = fit_profile(
         frame,
         drafter=meta.get("drafter", "unknown"),
         target=meta.get("target", "unknown"),
+        temperature=temperature,
+        verifier=verifier,
         provenance=f"fitted from the trace {args.trace}",
         source="measured",
     )
@@ -240,6 +254,16 @@ def _register_figures(sub) -> None:
 
 
 EXTRA_COMMANDS.append(_register_figures)
+
+
+def _register_calibrate(sub) -> None:
+    """``calibrate`` (wansim.calibrate.cli; torch is imported only when real runs start)."""
+    from wansim.calibrate.cli import register
+
+    register(sub)
+
+
+EXTRA_COMMANDS.append(_register_calibrate)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

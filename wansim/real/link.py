@@ -29,6 +29,7 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 import threading
@@ -313,6 +314,7 @@ def relay_main(spec_json: str, hop: int, host: str, downstream_port: int, record
     Reports ``{"event": "listening", "port": P}`` then, on failure,
     ``{"event": "error", "hop": h, "message": ...}`` over ``conn`` (JSON bytes, no pickle).
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
     spec = LinkSpec.from_json(spec_json)
     try:
         listener = socket.create_server((host, 0))

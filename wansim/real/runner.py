@@ -195,6 +195,14 @@ class Pipeline:
         self.stage_procs, self.relay_procs, self.stage_conns, self.relay_conns = [], [], [], []
         self._started = False
 
+    def abort(self, why: str = "aborted") -> None:
+        """Stop at once (Ctrl-C): kill the processes without waiting for the job to end."""
+        self._broken = why
+        for proc in self.stage_procs + self.relay_procs:
+            with contextlib.suppress(Exception):
+                proc.kill()
+        self.close()
+
     @property
     def stage_pids(self) -> list[int]:
         return [self.pids[f"stage{i}"] for i in range(self.spec.stages)]

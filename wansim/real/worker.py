@@ -22,6 +22,7 @@ import contextlib
 import csv
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -533,6 +534,7 @@ class StageWorker:
 
 def stage_main(cfg_json: str, conn) -> None:
     """Process entry for one stage (see module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
     cfg = StageConfig(**json.loads(cfg_json))
     ctrl = _Ctrl(conn)
     worker = None

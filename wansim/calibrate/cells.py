@@ -1,0 +1,211 @@
+"""A calibration cell's scenario, built from what its real run measured (no torch here).
+
+Everything the simulator sees comes from the run (``measure.decompose``'s per-pass table) or
+from the run's own settings; nothing is tuned to make the engines agree:
+
+- ``stages``, ``model.hidden_size`` (the target's), one request at a time (``concurrency: 1``,
+  closed), ``workload.prompt_tokens`` and ``output_tokens`` as run;
+- ``payload``: the activation bits the real wire carried (32 = fp32 by default), and per
+  forward message ``header_bytes`` = what travels with the activations on every forward hop:
+  the activation frame's 56-byte header, the draft-ids frame sent ahead of it (56 + 4K bytes)
+  and, for lossless sampling, the drafter's K distributions (56 + 4 K V bytes); the return
+  message is the 64-byte verdict frame. (A prefill carries no drafts: the scenario's prefill
+  message is 4K bytes larger than the real one; prefill is not in tokens/s.)
+- ``drafter``: a draft model on ``first_stage``, autoregressive (``parallel: false``), one
+  drafter pass = the measured mean drafting time / K;
+- ``model.stage_compute``: one ``table`` per stage with the measured mean service time (frame
+  in -> frame out: decode, layers, encode, send; stage 0 also its bookkeeping between steps)
+  at n = K + 1 (verify) and n = prompt tokens (prefill);
+- ``network.hops``: per hop the configured latency and bandwidth, and ``empirical`` jitter
+  resampled from the measured achieved delays (``links: measured``, the default), so the link
+  emulator's own error (achieved - scheduled) is in the prediction. The stages' variation
+  around their mean service time rides on the hop into that stage (the return hop for stage 0,
+  with the drafting variation): with one request in flight nothing queues, so a delay before
+  a stage and a longer stage shift the lap alike, and the lap keeps its measured mean and
+  spread (see :func:`hop_jitter_samples` for the one adjustment, which keeps the mean). ``links: configured`` uses the configured latency alone (no jitter): what one would
+  predict without measuring the links;
+- ``drafter.acceptance.profile``: the profile fitted from the run's trace (``profile.yaml``).
+
+Each cell folder holds ``scenario.yaml`` (relative paths to ``profile.yaml`` and the per-hop
+``hop{h}_jitter_ms.txt`` sample files), so ``wansim run DIR/scenario.yaml --engine both``
+reproduces the cell's prediction (same seed, same requests).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from wansim.calibrate.measure import verify_rows
+from wansim.wire import serialise_ms
+
+FRAME_HEADER_BYTES = 56  # wansim.real.frames.HEADER_BYTES
+TOKEN_ID_BYTES = 4
+PROB_BYTES = 4  # fp32 per vocabulary entry
+VERDICT_BYTES = FRAME_HEADER_BYTES + 2 * 4  # header + [accepted, next token] int32
+LINK_MODES = ("measured", "configured")
+
+
+def forward_header_bytes(k: int, verifier: str, vocab: int) -> int:
+    """Bytes that travel with a verify pass's activations on every forward hop."""
+    head = FRAME_HEADER_BYTES + (FRAME_HEADER_BYTES + TOKEN_ID_BYTES * k)
+    if verifier == "lossless" and k > 0:
+        head += FRAME_HEADER_BYTES + PROB_BYTES * k * vocab
+    return head
+
+
+def stage_tables(passes: pd.DataFrame, stages: int) -> list[list[list[float]]]:
+    """Per stage, table points [[n, mean service ms], ...] (verify n = K + 1, prefill n)."""
+    tables = []
+    for i in range(stages):
+        col = f"service{i}_ms"
+        pts = passes.groupby("n_tokens")[col].mean().dropna()
+        tables.append([[float(n), float(ms)] for n, ms in pts.sort_index().items()])
+    return tables
+
+
+def hop_jitter_samples(
+    passes: pd.DataFrame,
+    stages: int,
+    latency_ms: float,
+    bandwidth_mbps: float,
+    forward_bytes: float,
+    return_bytes: float,
+) -> tuple[list[np.ndarray], list[float], float]:
+    """Per hop h, samples J over the verify passes with
+
+        L + ser + J = achieved delay of hop h + the receiving stage's deviation from its mean
+                      service time (+ drafting's deviation from its mean, for stage 0),
+
+    so the hop plus the stage it feeds keep their measured mean and spread. Where a stage's fast
+    passes would make L + J < 0 (its variation exceeds the hop's delay: a busy stage 0 behind a
+    short link), the smallest constant that keeps L + J >= 0 moves from the stage's mean service
+    time (down to its fastest pass) and then from the mean drafting time (down to its fastest)
+    into J: the lap's mean is unchanged. Returns (samples per hop, ms moved out of each stage's
+    verify-pass service, ms moved out of the drafting time)."""
+    v = verify_rows(passes)
+    samples, from_stage, from_draft = [], [0.0] * stages, 0.0
+    for h in range(stages):
+        dst = (h + 1) % stages
+        size = return_bytes if h == stages - 1 else forward_bytes
+        ser = float(serialise_ms(size, bandwidth_mbps))
+        svc = v[f"service{dst}_ms"]
+        dev = svc - svc.mean()
+        if dst == 0:
+            dev = dev + v["draft_ms"] - v["draft_ms"].mean()
+        j = (v[f"hop{h}_ms"] - latency_ms - ser + dev).to_numpy(float)
+        need = max(0.0, -float(np.min(latency_ms + j)))
+        if need > 0:
+            from_stage[dst] = min(need, float(svc.mean() - svc.min()))
+            if dst == 0:
+                from_draft = need - from_stage[dst]
+            j = j + need
+        samples.append(j)
+    return samples, from_stage, from_draft
+
+
+def build_cell(
+    cell_dir: Path,
+    passes: pd.DataFrame,
+    profile_path: str | None,
+    *,
+    stages: int,
+    latency_ms: float,
+    bandwidth_mbps: float,
+    k: int,
+    verifier: str,
+    activation_bits: int,
+    hidden_size: int,
+    vocab_size: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    des_requests: int,
+    seed: int,
+    links: str = "measured",
+    name: str = "calibration-cell",
+) -> dict:
+    """Write the cell's scenario (and its sample files, the profile copy) and return the raw
+    scenario mapping (module docstring: what comes from where)."""
+    from wansim.wire import activation_bytes_per_token
+
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    v = verify_rows(passes)
+    header = forward_header_bytes(k, verifier, vocab_size)
+    fwd = header + (k + 1) * float(activation_bytes_per_token(hidden_size, activation_bits))
+    tables = stage_tables(passes, stages)
+    hops = [{} for _ in range(stages)]
+    draft_moved = 0.0
+    if links == "measured":
+        samples, from_stage, from_draft = hop_jitter_samples(
+            passes, stages, latency_ms, bandwidth_mbps, fwd, VERDICT_BYTES
+        )
+        for i, moved in enumerate(from_stage):  # only the verify point: the samples' passes
+            tables[i] = [[n, ms - moved if n == k + 1 else ms] for n, ms in tables[i]]
+        draft_moved = from_draft
+        for h, j in enumerate(samples):
+            fname = f"hop{h}_jitter_ms.txt"
+            text = "\n".join(repr(float(x)) for x in j)
+            (cell_dir / fname).write_text(
+                f"# hop {h}: achieved delay - {latency_ms:g} ms latency - serialisation, plus the "
+                f"receiving stage's service deviation from its mean ({len(j)} verify passes)\n"
+                + text
+                + "\n"
+            )
+            hops[h] = {"jitter": {"kind": "empirical", "samples_file": fname}}
+    draft_total = float(v["draft_ms"].mean()) - draft_moved if k > 0 else 0.0
+    raw: dict = {
+        "name": name,
+        "seed": int(seed),
+        "stages": int(stages),
+        "model": {
+            "hidden_size": int(hidden_size),
+            "compute": {"kind": "table", "points": [list(pt) for pt in tables[0]]},
+            "stage_compute": [{"kind": "table", "points": t} for t in tables],
+        },
+        "network": {
+            "latency_ms": float(latency_ms),
+            "bandwidth_mbps": float(bandwidth_mbps),
+            "jitter": {"kind": "none"},
+            "loss_rate": 0.0,
+            "hops": hops,
+        },
+        "payload": {
+            "activation_bits": int(activation_bits),
+            "header_bytes": int(header),
+            "return_bytes": int(VERDICT_BYTES),
+        },
+        "workload": {
+            "requests": int(des_requests),
+            "concurrency": 1,
+            "prompt_tokens": int(prompt_tokens),
+            "output_tokens": int(output_tokens),
+            "arrival": "closed",
+        },
+        "schedule": {"kind": "sync"},
+    }
+    if k > 0:
+        prof = Path(profile_path)
+        (cell_dir / "profile.yaml").write_text(prof.read_text())
+        raw["drafter"] = {
+            "kind": "draft_model",
+            "placement": "first_stage",
+            "parallel": False,
+            "draft_ms": draft_total / k,
+            "acceptance": {"profile": "profile.yaml"},
+        }
+        raw["speculation"] = {"policy": "chain", "k": int(k), "verifier": verifier}
+    else:
+        raw["drafter"] = {"kind": "draft_model", "placement": "first_stage", "draft_ms": 0.0}
+        raw["speculation"] = {"policy": "none", "verifier": verifier}
+    comment = (
+        f"# Calibration cell: {stages} stages, {latency_ms:g} ms per hop, K={k}, {verifier}.\n"
+        "# Built by `wansim calibrate` from the real run's measurements (see\n"
+        "# wansim/calibrate/cells.py): per-stage mean service times, measured hop delays as\n"
+        f"# empirical jitter ({links} links), drafting time, fitted acceptance profile.\n"
+        "# Re-run: wansim run scenario.yaml --engine both\n"
+    )
+    (cell_dir / "scenario.yaml").write_text(comment + yaml.safe_dump(raw, sort_keys=False))
+    return raw

@@ -1,0 +1,136 @@
+"""``wansim calibrate`` command line (registered through ``wansim.cli.EXTRA_COMMANDS``).
+
+    wansim calibrate [--quick] [--stages 2,4] [--latency-ms 5,20] [--k 2,4] [--prompts N]
+                     [--tokens N] [--verifier greedy|lossless] [--out DIR] [--json]
+
+Progress goes to stderr; the table (or, with ``--json``, one JSON object
+``{"cells": [...], "summary": {...}}``) to stdout. Ctrl-C keeps the finished cells (printed,
+and in ``OUT/calibration.json``) and exits 130. Bad input: one line naming the flag, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from wansim.errors import WansimInputError
+
+
+def _list(flag: str, text: str, kind: type) -> tuple:
+    try:
+        values = tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        what = "integers" if kind is int else "numbers"
+        raise WansimInputError(flag, f"must be comma-separated {what}", text) from None
+    if not values:
+        raise WansimInputError(flag, "needs at least one value", text)
+    return values
+
+
+def _int(flag: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise WansimInputError(flag, "must be an integer", text) from None
+
+
+def _float(flag: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise WansimInputError(flag, "must be a number", text) from None
+
+
+def settings_from_args(args: argparse.Namespace):
+    from wansim.calibrate.run import FULL, QUICK, Settings
+
+    size = QUICK if args.quick else FULL
+    verifier = args.verifier
+    temperature = (
+        _float("--temperature", args.temperature)
+        if args.temperature is not None
+        else (1.0 if verifier == "lossless" else 0.0)
+    )
+    kw = {
+        "stages": _list("--stages", args.stages, int),
+        "latencies_ms": _list("--latency-ms", args.latency_ms, float),
+        "ks": _list("--k", args.k, int),
+        "prompts": _int("--prompts", args.prompts) if args.prompts else size["prompts"],
+        "tokens": _int("--tokens", args.tokens) if args.tokens else size["tokens"],
+        "prompt_tokens": _int("--prompt-tokens", args.prompt_tokens),
+        "verifier": verifier,
+        "temperature": temperature,
+        "bandwidth_mbps": _float("--bandwidth-mbps", args.bandwidth_mbps),
+        "activation_bits": _int("--bits", args.bits),
+        "des_requests": _int("--des-requests", args.des_requests),
+        "links": args.links,
+        "out": args.out,
+        "seed": _int("--seed", args.seed),
+    }
+    if args.target:
+        kw["target_dir"] = args.target
+    if args.drafter:
+        kw["drafter_dir"] = args.drafter
+    return Settings(**kw)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from wansim.calibrate.run import check_settings, format_table, print_progress, run_calibration
+
+    settings = settings_from_args(args)
+    check_settings(settings)
+    from wansim.calibrate.run import CellError
+    from wansim.real.errors import PipelineError
+
+    progress = None if args.quiet else print_progress
+    try:
+        result = run_calibration(settings, progress)
+    except (KeyboardInterrupt, PipelineError, CellError) as err:
+        result = getattr(err, "result", None)
+        if result is not None and result["cells"]:
+            print(json.dumps(result) if args.json else format_table(result), flush=True)
+        if isinstance(err, KeyboardInterrupt):
+            print("interrupted", file=sys.stderr)
+            return 130
+        print(f"calibrate failed: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(result) if args.json else format_table(result))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="real staged runs vs the DES and the analytical engine (tokens/s, lap p50/p99)",
+        description="Run a matrix of real pipeline runs (the tiny pair by default) through "
+        "emulated WAN links, predict each cell with both engines from its own measurements "
+        "(per-stage compute tables, fitted acceptance profile, measured hop delays) and report "
+        "real vs predicted with the relative errors.",
+    )
+    p.add_argument("--quick", action="store_true", help="8 prompts x 64 tokens (default 16 x 128)")
+    p.add_argument("--stages", default="2,4", help="pipeline depths (default 2,4)")
+    p.add_argument(
+        "--latency-ms", default="5,20", help="one-way latency per hop, ms (default 5,20)"
+    )
+    p.add_argument("--k", default="2,4", help="drafts per verify pass (default 2,4; 0 = none)")
+    p.add_argument("--prompts", default=None, help="prompts per cell")
+    p.add_argument("--tokens", default=None, help="new tokens per prompt")
+    p.add_argument("--prompt-tokens", default="64", help="prompt length in tokens (default 64)")
+    p.add_argument("--verifier", default="greedy", help="greedy | lossless (default greedy)")
+    p.add_argument("--temperature", default=None, help="sampling temperature (lossless; default 1)")
+    p.add_argument("--bandwidth-mbps", default="1000", help="link bandwidth, Mbit/s (default 1000)")
+    p.add_argument("--bits", default="32", help="activation bits on the wire (default 32)")
+    p.add_argument(
+        "--links",
+        default="measured",
+        help="measured (default): hops resample their measured delays; configured: latency only",
+    )
+    p.add_argument("--des-requests", default="2000", help="requests per DES run (default 2000)")
+    p.add_argument("--target", default=None, help="target checkpoint dir (default tiny-target)")
+    p.add_argument("--drafter", default=None, help="drafter checkpoint dir (default tiny-drafter)")
+    p.add_argument("--seed", default="0")
+    p.add_argument("--out", default="out/calibrate", help="output dir (default out/calibrate)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_calibrate)

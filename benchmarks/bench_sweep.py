@@ -2,26 +2,34 @@
 
 Sweep: the reference scenario with K 1..10 (last measured rate held beyond 7) x per-hop latency
 (10 values, 1-200 ms) x pipeline depth (2, 4, ..., 20 stages) = 1,000 points, one seed each;
-every run is 10 requests x 1,000 output tokens (~10k committed tokens). Timed end to end as a
-user sees it (`run_sweep`: validation of every point, pool start-up, runs, shards, final table).
+every run is 10 requests x 1,000 output tokens (~10k committed tokens).
 
-Runs, in this order, in the same process: the local pool with ``--workers`` workers (default: the
-CPUs), then one worker (in-process, no pool), optionally the Dask backend (``--dask``). The
-tables must be identical (determinism across backends and worker counts is checked for free).
-``--sample N`` times the one-worker baseline on the first N points only and scales it (use it when
-the full baseline takes too long; the speed-up is then an estimate, and says so).
+1. Wall time: the whole sweep as a user runs it (`run_sweep`, local pool of ``--workers``
+   processes: validation of every point, pool start-up, runs, shards, final table).
+2. Speed-up over one worker, paired: these machines are shared and their load changes by the
+   minute, so one long pool run followed by one long single-worker run compares different
+   machines. Instead the sweep is cut into its 10 latency slices (100 points each) and every
+   slice runs on the pool (kept warm across slices) and on one worker (in-process) back to back,
+   alternating which goes first; speed-up = total one-worker time / total pool time (the pool's
+   one-off start-up is reported separately), with the per-slice ratios' median and range.
+3. ``--dask``: the whole sweep again on a Dask LocalCluster with the same worker count.
 
-The machine's 1-minute load average before and after is printed too: these machines are shared,
-and a load above the core count inflates both times (the speed-up less so).
+Also printed: the pool workers' CPU seconds during step 1 and the share of its cores the pool got
+(CPU / (wall x workers)): below ~0.9 other processes were taking the cores.
 
-Run: .venv/bin/python benchmarks/bench_sweep.py [--workers 2] [--dask] [--sample N]
+Every table must equal the first one (determinism across backends, worker counts and slicing is
+checked for free). The machine's 1-minute load average before and after is printed.
+
+Run: .venv/bin/python benchmarks/bench_sweep.py [--workers 2] [--dask]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from wansim.sweep import parse_sweep, run_sweep
-from wansim.sweep.executors import default_workers
+from wansim.sweep.executors import LocalExecutor, default_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = {
@@ -44,59 +52,88 @@ FIXED = {
 }
 
 
-def sweep(points: int | None = None):
-    grid = dict(GRID)
-    if points is not None:  # a sub-grid: the first `points` latency x depth cells at every K
-        grid["stages"] = grid["stages"][: max(1, points // 100)]
-    raw = {"base": "scenarios/v4pro-dspark-10stage-wan.yaml", "engine": "des", "grid": grid}
-    raw["set"] = FIXED
+def sweep(grid: dict | None = None):
+    raw = {
+        "name": "bench-1000",
+        "base": "scenarios/v4pro-dspark-10stage-wan.yaml",
+        "engine": "des",
+        "grid": grid or GRID,
+        "set": FIXED,
+    }
     return parse_sweep(raw, ROOT)
 
 
-def timed(spec, out: Path, **kw) -> tuple[float, object]:
+def timed(spec, out: Path, **kw):
     start = time.perf_counter()
     outcome = run_sweep(spec, out, overwrite=True, progress=False, **kw)
-    return time.perf_counter() - start, outcome
+    return time.perf_counter() - start, outcome.table
+
+
+def comparable(table: pd.DataFrame) -> pd.DataFrame:
+    keys = list(GRID)
+    return table.drop(columns=["point"]).sort_values(keys).reset_index(drop=True)
 
 
 def main() -> dict:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--dask", action="store_true", help="also time the Dask backend")
-    parser.add_argument("--sample", type=int, help="points for the one-worker baseline")
     args = parser.parse_args()
-    spec = sweep()
     result: dict = {"points": 1000, "tokens_per_run": 10 * 1000, "workers": args.workers}
     result["load_average_before"] = round(os.getloadavg()[0], 2)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        wall, pool = timed(spec, tmp / "pool", workers=args.workers)
-        assert len(pool.table) == 1000
-        result["pool_wall_s"] = round(wall, 1)
-        result["pool_runs_per_s"] = round(1000 / wall, 2)
-        if args.sample:
-            sub = sweep(args.sample)
-            serial_wall, serial = timed(sub, tmp / "serial", workers=1)
-            n = serial.plan.n_points
-            merged = pool.table.merge(serial.table.drop(columns=["point"]), how="inner")
-            assert len(merged) == n  # same metrics, bit for bit, at the shared points
-            result["one_worker_wall_s"] = round(serial_wall * 1000 / n, 1)
-            result["one_worker_basis"] = f"{n} points, scaled to 1000 (estimate)"
-        else:
-            serial_wall, serial = timed(spec, tmp / "serial", workers=1)
-            pd.testing.assert_frame_equal(serial.table, pool.table)
-            result["one_worker_wall_s"] = round(serial_wall, 1)
-            result["one_worker_basis"] = "all 1000 points"
-        result["speed_up"] = round(result["one_worker_wall_s"] / wall, 2)
+        cpu0 = os.times()
+        wall, full = timed(sweep(), tmp / "full", workers=args.workers)
+        cpu1 = os.times()  # the pool's workers are reaped children by now
+        worker_cpu = (cpu1.children_user + cpu1.children_system) - (
+            cpu0.children_user + cpu0.children_system
+        )
+        assert len(full) == math.prod(len(v) for v in GRID.values())
+        result["sweep_wall_s"] = round(wall, 1)
+        result["sweep_runs_per_s"] = round(1000 / wall, 2)
+        # how much of its cores the pool got: worker CPU seconds / (wall x workers)
+        result["sweep_worker_cpu_s"] = round(worker_cpu, 1)
+        result["sweep_core_share"] = round(worker_cpu / (wall * args.workers), 2)
+
+        start = time.perf_counter()
+        pool = LocalExecutor(args.workers)
+        list(pool.imap(os.getpid, [()] * (4 * args.workers)))  # start every worker
+        startup = time.perf_counter() - start
+        pool_total = 0.0
+        one_total = 0.0
+        ratios = []
+        slices = []
+        try:
+            for i, latency in enumerate(GRID["network.latency_ms"]):
+                spec = sweep({**GRID, "network.latency_ms": [latency]})
+                order = ["pool", "one"] if i % 2 == 0 else ["one", "pool"]
+                took = {}
+                for which in order:
+                    if which == "pool":
+                        took[which], table = timed(spec, tmp / "p", executor=pool)
+                    else:
+                        took[which], table = timed(spec, tmp / "o", workers=1)
+                    slices.append(table)
+                pool_total += took["pool"]
+                one_total += took["one"]
+                ratios.append(took["one"] / took["pool"])
+        finally:
+            pool.close()
+        merged = pd.concat(slices[::2], ignore_index=True)
+        pd.testing.assert_frame_equal(comparable(merged), comparable(full))
+        merged = pd.concat(slices[1::2], ignore_index=True)
+        pd.testing.assert_frame_equal(comparable(merged), comparable(full))
+        result["paired_pool_s"] = round(pool_total, 1)
+        result["paired_one_worker_s"] = round(one_total, 1)
+        result["pool_start_up_s"] = round(startup, 2)
+        result["speed_up"] = round(one_total / pool_total, 2)
+        result["speed_up_per_slice_median"] = round(statistics.median(ratios), 2)
+        result["speed_up_per_slice_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
         if args.dask:
-            dask_wall, dask = timed(spec, tmp / "dask", backend="dask", workers=args.workers)
-            pd.testing.assert_frame_equal(dask.table, pool.table)
-            result["dask_wall_s"] = round(dask_wall, 1)
-        tokens_per_s = pool.table["tokens_per_s"]
-        result["sanity_tokens_per_s_range"] = [
-            round(float(tokens_per_s.min()), 2),
-            round(float(tokens_per_s.max()), 2),
-        ]
+            dask_wall, dask = timed(sweep(), tmp / "dask", backend="dask", workers=args.workers)
+            pd.testing.assert_frame_equal(dask, full)
+            result["dask_sweep_wall_s"] = round(dask_wall, 1)
     result["load_average_after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result, indent=2))
     return result

@@ -17,11 +17,16 @@ import os
 import signal
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from wansim.errors import WansimInputError
 
 BACKENDS = ("local", "dask")
+
+
+class SweepRunError(Exception):
+    """A run failed or a worker was lost (not bad input). Finished work is kept."""
 
 
 def default_workers() -> int:
@@ -92,7 +97,15 @@ class LocalExecutor(Executor):
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    yield fut.result()
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:
+                        raise SweepRunError(
+                            "a worker process died (killed, out of memory, or the main script"
+                            " cannot be re-imported by a worker: run sweeps from a file or"
+                            " `wansim sweep`)"
+                        ) from None
+                    yield result
         finally:
             for fut in pending:
                 fut.cancel()

@@ -17,7 +17,13 @@ import numpy as np
 import pandas as pd
 
 from wansim.errors import WansimInputError
-from wansim.sweep.executors import Executor, batch_size_for, check_options, make_executor
+from wansim.sweep.executors import (
+    Executor,
+    SweepRunError,
+    batch_size_for,
+    check_options,
+    make_executor,
+)
 from wansim.sweep.progress import Progress
 from wansim.sweep.spec import (
     Plan,
@@ -32,10 +38,6 @@ from wansim.sweep.spec import (
 )
 from wansim.sweep.store import ResultStore
 from wansim.sweep.worker import run_batch
-
-
-class SweepRunError(Exception):
-    """A run failed (not bad input: a crash in an engine). Finished work is kept."""
 
 
 @dataclasses.dataclass

@@ -69,6 +69,12 @@ def timed(spec, out: Path, **kw):
     return time.perf_counter() - start, outcome.table
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def comparable(table: pd.DataFrame) -> pd.DataFrame:
     keys = list(GRID)
     return table.drop(columns=["point"]).sort_values(keys).reset_index(drop=True)
@@ -83,12 +89,14 @@ def main() -> dict:
     result["load_average_before"] = round(os.getloadavg()[0], 2)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        cpu0 = os.times()
-        wall, full = timed(sweep(), tmp / "full", workers=args.workers)
-        cpu1 = os.times()  # the pool's workers are reaped children by now
-        worker_cpu = (cpu1.children_user + cpu1.children_system) - (
-            cpu0.children_user + cpu0.children_system
-        )
+        start = time.perf_counter()
+        first_pool = LocalExecutor(args.workers)  # created inside the timing, as run_sweep does
+        try:
+            _, full = timed(sweep(), tmp / "full", executor=first_pool)
+            wall = time.perf_counter() - start
+            worker_cpu = sum(cpu_seconds(pid) for pid in first_pool.pool._processes)
+        finally:
+            first_pool.close()
         assert len(full) == math.prod(len(v) for v in GRID.values())
         result["sweep_wall_s"] = round(wall, 1)
         result["sweep_runs_per_s"] = round(1000 / wall, 2)

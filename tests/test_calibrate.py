@@ -376,6 +376,18 @@ def test_calibrate_reduced_matrix(run_cli, tmp_path):
     for cell in result["cells"]:
         assert f"P{cell['stages']}-L5-K{cell['k']}" in table
     assert "within 5%" in table and "link emulator error" in table
+
+    # --reuse: the recorded cells predicted again without real runs (same seed: same numbers)
+    code, again_out, err = run_cli(
+        "calibrate", "--reuse", out, "--out", tmp_path / "again", "--json", "--quiet"
+    )
+    assert code == 0, err
+    again = json.loads(again_out)
+    assert [c["real"] for c in again["cells"]] == [c["real"] for c in result["cells"]]
+    assert [c["des"]["tokens_per_s"] for c in again["cells"]] == [
+        c["des"]["tokens_per_s"] for c in result["cells"]
+    ]
+    assert again["summary"]["reused_from"] == str(out)
     print(f"\nreduced calibration: {seconds:.1f} s")
 
 
@@ -428,10 +440,10 @@ def test_ctrl_c_keeps_finished_cells(tmp_path):
     out = tmp_path / "cal"
     cmd = [
         sys.executable, "-m", "wansim", "calibrate",
-        "--stages", "2", "--latency-ms", "0", "--k", "2,4",
-        "--prompts", "3", "--tokens", "160", "--out", str(out), "--json",
+        "--stages", "2", "--latency-ms", "0", "--k", "2,3,4",
+        "--prompts", "2", "--tokens", "96", "--out", str(out), "--json",
     ]  # fmt: skip
-    # a cell takes seconds; the second is interrupted as soon as the first lands
+    # a cell takes about a second; the second is interrupted as soon as the first lands
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env

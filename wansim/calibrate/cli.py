@@ -63,9 +63,9 @@ def settings_from_args(args: argparse.Namespace):
         "temperature": temperature,
         "bandwidth_mbps": _float("--bandwidth-mbps", args.bandwidth_mbps),
         "activation_bits": _int("--bits", args.bits),
-        "des_requests": _int("--des-requests", args.des_requests),
-        "links": args.links,
-        "out": args.out,
+        "des_requests": _int("--des-requests", args.des_requests or "2000"),
+        "links": args.links or "measured",
+        "out": args.out or "out/calibrate",
         "seed": _int("--seed", args.seed),
     }
     if args.target:
@@ -78,12 +78,23 @@ def settings_from_args(args: argparse.Namespace):
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from wansim.calibrate.run import check_settings, format_table, print_progress, run_calibration
 
-    settings = settings_from_args(args)
-    check_settings(settings)
-    from wansim.calibrate.run import CellError
+    if not args.reuse:
+        settings = settings_from_args(args)
+        check_settings(settings)
+    from wansim.calibrate.run import CellError, recalibrate
     from wansim.real.errors import PipelineError
 
     progress = None if args.quiet else print_progress
+    if args.reuse:
+        result = recalibrate(
+            args.reuse,
+            out=args.out,
+            links=args.links,
+            des_requests=_int("--des-requests", args.des_requests) if args.des_requests else None,
+            progress=progress,
+        )
+        print(json.dumps(result) if args.json else format_table(result))
+        return 0
     try:
         result = run_calibration(settings, progress)
     except (KeyboardInterrupt, PipelineError, CellError) as err:
@@ -123,14 +134,21 @@ def register(sub) -> None:
     p.add_argument("--bits", default="32", help="activation bits on the wire (default 32)")
     p.add_argument(
         "--links",
-        default="measured",
+        default=None,
         help="measured (default): hops resample their measured delays; configured: latency only",
     )
-    p.add_argument("--des-requests", default="2000", help="requests per DES run (default 2000)")
+    p.add_argument("--des-requests", default=None, help="requests per DES run (default 2000)")
     p.add_argument("--target", default=None, help="target checkpoint dir (default tiny-target)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint dir (default tiny-drafter)")
     p.add_argument("--seed", default="0")
-    p.add_argument("--out", default="out/calibrate", help="output dir (default out/calibrate)")
+    p.add_argument("--out", default=None, help="output dir (default out/calibrate)")
+    p.add_argument(
+        "--reuse",
+        metavar="DIR",
+        default=None,
+        help="predict a finished calibration's recorded cells again (no real runs; writes to "
+        "--out, default DIR itself)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_calibrate)

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -37,7 +38,17 @@ VERIFIERS = ("greedy", "lossless")
 LINK_MODES = ("measured", "configured")
 BITS = (32, 16, 8, 4, 3)
 MAX_K = 64
-COMPARED = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tau")
+COMPARED = ("tokens_per_s", "pooled_tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tau")
+
+
+def pooled_rate(metrics: dict) -> float | None:
+    """1e3 tau / lap_ms_mean: all decode tokens over all decode time (renewal reward; exactly
+    that ratio for the real run and the DES). Unlike ``tokens_per_s`` (a mean of per-request
+    rates) it does not depend on how the lap times spread over the requests."""
+    tau, lap = metrics.get("tau"), metrics.get("lap_ms_mean")
+    return 1e3 * tau / lap if tau and lap else None
+
+
 QUICK = {"prompts": 8, "tokens": 64}
 FULL = {"prompts": 16, "tokens": 128}
 TARGET_ERROR = 0.05
@@ -193,8 +204,10 @@ def evaluate_cell(
     lat: float,
     k: int,
     phase1_summary: dict | None = None,
+    load_avg: tuple[float, float] | None = None,
 ) -> dict:
-    """Real metrics, scenario and predictions of one cell (the real run already done)."""
+    """Real metrics, scenario and predictions of one cell (the real run already done);
+    ``load_avg``: the machine's 1-minute load average before and after the real run."""
     from wansim.calibrate.cells import build_cell
     from wansim.calibrate.measure import emulator_accuracy, phase1_differences, real_metrics
 
@@ -206,6 +219,16 @@ def evaluate_cell(
     real["stage_service_ms_mean"] = [float(v[f"service{i}_ms"].mean()) for i in range(p)]
     real["emulator_error_ms"] = emulator_accuracy(passes, p)
     real["hop_ms_mean"] = [float(v[f"hop{h}_ms"].mean()) for h in range(p)]
+    # the engines assume every request sees the same lap distribution; a machine whose load
+    # changes during the cell breaks that (tokens_per_s is a mean of per-request rates)
+    per_request = v.groupby("prompt_index")["lap_ms"].mean().to_numpy(float)
+    real["request_lap_ms_mean"] = {
+        "min": float(per_request.min()),
+        "max": float(per_request.max()),
+        "cv": float(per_request.std(ddof=1) / per_request.mean()) if len(per_request) > 1 else 0.0,
+    }
+    if load_avg is not None:
+        real["load_avg_1min"] = list(load_avg)
     if phase1_summary is not None:
         real["phase1_summary"] = phase1_differences(phase1_summary, real)
     cell_args = {
@@ -226,9 +249,11 @@ def evaluate_cell(
     }
     build_cell(cell_dir, passes, profile_path, **cell_args)
     pred = predict(cell_dir / "scenario.yaml")
+    real["pooled_tokens_per_s"] = pooled_rate(real)
     cell = {"stages": p, "latency_ms": lat, "k": k, "real": real}
     for engine in ("des", "analytical"):
         m = pred[engine]
+        m["pooled_tokens_per_s"] = pooled_rate(m)
         m["error"] = {key: relative_error(m.get(key), real.get(key)) for key in COMPARED}
         m["scenario"] = str(cell_dir / "scenario.yaml")
         cell[engine] = m
@@ -276,6 +301,13 @@ def summarize(cells: list[dict], settings: Settings, seconds: float, complete: b
             }
         tps = [abs(c[engine]["error"]["tokens_per_s"]) for c in cells]
         per["tokens_per_s_within_5pct"] = f"{sum(e <= TARGET_ERROR for e in tps)}/{len(tps)}"
+        inside = [
+            lo <= c[engine]["tokens_per_s"] <= hi
+            for c in cells
+            for lo, hi in [c["real"]["tokens_per_s_ci95"]]
+            if lo == lo  # NaN with a single prompt
+        ]
+        per["tokens_per_s_inside_real_ci95"] = f"{sum(inside)}/{len(inside)}"
         conf = [
             c[engine]["configured_links"]["tokens_per_s"]["error"]
             for c in cells
@@ -406,6 +438,7 @@ def recalibrate(
                     lat,
                     k,
                     phase1_summary=phase1,
+                    load_avg=c["real"].get("load_avg_1min"),
                 )
             except WansimInputError as err:
                 raise CellError(f"cell {name}: its recorded scenario is invalid: {err}") from err
@@ -459,8 +492,10 @@ def _run_pipeline(settings, target_cfg, prompts, p, lat, cells, total, t0, say, 
                 max_new_tokens=settings.tokens,
                 seed=settings.seed,
             )
+            load0 = os.getloadavg()[0]
             res = pipe.generate(prompts, decode, name=f"k{k}")
             t_real = time.perf_counter() - t_cell
+            load = (round(load0, 2), round(os.getloadavg()[0], 2))
             raw = read_raw(run_dir / "raw", p)
             passes = decompose(res.steps, raw, p)
             try:
@@ -474,6 +509,7 @@ def _run_pipeline(settings, target_cfg, prompts, p, lat, cells, total, t0, say, 
                     lat,
                     k,
                     phase1_summary=res.summary,
+                    load_avg=load,
                 )
             except WansimInputError as err:
                 raise CellError(
@@ -537,20 +573,30 @@ def format_table(result: dict) -> str:
             f"{r['lap_ms_p99']:>7.1f} {pe(d, 'lap_ms_p99', 13)} {pe(a, 'lap_ms_p99', 13)} | "
             f"{r['tau']:>5.2f} {d['tau']:>5.2f} | {emu['p50']:>6.2f}/{emu['p99']:<6.2f} ms"
         )
-    lines.append("")
+    lines += [
+        "",
+        "relative error, median |err| / worst (cell):",
+        f"{'':<11} {'tokens/s':>27} {'pooled tokens/s':>27} {'lap p50':>27} {'lap p99':>27} "
+        f"{'tau':>27}  within 5%  in real CI",
+    ]
     for engine in ("des", "analytical"):
         e = s[engine]
-        parts = []
+        row = f"{engine:<11}"
         for key in COMPARED:
             if key in e:
-                parts.append(
-                    f"{key} median |err| {100 * e[key]['median_abs']:.1f}%, worst "
-                    f"{100 * e[key]['worst']:+.1f}% ({e[key]['worst_cell']})"
+                txt = (
+                    f"{100 * e[key]['median_abs']:.1f}% / {100 * e[key]['worst']:+.1f}% "
+                    f"({e[key]['worst_cell']})"
                 )
-        lines.append(
-            f"{engine}: tokens/s within 5% in {e['tokens_per_s_within_5pct']} cells; "
-            + "; ".join(parts)
-        )
+            else:
+                txt = "-"
+            row += f" {txt:>27}"
+        row += f"  {e['tokens_per_s_within_5pct']:>9}  {e['tokens_per_s_inside_real_ci95']:>10}"
+        lines.append(row)
+    lines.append(
+        "(tokens/s: mean over requests of each one's rate; pooled: all decode tokens / all "
+        "decode time = tau / mean lap; real CI: 95% over the real run's prompts)"
+    )
     conf = s["analytical"].get("configured_links_tokens_per_s")
     if conf:
         lines.append(

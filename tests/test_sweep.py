@@ -374,3 +374,44 @@ def test_a_crashing_run_stops_the_sweep_and_keeps_finished_work(tmp_path, monkey
     monkeypatch.setattr(worker, "run_one", real)
     out = run_sweep(sweep, tmp_path / "o", resume=True, workers=1, progress=False)
     assert (out.reused, out.computed) == (1, 11)
+
+
+def test_ctrl_c_keeps_finished_work(tmp_path):
+    """A real ``wansim sweep`` process gets SIGINT mid-run: exit 130, finished batches kept."""
+    import glob
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    # the analytical engine per point with jitter (~0.1 s per run: lap distribution by FFT)
+    sweep = write_sweep(
+        tmp_path,
+        grid={"speculation.k": list(range(1, 8)), "network.latency_ms": [5, 10, 20, 40, 80, 160]},
+        vectorize=False,
+    )
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "wansim", "sweep", sweep, "--out", str(out), "--quiet"]
+    cmd += ["--workers", "2", "--batch-size", "1"]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(str(out / "parts" / "part-*.parquet")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted: finished runs are kept in" in err and "Traceback" not in err
+    kept = len(glob.glob(str(out / "parts" / "part-*.parquet")))
+    assert 1 <= kept < 42 and not (out / "results.parquet").exists()
+    done = run_sweep(sweep, out, resume=True, workers=1, progress=False)
+    assert (done.reused, done.computed) == (kept, 42 - kept)

@@ -11,10 +11,12 @@ standard library's ``ProcessPoolExecutor``, the Dask backend is ``dask.distribut
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import multiprocessing
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -75,6 +77,18 @@ class SerialExecutor(Executor):
 def _ignore_sigint() -> None:
     # Ctrl-C is the parent's to handle: it keeps finished work and stops the pool
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class LocalExecutor(Executor):
@@ -149,13 +163,16 @@ class DaskExecutor(Executor):
             self.workers = max(1, sum(self.client.nthreads().values()))
             self.name = f"dask@{scheduler}"
         else:
-            self.cluster = LocalCluster(
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,
-                silence_logs=logging.ERROR,
-            )
+            # the worker processes start with SIGINT ignored (inherited through exec): Ctrl-C
+            # in a terminal reaches the whole process group, and it is the parent's to handle
+            with _sigint_ignored():
+                self.cluster = LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
+                )
             self.client = Client(self.cluster)
             self.workers = workers
 

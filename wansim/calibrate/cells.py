@@ -207,5 +207,6 @@ def build_cell(
         f"# empirical jitter ({links} links), drafting time, fitted acceptance profile.\n"
         "# Re-run: wansim run scenario.yaml --engine both\n"
     )
-    (cell_dir / "scenario.yaml").write_text(comment + yaml.safe_dump(raw, sort_keys=False))
+    text = yaml.safe_dump(raw, sort_keys=False, default_flow_style=None)
+    (cell_dir / "scenario.yaml").write_text(comment + text)
     return raw

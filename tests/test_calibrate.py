@@ -2,8 +2,9 @@
 
 Torch-free parts (input errors, the real-metric definitions, the scenario built from
 measurements) run everywhere; the real runs need torch (marker ``real``): a reduced matrix in
-the default suite (3 prompts x 32 tokens, 2 and 3 stages), Ctrl-C keeping finished cells, and
-the full ``--quick`` matrix under ``-m slow`` (where the 5% target is checked).
+the default suite (3 prompts x 32 tokens, 2 and 3 stages), an interrupt keeping finished cells,
+and under ``-m slow`` a real SIGINT to the command and the full ``--quick`` matrix (where the 5%
+target is checked).
 """
 
 from __future__ import annotations
@@ -433,6 +434,39 @@ def test_real_trace_loads_as_a_profile_wansim_run_accepts(run_cli, tmp_path):
 
 
 @pytest.mark.real
+def test_interrupt_keeps_finished_cells(run_cli, tmp_path, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt) right after the first cell's progress line: exit 130, the
+    finished cell printed and kept in calibration.json (complete: false), the pipeline's
+    processes gone. (The same through a real SIGINT to a subprocess: the slow test below.)"""
+    pytest.importorskip("torch")
+    import multiprocessing
+
+    import wansim.calibrate.run as cal
+
+    def interrupt_after_first_cell(msg: str) -> None:
+        if msg.startswith("[1/"):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cal, "print_progress", interrupt_after_first_cell)
+    out = tmp_path / "cal"
+    code, stdout, err = run_cli(
+        "calibrate", "--stages", "2", "--latency-ms", "0", "--k", "2,4",
+        "--prompts", "2", "--tokens", "24", "--out", out, "--json",
+    )  # fmt: skip
+    assert code == 130
+    assert "interrupted" in err
+    kept = json.loads((out / "calibration.json").read_text())
+    assert kept["summary"]["complete"] is False
+    assert [c["k"] for c in kept["cells"]] == [2]
+    assert json.loads(stdout)["cells"] == kept["cells"]
+    assert (out / "cells" / "P2-L0-K2" / "scenario.yaml").is_file()
+    assert not (out / "cells" / "P2-L0-K4").exists()
+    stages = [c for c in multiprocessing.active_children() if c.name.startswith("wansim-")]
+    assert stages == []
+
+
+@pytest.mark.real
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_cells(tmp_path):
     """SIGINT after the first cell: exit 130, the finished cell printed and kept in
     calibration.json (complete: false), no stage process left behind."""

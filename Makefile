@@ -8,7 +8,7 @@ REF    := scenarios/v4pro-dspark-10stage-wan.yaml
 # pytest workers: both cores by default; PYTEST_WORKERS=0 runs serially.
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-slow figures bench lint format clean
+.PHONY: demo test test-slow figures approximations bench lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test-slow: $(FULL)
 
 figures: $(FULL)
 	$(BIN)/python -m wansim figures
+
+# the measured error of the analytical approximations against the DES (docs/approximations.md)
+approximations: $(FULL)
+	$(BIN)/python -m wansim.approximation_error
 
 bench: $(FULL)
 	$(BIN)/python benchmarks/run_all.py

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from wansim.analytical.engine import check_supported
-from wansim.analytical.sync import sync_metrics
+from wansim.analytical.engine import GRID_KEYS, check_supported, mean_metrics
 from wansim.errors import ScenarioError
 from wansim.scenario import Scenario, load_scenario, scenario_to_dict, split_path
 
@@ -43,6 +42,7 @@ VECTOR_FIELDS = (
     "workload.output_tokens",
     "workload.prompt_tokens",
     "workload.concurrency",
+    "schedule.max_inflight_blocks",
 )
 CHUNK = 1 << 18
 
@@ -75,16 +75,6 @@ def evaluate_grid(
             raise ScenarioError(
                 key, f"cannot vary in a vectorised grid (allowed: {', '.join(VECTOR_FIELDS)})", None
             )
-    if (
-        "workload.concurrency" in grid
-        and base.schedule.batching != "continuous"
-        and np.max(np.asarray(grid["workload.concurrency"])) > 1
-    ):
-        raise ScenarioError(
-            "workload.concurrency",
-            "varies above 1 only with schedule.batching: continuous (the lockstep batch model)",
-            list(np.unique(np.asarray(grid["workload.concurrency"])).tolist()),
-        )
     if "stages" in grid and base.network.hops:
         raise ScenarioError(
             "stages", "cannot vary when network.hops lists per-hop values", list(grid["stages"])
@@ -105,9 +95,9 @@ def evaluate_grid(
         sc = base
         for key, arr in points.items():
             sc = replace_dotted(sc, key, arr[sl])
-        out = sync_metrics(sc)
+        out = mean_metrics(sc)
         size = min(CHUNK, n - start)
-        chunks.append({k: np.broadcast_to(v, (size,)) for k, v in out.items()})
+        chunks.append({k: np.broadcast_to(out[k], (size,)) for k in GRID_KEYS})
     frame = pd.DataFrame({k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]})
     for key, arr in points.items():
         frame.insert(0, key, arr)

@@ -1,0 +1,451 @@
+"""Approximations for the block schedule: async in-pipe speculation and the overlapped drafter
+(the max(.) law), one request at a time. The DES protocol is in :mod:`wansim.sim.schedule`.
+
+Model (vectorised over grid points and the difficulty quadrature):
+
+- A *chain* starts when drafting can restart from a committed token, with the drafter (and S0)
+  free. Its blocks k = 0, 1, ... are issued as if every bet wins (S0 cannot know otherwise):
+
+    no overlap (S0 drafts and computes):  start_k = max(E_{k-1}, V_{k-B}),  E_k = start_k + d + c0
+    overlap (drafter device, one ahead): drafting of k starts when k-1 is released,
+        D_k = rel_{k-1} + d,  rel_k = max(D_k, V_{k-B}),  start_k = max(rel_k, E_{k-1}),
+        E_k = start_k + c0
+    V_k = E_k + R   (the verdict of block k reaches the drafter)
+
+  with d the drafter pass, c0 S0's compute, B the window (``max_inflight_blocks``; 1 for
+  sync), and R the rest of the lap: sum_{i >= 1} t_stage_i + the forward hops + the return hop
+  (first_stage); a last_stage drafter releases blocks at the last stage (c0 = 0, R = the whole
+  lap without drafting). R is taken at its mean inside the recursion (an assumption: with a
+  small window the issue times depend on earlier verdicts' jitter).
+- The bet on a block wins with r_Z = S_K(Z) p_{K+1}(Z) (all K drafts and the guess at position
+  K + 1 accepted; p_{K+1} holds the last measured rate beyond the profile), independently per
+  block; a chain of G valid blocks ends at its first lost bet: P(G = g + 1) = r^g (1 - r),
+  truncated at the blocks a request needs at full acceptance (ceil(M / (K + 1))).
+- A chain that fails at block g restarts at T_g = max(V_g, the drafter's draft in progress at
+  V_g, S0's block in progress at V_g) (no work in progress is aborted); blocks that S0 started
+  before V_g are wasted at S0, those it finished before V_g were forwarded and are wasted at
+  S1..S(P-2) (the last stage drops them; with one request nobody queues, so a cancellation
+  message never catches one). The verdict's jitter is integrated over (normal, 5 nodes) for V_g
+  only.
+- S0 never issues a block the request could not need (its room rule), so a chain that starts
+  h blocks (at full acceptance) from the request's end is cut at h. The first chain starts at
+  the request's horizon H = ceil(M / (K + 1)); the later ones (one per lost bet) are taken as
+  spread evenly over the request's tokens. Per difficulty node, with N the request's verify
+  passes (the same as sync: the schedule is lossless) and X a chain's time or stale blocks:
+  X per request = E[X | H] + (E[N] - E[G | H]) mean_h(E[X | h] / E[G | h]) (Wald: a chain
+  commits tau E[G] tokens). The decode time T is that for X = C; tokens_per_s =
+  E_w[M / E[T]] (1 + Var T / E[T]^2) with Var T = c^2 Var N + (E[N] / E[G]) Var(C - c G) +
+  Var R (chains + blocks that waited for a verdict), c = E[T] / E[N].
+
+Exact in the limits: B = 1 without overlap is the sync lap; with every bet won (r = 1) and no
+jitter the issue times are the DES's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from wansim import speculation
+from wansim.acceptance import closed_form
+from wansim.compute import mean_stage_ms, stage_ms_each
+from wansim.scenario import Scenario
+
+MAX_CHAIN = 256  # blocks per chain considered (a chain longer than a request is cut there)
+JITTER_NODES = 5
+BIG = 1e12
+
+
+@dataclasses.dataclass
+class Schedule:
+    """Per point (rows) and chain position g (columns), for each verdict-jitter node q: when
+    the loss on block g is heard, and the last blocks S0 started / finished and the drafter
+    started before that (uncapped); plus the issue times."""
+
+    heard: np.ndarray  # (Q, pts, cols) V_g
+    started: np.ndarray  # (Q, pts, cols) last k with start_k < when S0 hears of the loss
+    finished: np.ndarray  # (Q, pts, cols) last k with E_k < V_g (forwarded)
+    drafted: np.ndarray | None  # (Q, pts, cols) last k whose drafting began before V_g
+    end: np.ndarray  # (pts, ks) E_k
+    gated: np.ndarray  # (pts, ks) 1 where block k waited for a verdict (the window was full)
+    draft_end: np.ndarray | None  # (pts, ks) D_k
+    weights: np.ndarray  # (Q,) jitter-node weights
+    window: np.ndarray  # (pts,)
+    d: np.ndarray
+    overlap: bool
+
+    def restart(self, h: int) -> dict[str, np.ndarray]:
+        """For chains whose request needs at most h more blocks (S0 issues no block >= h):
+        (pts, h) arrays of the restart time C_g and the stale counts, g = 0..h-1."""
+        g = np.arange(h)
+        cap = np.minimum(g[None, :] + self.window[:, None] - 1, h - 1)  # (pts, h)
+        rows = np.arange(self.end.shape[0])[:, None]
+        out = {
+            n: np.zeros((self.end.shape[0], h)) for n in ("cycle", "s0", "fwd", "draft", "cancel")
+        }
+        # blocks of the chain whose issue waited for an earlier verdict: each carries that
+        # verdict's jitter into the chain's time
+        out["gated"] = np.cumsum(self.gated[:, :h], axis=1)
+        for q, wq in enumerate(self.weights):
+            heard = self.heard[q][:, :h]
+            j = np.minimum(self.started[q][:, :h], cap)
+            jf = np.minimum(self.finished[q][:, :h], j)
+            cycle = np.maximum(
+                heard, self.end[rows, j] - (self.d[:, None] if self.overlap else 0.0)
+            )
+            if self.drafted is not None:
+                m = np.minimum(self.drafted[q][:, :h], np.minimum(cap + 1, h - 1))
+                cycle = np.maximum(cycle, np.where(m > g, self.draft_end[rows, m], -np.inf))
+                out["draft"] += wq * np.maximum(m - g, 0)
+            out["cycle"] += wq * cycle
+            out["s0"] += wq * np.maximum(j - g, 0)
+            out["fwd"] += wq * np.maximum(jf - g, 0)
+            out["cancel"] += wq * (jf > g)
+        return out
+
+
+def chain_schedule(
+    d, c0, r_mean, r_sd, window, *, overlap, s0_is_last, columns, s0_wait=0.0
+) -> Schedule:
+    """The issue recursion (module docstring) for arrays d, c0, R, sd(R), B of one length;
+    ``s0_is_last`` (per point): one stage, S0 verifies and knows a lost bet at once;
+    ``s0_wait``: each block waits that long in S0's queue before S0 starts it (a block still
+    waiting when the loss is heard is dropped unstarted)."""
+    d, c0, r_mean, r_sd = (np.asarray(x, dtype=float) for x in (d, c0, r_mean, r_sd))
+    s0_wait = np.broadcast_to(np.asarray(s0_wait, dtype=float), d.shape)
+    s0_is_last = np.asarray(s0_is_last, dtype=bool)[:, None]
+    window = np.asarray(window, dtype=np.int64)
+    pts = d.shape[0]
+    rows = np.arange(pts)
+    ks = columns + int(min(window.max(), columns)) + 2
+    start = np.empty((pts, ks))
+    end = np.empty((pts, ks))
+    verdict = np.empty((pts, ks))
+    draft_start = np.empty((pts, ks))
+    draft_end = np.empty((pts, ks))
+    gated = np.zeros((pts, ks))
+    prev_end = np.zeros(pts)
+    prev_rel = np.zeros(pts)
+    for k in range(ks):
+        back = k - window
+        gate = np.where(back >= 0, verdict[rows, np.maximum(back, 0)], -np.inf)
+        if overlap:
+            a = prev_rel if k else np.zeros(pts)
+            dk = a + d
+            rel = np.maximum(dk, gate)
+            st = np.maximum(rel, prev_end) + s0_wait
+            draft_start[:, k], draft_end[:, k] = a, dk
+            gated[:, k] = gate > np.maximum(dk, prev_end)
+            prev_rel = rel
+        else:
+            st = np.maximum(prev_end, gate) + s0_wait
+            gated[:, k] = gate > prev_end
+        start[:, k] = st
+        end[:, k] = st + (c0 if overlap else d + c0)
+        prev_end = end[:, k]
+        verdict[:, k] = end[:, k] + r_mean
+    z, wz = np.polynomial.hermite_e.hermegauss(JITTER_NODES)
+    wz = wz / wz.sum()
+    offsets = (rows * BIG)[:, None]
+
+    def last_before(times: np.ndarray, when: np.ndarray) -> np.ndarray:
+        """Per row: the last column k with times[k] < when (row-wise searchsorted)."""
+        idx = np.searchsorted((times + offsets).ravel(), (when + offsets).ravel(), side="left")
+        return idx.reshape(when.shape) - 1 - rows[:, None] * ks
+
+    heard_all, started, finished, drafted = [], [], [], []
+    for zq in z:
+        heard = end[:, :columns] + np.maximum(r_mean + zq * r_sd, 0.0)[:, None]  # V_g
+        stop = np.where(s0_is_last, end[:, :columns], heard)  # when S0 knows of the loss
+        heard_all.append(heard)
+        started.append(last_before(start, stop))
+        finished.append(last_before(end, heard))
+        if overlap:
+            drafted.append(last_before(draft_start, heard))
+    return Schedule(
+        heard=np.array(heard_all),
+        started=np.array(started),
+        finished=np.array(finished),
+        drafted=np.array(drafted) if overlap else None,
+        end=end,
+        gated=gated,
+        draft_end=draft_end if overlap else None,
+        weights=wz,
+        window=window,
+        d=d,
+        overlap=overlap,
+    )
+
+
+def chain_lengths(r: np.ndarray, h: int) -> np.ndarray:
+    """P(a chain of at most h blocks fails at block g), g = 0..h-1: r^g (1 - r), the rest at
+    g = h - 1 (the request's end)."""
+    r = np.asarray(r, dtype=float)
+    g = np.arange(h)
+    p = r[..., None] ** g * (1.0 - r[..., None])
+    p[..., -1] = r ** (h - 1)
+    return p
+
+
+def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
+    """Per point: the difficulty nodes' weights, E[N_Z], Var N_Z, tau_Z and the bet's r_Z
+    (points, Q) - Q the largest quadrature among the distinct rows (padded with weight 0)."""
+    cols = speculation._columns(scenario, m_tokens)
+    shape = np.broadcast_shapes(*(c.shape for c in cols))
+    rows, inverse = speculation.distinct_rows(cols, shape)
+    found = []
+    for k, budget, shift, alpha, m in rows:
+        pol = speculation.policy(speculation.point_scenario(scenario, k, budget, shift, alpha))
+        w, surv = pol.difficulty_nodes()
+        depth = surv.shape[1]
+        if depth:
+            n_mean, n_var = closed_form.passes_moments(surv, m)
+            acc = pol.acceptance
+            held = dataclasses.replace(acc, model=dataclasses.replace(acc.model, extrapolate=True))
+            _, rates = held.nodes(depth + 1)
+            r = surv[:, -1] * rates[:, depth, 0]
+        else:
+            n_mean, n_var, r = np.full(len(w), float(m)), np.zeros(len(w)), np.zeros(len(w))
+        found.append((w, n_mean, n_var, r, float(m) / n_mean))
+    q = max(len(f[0]) for f in found)
+    out = {n: np.zeros((len(rows), q)) for n in ("w", "n_mean", "n_var", "r", "tau")}
+    out["n_mean"][:] = 1.0
+    for i, (w, n_mean, n_var, r, tau) in enumerate(found):
+        out["w"][i, : len(w)] = w
+        out["n_mean"][i, : len(w)] = n_mean
+        out["n_var"][i, : len(w)] = n_var
+        out["r"][i, : len(w)] = r
+        out["tau"][i, : len(w)] = tau
+    return {n: v[inverse].reshape((*shape, q)) for n, v in out.items()}
+
+
+def block_metrics(scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0) -> dict[str, np.ndarray]:
+    """Mean metrics of the block schedule for one request at a time (module docstring).
+
+    ``parts``: :func:`wansim.analytical.sync.lap_parts`; ``hop``: the forward/return hop sums
+    (``fwd``, ``ret``, ``var``, ``wire``) of :func:`wansim.analytical.sync._hop_sums`.
+    ``s0_wait``: queueing per block at S0 behind other requests (the concurrent model's fixed
+    point): it spaces a request's blocks further apart and so shrinks its stale blocks."""
+    stages = np.asarray(scenario.stages)
+    m = np.asarray(parts["m"], dtype=float)
+    n = np.asarray(parts["tokens"], dtype=float)
+    d = np.asarray(parts["draft_ms"], dtype=float)
+    mean_stage = np.asarray(parts["stage_ms"], dtype=float)
+    c_first = np.asarray(
+        stage_ms_each(scenario, n)[0] if scenario.model.stage_compute else mean_stage
+    )
+    first_stage = scenario.drafter.placement == "first_stage"
+    overlap = bool(scenario.drafter.overlap)
+    window = np.asarray(
+        scenario.schedule.max_inflight_blocks if scenario.schedule.kind == "async" else 1
+    )
+    fwd, ret, var = hop["fwd"], hop["ret"], hop["var"]
+    if first_stage:
+        c0 = c_first
+        rest = stages * mean_stage - c_first + fwd + ret
+    else:  # last_stage (sync + overlap): blocks are released at the last stage
+        c0 = np.zeros_like(mean_stage)
+        rest = stages * mean_stage + fwd + ret
+    acc = acceptance_nodes(scenario, m)
+    shape = np.broadcast_shapes(
+        *(np.shape(x) for x in (d, c0, rest, var, window, m, n, stages)), acc["w"].shape[:-1]
+    )
+    shape = np.broadcast_shapes(shape, np.shape(s0_wait))
+    flat = [
+        np.broadcast_to(x, shape).ravel() for x in (d, c0, rest, var, window, m, n, stages, s0_wait)
+    ]
+    d_, c0_, rest_, var_, window_, m_, n_, p_, wait_ = flat
+    nodes = {
+        k: np.broadcast_to(v, (*shape, v.shape[-1])).reshape(-1, v.shape[-1])
+        for k, v in acc.items()
+    }
+    # blocks a request needs at full acceptance: the horizon of its first chain
+    reach = np.minimum(np.ceil(m_ / n_).astype(np.int64), MAX_CHAIN)
+    width = int(reach.max())
+    sched = chain_schedule(
+        d_,
+        c0_,
+        rest_,
+        np.sqrt(var_),
+        window_,
+        overlap=overlap,
+        s0_is_last=(p_ == 1) & first_stage,
+        columns=width,
+        s0_wait=wait_,
+    )
+    # A chain that starts h blocks (at full acceptance) from the request's end issues no block
+    # beyond it (S0's room rule). The request's first chain starts at its horizon H; the later
+    # ones (one per lost bet) are spread evenly over the request's tokens, so they contribute
+    # the mean over h of E[X | h] / E[G | h] per valid pass. Per request:
+    #   X_total = E[X | H] + (E[N] - E[G | H]) mean_h(E[X | h] / E[G | h])
+    keys = ("cycle", "s0", "fwd", "draft", "cancel", "gated")
+    r_nodes = nodes["r"]
+    w, n_mean, n_var = nodes["w"], nodes["n_mean"], nodes["n_var"]
+    later = {k: np.zeros(r_nodes.shape) for k in keys}
+    later_chains = np.zeros(r_nodes.shape)  # sum over h of 1 / E[G | h]
+    first = {k: np.zeros(r_nodes.shape) for k in keys}
+    first_g = np.ones(r_nodes.shape)
+    var_cycle = np.zeros(r_nodes.shape)
+    atoms = None
+    for h in range(1, width + 1):
+        live = (reach >= h)[:, None]
+        at = (reach == h)[:, None]
+        rs = sched.restart(h)
+        prob = chain_lengths(r_nodes, h)  # (pts, Q, h)
+        blocks = np.arange(1, h + 1)
+        e_g = prob @ blocks
+        for k in keys:
+            e = np.einsum("pqg,pg->pq", prob, rs[k])
+            later[k] += live * e / e_g
+            first[k] = np.where(at, e, first[k])
+        first_g = np.where(at, e_g, first_g)
+        later_chains += live / e_g
+        if at.any():  # the spread of chain times, at the first chain's horizon
+            mean_c = first["cycle"] / e_g
+            dev = rs["cycle"][:, None, :] - mean_c[..., None] * blocks
+            var_cycle = np.where(at, np.einsum("pqg,pqg->pq", prob, dev**2), var_cycle)
+            if len(reach) == 1:  # one scenario: the laps' atoms (for percentiles)
+                atoms = _lap_atoms(sched, rs["cycle"][0], prob[0], e_g[0], w[0] * n_mean[0], h)
+    n_later = np.maximum(n_mean - first_g, 0.0)
+    total = {k: first[k] + n_later * later[k] / reach[:, None] for k in keys}
+    per_pass = total["cycle"] / n_mean
+    stale_s0, stale_fwd = total["s0"] / n_mean, total["fwd"] / n_mean
+    stale_draft, cancels = total["draft"] / n_mean, total["cancel"] / n_mean
+    chains = 1.0 + n_later * later_chains / reach[:, None]  # per request
+    t_mean = n_mean * per_pass
+    jitter = var_[:, None] * (chains + total["gated"])  # the verdicts on the critical path
+    t_var = per_pass**2 * n_var + chains * var_cycle + jitter
+    rate = 1e3 * m_[:, None] / t_mean * (1.0 + t_var / t_mean**2)
+    out = {
+        "tokens_per_s": (w * rate).sum(axis=1),
+        "decode_ms": (w * t_mean).sum(axis=1),
+        "passes": (w * n_mean).sum(axis=1),
+        "lap_ms_mean": (w * t_mean).sum(axis=1) / (w * n_mean).sum(axis=1),
+        # per request (step-weighted by passes)
+        "stale_s0_per_request": (w * n_mean * stale_s0).sum(axis=1),
+        "stale_fwd_per_request": (w * n_mean * stale_fwd).sum(axis=1),
+        "stale_draft_per_request": (w * n_mean * stale_draft).sum(axis=1),
+        "cancels_per_request": (w * n_mean * cancels).sum(axis=1),
+        "losses_per_request": (w * n_mean * (1.0 - nodes["r"])).sum(axis=1),
+        "bet_win_rate": (w * n_mean * nodes["r"]).sum(axis=1) / (w * n_mean).sum(axis=1),
+        "per_pass_ms": per_pass,
+        "weights": w,
+        "decode_node_ms": t_mean,
+        "decode_node_var": t_var,
+        "lap_atoms": atoms,
+    }
+    return {
+        k: (v.reshape(shape) if isinstance(v, np.ndarray) and v.ndim == 1 else v)
+        for k, v in out.items()
+    }
+
+
+def _lap_atoms(sched: Schedule, cycle, prob, e_g, node_passes, width):
+    """Verify-to-verify laps of one scenario's chains (longest horizon, mean verdict jitter):
+    within a chain the verdicts' spacing V_k - V_{k-1}; after a lost bet on block g the
+    restart's first verdict comes C_g + V_0 - V_g after it. Weight: laps per request."""
+    v = sched.end[0, :width]  # V_k - R: differences are the verdicts' spacing
+    spacing = np.diff(v)
+    values, weights = [], []
+    chains = node_passes / e_g  # chains per request, per node
+    for g in range(width):
+        pg = (chains * prob[:, g]).sum()
+        if pg <= 0:
+            continue
+        values.extend(spacing[:g].tolist())
+        weights.extend([pg] * g)
+        values.append(float(cycle[g] + v[0] - v[g]))
+        weights.append(pg)
+    weights = np.asarray(weights)
+    return np.asarray(values), weights / weights.sum()
+
+
+def uses_blocks(scenario: Scenario) -> bool:
+    """Async, or a drafter that overlaps (with something to draft)."""
+    return scenario.schedule.kind == "async" or (
+        bool(scenario.drafter.overlap) and scenario.speculation.policy != "none"
+    )
+
+
+def block_schedule_metrics(scenario: Scenario, s0_wait=0.0) -> dict[str, np.ndarray]:
+    """The keys of :func:`wansim.analytical.sync.sync_metrics` for the block schedule, one
+    request at a time (arrays)."""
+    from wansim.analytical.sync import _hop_sums, lap_parts
+
+    wl = scenario.workload
+    stages = np.asarray(scenario.stages)
+    parts = lap_parts(scenario)
+    m, n, passes = parts["m"], parts["tokens"], parts["passes"]
+    fwd, ret, wire, lap_var = _hop_sums(scenario, parts["forward_bytes"], parts["return_bytes"])
+    res = block_metrics(scenario, parts, {"fwd": fwd, "ret": ret, "var": lap_var}, s0_wait)
+    stage = parts["stage_ms"]
+    draft = parts["draft_ms"]
+    prompt = np.asarray(wl.prompt_tokens)
+    stage_prefill = mean_stage_ms(scenario, prompt)
+    from wansim.wire import forward_bytes
+
+    pre_bytes = forward_bytes(scenario.payload, scenario.model.hidden_size, prompt)
+    pre_fwd, _, _, _ = _hop_sums(scenario, pre_bytes, parts["return_bytes"])
+    prefill = stages * stage_prefill + pre_fwd
+    decode = res["decode_ms"]
+    duration = prefill + decode
+    overlap = bool(scenario.drafter.overlap)
+    s0_stale = res["stale_s0_per_request"]
+    fwd_stale = res["stale_fwd_per_request"]
+    mid = np.maximum(stages - 2, 0)
+    drafting = 0.0 if overlap else draft
+    busy_all = (
+        stages * stage_prefill
+        + passes * (stages * stage + drafting)
+        + s0_stale * (stage + drafting)
+        + fwd_stale * mid * stage
+    )
+    stale_tokens = n * (s0_stale + mid * fwd_stale)
+    resend = wire / np.maximum(
+        (stages - 1) * parts["forward_bytes"] + parts["return_bytes"], 1e-300
+    )  # (1 + E[G]) on average over the hops
+    extra_bytes = (
+        fwd_stale * (stages - 1) * parts["forward_bytes"]
+        + res["cancels_per_request"] * mid * float(scenario.payload.cancel_bytes)
+    ) * resend
+    exact = speculation.target_exact(scenario)
+    lap = res["lap_ms_mean"]
+    return {
+        "tokens_per_s": res["tokens_per_s"],
+        "throughput_tokens_per_s": 1e3 * (m + 1) / duration,
+        "tau": parts["tau"],
+        "lap_ms_mean": lap,
+        "tpot_ms_mean": decode / m,
+        "ttft_ms_mean": prefill,
+        "bubble_fraction": 1.0 - busy_all / (stages * duration),
+        "bytes_per_token": (passes * wire + extra_bytes) / m,
+        "wasted_token_fraction": (stages * (passes * n - m) + stale_tokens)
+        / (stages * passes * n + stale_tokens),
+        "target_exact": np.full(np.shape(lap), exact),
+        "tokens_per_pass": n * np.ones_like(lap),
+        "draft_ms": draft * np.ones_like(lap),
+        "stage_compute_ms": stage * np.ones_like(lap),
+        "forward_hops_ms": fwd * np.ones_like(lap),
+        "return_hop_ms": ret * np.ones_like(lap),
+        "prefill_ms": prefill * np.ones_like(lap),
+        "passes_per_request": passes * np.ones_like(lap),
+        "lap_ms_var": lap_var * np.ones_like(lap),
+        "stale_blocks_s0_per_request": s0_stale,
+        "stale_blocks_forwarded_per_request": fwd_stale,
+        "stale_drafts_per_request": res["stale_draft_per_request"],
+        "bet_win_rate": res["bet_win_rate"],
+        "decode_ms": decode,
+        "_block_details": res,
+    }
+
+
+def flattening_depth(depths, gains, fraction: float = 0.9) -> int:
+    """Where a gain-versus-depth curve flattens: the smallest depth whose gain reaches
+    ``fraction`` of the gain at the deepest pipeline on the curve (the depth wall)."""
+    depths = np.asarray(depths)
+    gains = np.asarray(gains, dtype=float)
+    order = np.argsort(depths)
+    depths, gains = depths[order], gains[order]
+    target = fraction * gains[-1]
+    return int(depths[np.argmax(gains >= target)])

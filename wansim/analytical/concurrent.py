@@ -1,0 +1,304 @@
+"""Approximation for N concurrent requests without batching (``workload.concurrency`` = N,
+``schedule.batching: none``): each request's passes travel the pipe as their own messages and
+queue FIFO behind other requests' at every stage and link. A closed network of N customers.
+
+Assumptions (vectorised over grid points):
+
+- Stations around the ring: S0, hop 0, S1, ..., S(P-1), the return hop (and, with an
+  overlapped drafter, the drafter device before S0 / after S(P-1)). A request visits each with
+  its prefill once and with each of its E[N] verify passes (plus the cancelled blocks of the
+  block schedule, :mod:`wansim.analytical.blocks`); service is deterministic per class (compute
+  of n or prompt tokens, serialisation of the message), propagation is a pure delay.
+- Waiting at a station (per visit): M/D/1, W = s rho' / (2 (1 - rho')), with s the verify
+  pass's deterministic service and rho' the utilisation the arriving pass sees: that of the
+  other N - 1 requests (the arrival theorem), so one request alone never waits. Arrivals are
+  taken as Poisson at every station (request lengths, prefills and jitter keep mixing the
+  ring); a deterministic ring would be smoother below the knee, but near N* = lap / bottleneck
+  the DES's bunching is closer to this than to a sharp min(N / lap, 1 / bottleneck).
+- Prefill convoys: a prefill crosses the pipe slower than a verify pass (its compute and, on a
+  slow link, its serialisation: a 512-token prefill holds a 1 Gbit/s hop ~60 ms) and links are
+  FIFO, so a pass of another request that enters within that much behind it catches up and
+  stays behind it to the last stage (:func:`convoy_wait`); this is most of the loss at 1 Gbit/s.
+- Closed loop: throughput X (requests/s) solves X = N / (TTFT(X) + decode(X)) with the waits
+  added to every pass's lap (bisection; X < 1 / the bottleneck's demand per request); a
+  request's decode rate is its rate alone times decode alone / decode loaded.
+- ``throughput_tokens_per_s`` in the DES is measured over the makespan of
+  ``workload.requests`` requests run through N slots: the slowest slot finishes last. The
+  makespan is taken as (R / N) residence + e_N sd(residence) sqrt(R / N) (1 - rho_max),
+  with e_N the expected maximum of N standard normals, sd from the spread of passes per
+  request and rho_max the bottleneck's utilisation (a saturated bottleneck is work-conserving:
+  the slots' spread does not lengthen the run).
+- Block schedule (async) on the ring: its stale blocks load the stations too; a request's
+  blocks wait in S0's queue behind other requests', so fewer are started before a loss is heard
+  (the stale counts are recomputed with S0's wait, a damped fixed point); a chain's time gains
+  one lap's waits plus S0's wait per extra block.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+BISECTION_STEPS = 60
+CONVOY_SWEEPS = 30
+
+
+def expected_max_normal(n) -> np.ndarray:
+    """E[max of n standard normals] (Blom's approximation; 0 for n = 1)."""
+    n = np.asarray(n, dtype=float)
+    return np.where(n > 1, stats.norm.ppf((n - 0.375) / (n + 0.25)), 0.0)
+
+
+def ring_waits(x, n_customers, s_d, s_p, v_d, v_p):
+    """Per station waiting time of a verify pass at request throughput ``x`` (per ms).
+
+    Arrays (pts, S): service per verify visit / prefill visit, visits per request. M/D/1
+    waiting W = s rho' / (2 (1 - rho')) with rho' the load of the other N - 1 requests (the
+    arrival theorem) and s the verify pass's deterministic service; the load counts both
+    classes, the prefills' long services are the convoy's (:func:`convoy_wait`)."""
+    rho = x[:, None] * (v_d * s_d + v_p * s_p)
+    seen = rho * (n_customers[:, None] - 1.0) / n_customers[:, None]
+    seen = np.minimum(seen, 0.999999)
+    wait = np.where(v_d > 0, s_d * seen / (2.0 * (1.0 - seen)), 0.0)
+    return wait, rho
+
+
+def convoy_wait(n, lap, slower, passes):
+    """Per verify pass: the mean delay from riding behind other requests' prefills.
+
+    A prefill crosses the pipe ``slower`` ms later than a verify pass would (its compute and
+    serialisation exceed a pass's at every station), and links are FIFO: a pass of another
+    request that enters S0 within ``slower`` ms behind it catches up and stays behind it to
+    the last stage, losing ``slower - gap``. Each of the other N - 1 requests has a pass at a
+    uniform phase of its lap, so one prefill costs them (N - 1) (slower m - m^2 / 2) / lap in
+    total, m = min(slower, lap); spread over the ``passes`` verify passes per request."""
+    m = np.minimum(slower, lap)
+    return (n - 1.0) * (slower * m - 0.5 * m**2) / (lap * passes)
+
+
+def solve(n_customers, alone, stations, *, chain_blocks=None):
+    """Throughput and loaded times of N requests (module docstring).
+
+    ``alone``: prefill_ms, decode_ms, passes (arrays); ``stations``: s_d, s_p, v_d, v_p and
+    the masks ``decode_path``/``prefill_path`` (a pass on its lap / a prefill crosses the
+    station). ``chain_blocks``: E[G] of the block schedule (valid blocks per chain; a chain's
+    time gains one lap's waits plus S0's wait per extra block), None for sync."""
+    n = np.asarray(n_customers, dtype=float)
+    s_d, s_p, v_d, v_p = (stations[k] for k in ("s_d", "s_p", "v_d", "v_p"))
+    dpath, ppath = stations["decode_path"], stations["prefill_path"]
+    prefill, decode, passes = alone["prefill_ms"], alone["decode_ms"], alone["passes"]
+    demand = v_d * s_d + v_p * s_p
+    cap = 1.0 / np.max(demand, axis=1)
+    res_alone = prefill + decode
+    hi = np.minimum(n / res_alone, cap)
+    lo = np.zeros_like(hi)
+    slower = (np.maximum(s_p - s_d, 0.0) * ppath).sum(axis=1)
+    messages = (v_d * ppath).max(axis=1)  # verify messages per request on the forward path
+    eg = None if chain_blocks is None else np.maximum(chain_blocks, 1.0)
+
+    def loaded(x):
+        # the prefill's own variability is the convoy's; the queues see verify passes only
+        wait, rho = ring_waits(x, n, s_d, s_p, v_d, v_p)
+        lap_wait = (wait * dpath).sum(axis=1)
+        if eg is not None:
+            lap_wait = lap_wait / eg + wait[:, 0] * (1.0 - 1.0 / eg)
+        lap = decode / passes + lap_wait
+        for _ in range(CONVOY_SWEEPS):  # the convoy delay depends on the lap it lengthens
+            conv = convoy_wait(n, lap, slower, messages) * messages / passes
+            lap = decode / passes + lap_wait + conv
+        pre = prefill + (wait * ppath).sum(axis=1)
+        return pre, passes * lap, rho
+
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        pre, dec, _ = loaded(mid)
+        too_fast = mid * (pre + dec) > n
+        hi = np.where(too_fast, mid, hi)
+        lo = np.where(too_fast, lo, mid)
+    x = 0.5 * (lo + hi)
+    pre, dec, rho = loaded(x)
+    # Little: N requests in residence; at the bottleneck's capacity the waits the formulas
+    # give no longer add up to it, the residence does
+    residence = n / x
+    excess = np.maximum(residence - pre - dec, 0.0)
+    dec = dec + excess
+    # that excess queues at the bottleneck (a saturated closed network parks its customers
+    # there): it is the wait per visit there
+    wait, _ = ring_waits(x, n, s_d, s_p, v_d, v_p)
+    neck = np.argmax(demand, axis=1)
+    rows = np.arange(len(neck))
+    wait[rows, neck] += excess / np.maximum(v_d[rows, neck] + v_p[rows, neck], 1e-300)
+    return {"x": x, "prefill_ms": pre, "decode_ms": dec, "rho": rho, "wait": wait}
+
+
+def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> dict:
+    """The ring's stations (arrays (pts, S), S = 2 max(P) + 1) for :func:`solve`."""
+    from wansim.compute import stage_ms, stage_ms_each
+    from wansim.network import expected_losses
+    from wansim.wire import forward_bytes, serialise_ms
+
+    wl = scenario.workload
+    stages = np.asarray(scenario.stages)
+    n = np.asarray(parts["tokens"], dtype=float)
+    b = np.asarray(parts["batch"], dtype=float)
+    d = np.asarray(parts["draft_ms"], dtype=float)
+    passes = np.asarray(alone["passes"], dtype=float)
+    prompt = np.asarray(wl.prompt_tokens)
+    pre_bytes = forward_bytes(scenario.payload, scenario.model.hidden_size, b * prompt)
+    shape = np.broadcast_shapes(
+        *(np.shape(x) for x in (stages, n, d, passes, parts["forward_bytes"], pre_bytes))
+    )
+    pmax = int(np.max(stages))
+    if scenario.model.stage_compute:
+        dec_c = [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, b * n)]
+        pre_c = [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, b * prompt)]
+    else:
+        one = np.asarray(stage_ms(scenario.model.compute, b * n), dtype=float)
+        pre = np.asarray(stage_ms(scenario.model.compute, b * prompt), dtype=float)
+        dec_c, pre_c = [one] * pmax, [pre] * pmax
+    net = scenario.network
+    hops = scenario.resolved_hops() if net.hops else None
+
+    def hop_ser(i, n_bytes):
+        if hops is not None:
+            h = hops[i]
+            return serialise_ms(n_bytes, h.bandwidth_mbps) * (1 + expected_losses(h.loss_rate))
+        return serialise_ms(n_bytes, net.bandwidth_mbps) * (1 + expected_losses(net.loss_rate))
+
+    cols = 2 * pmax + 1
+    out = {k: np.zeros((*shape, cols)) for k in ("s_d", "s_p", "v_d", "v_p")}
+    out["decode_path"] = np.zeros((*shape, cols))
+    out["prefill_path"] = np.zeros((*shape, cols))
+    first = scenario.drafter.placement == "first_stage"
+    overlap = blocks is not None and bool(scenario.drafter.overlap)
+    stale_s0 = 0.0 if blocks is None else blocks["stale_blocks_s0_per_request"]
+    stale_fwd = 0.0 if blocks is None else blocks["stale_blocks_forwarded_per_request"]
+    win = 0.0 if blocks is None else blocks["bet_win_rate"]
+    for i in range(pmax):
+        live = stages > i
+        last = stages - 1 == i
+        col = 1 + 2 * i
+        drafts_here = (first and i == 0) or (not first and last)
+        extra = np.where(drafts_here & (not overlap), d, 0.0)
+        visits = passes + (stale_s0 if i == 0 else np.where(last, 0.0, stale_fwd))
+        out["s_d"][..., col] = np.where(live, dec_c[i] + extra, 0.0)
+        out["s_p"][..., col] = np.where(live, pre_c[i], 0.0)
+        out["v_d"][..., col] = np.where(live, visits, 0.0)
+        out["v_p"][..., col] = np.where(live, 1.0, 0.0)
+        out["decode_path"][..., col] = live
+        out["prefill_path"][..., col] = live
+        # hop i: forward (i < P - 1) or the return hop (i = P - 1)
+        hcol = col + 1
+        fwd = hop_ser(i, parts["forward_bytes"])
+        ret = hop_ser(i, parts["return_bytes"])
+        out["s_d"][..., hcol] = np.where(live, np.where(last, ret, fwd), 0.0)
+        out["s_p"][..., hcol] = np.where(live & ~last, hop_ser(i, pre_bytes), 0.0)
+        out["v_d"][..., hcol] = np.where(live, passes + np.where(last, 0.0, stale_fwd), 0.0)
+        out["v_p"][..., hcol] = np.where(live & ~last, 1.0, 0.0)
+        out["decode_path"][..., hcol] = live
+        out["prefill_path"][..., hcol] = live & ~last
+    if overlap:  # the drafter device: one pass per drafted block, off the critical path
+        drafted = passes + blocks["stale_drafts_per_request"]
+        out["s_d"][..., 0] = d
+        out["v_d"][..., 0] = drafted
+        out["decode_path"][..., 0] = 1.0 - win
+    return {k: v.reshape(-1, cols) for k, v in out.items()}
+
+
+STALE_SWEEPS = 8
+
+
+def concurrent_metrics(scenario, alone: dict, parts: dict, blocks: bool) -> dict:
+    """``alone`` (sync_metrics / block_schedule_metrics keys, one request at a time) -> the
+    same keys for ``workload.concurrency`` requests without batching, plus ``stage_rho``
+    (pts, S) utilisation columns (stages at odd columns).
+
+    Block schedule: a request's blocks queue at S0 behind the other requests', which spaces
+    them further apart and leaves fewer stale blocks behind each lost bet; the stale counts
+    (S0's load) are recomputed with S0's wait added to its service (a damped fixed point of
+    ``STALE_SWEEPS`` rounds); the request's own times stay those of the schedule alone plus
+    the waits."""
+    if not blocks:
+        return _concurrent(scenario, alone, parts, None)
+    from wansim.analytical.blocks import block_schedule_metrics
+
+    stale = alone
+    wait0 = 0.0
+    for _ in range(STALE_SWEEPS):
+        out = _concurrent(scenario, alone, parts, stale)
+        wait0 = 0.5 * wait0 + 0.5 * out["s0_wait_ms"]
+        stale = block_schedule_metrics(scenario, s0_wait=wait0)
+    out = _concurrent(scenario, alone, parts, stale)
+    # the wire and the waste follow the stale blocks actually computed under load
+    for key in ("wasted_token_fraction", "bytes_per_token"):
+        out[key] = np.where(np.asarray(scenario.workload.concurrency) > 1, stale[key], alone[key])
+    return out
+
+
+def _concurrent(scenario, alone: dict, parts: dict, stale: dict | None) -> dict:
+    blocks = stale is not None
+    from wansim.analytical.blocks import acceptance_nodes
+
+    wl = scenario.workload
+    m = np.asarray(parts["m"], dtype=float)
+    requests = np.asarray(wl.requests, dtype=float)
+    n_conc = np.minimum(np.asarray(wl.concurrency, dtype=float), requests)
+    decode_alone = np.asarray(alone["passes_per_request"]) * np.asarray(alone["lap_ms_mean"])
+    shape = np.broadcast_shapes(
+        np.shape(decode_alone), np.shape(n_conc), np.shape(alone["tokens_per_s"]), np.shape(m)
+    )
+
+    def flat(x):
+        return np.broadcast_to(np.asarray(x, dtype=float), shape).ravel()
+
+    base = {
+        "prefill_ms": flat(alone["prefill_ms"]),
+        "decode_ms": flat(decode_alone),
+        "passes": flat(alone["passes_per_request"]),
+    }
+    size = int(np.prod(shape))
+    ring = stations(scenario, parts, {"passes": alone["passes_per_request"]}, stale)
+    ring = {k: np.broadcast_to(v, (size, v.shape[-1])) for k, v in ring.items()}
+    chain = None
+    if blocks:
+        chain = 1.0 / np.maximum(1.0 - flat(alone["bet_win_rate"]), 1e-9)
+    res = solve(flat(n_conc), base, ring, chain_blocks=chain)
+    stretch = res["decode_ms"] / base["decode_ms"]
+    # the makespan of R requests through N slots: the slowest slot ends the run
+    acc = acceptance_nodes(scenario, m)
+    q = acc["w"].shape[-1]
+    w, n_mean, n_var = (
+        np.broadcast_to(acc[k], (*shape, q)).reshape(size, q) for k in ("w", "n_mean", "n_var")
+    )
+    mean_n = (w * n_mean).sum(axis=1)
+    var_n = (w * (n_var + n_mean**2)).sum(axis=1) - mean_n**2
+    per_pass = res["decode_ms"] / base["passes"]
+    residence = res["prefill_ms"] + res["decode_ms"]
+    sd_res = np.sqrt(np.maximum(var_n, 0.0)) * per_pass
+    rounds = flat(requests) / flat(n_conc)
+    rho = res["rho"]
+    # the spread of the slots' finishing times, shrunk by the bottleneck's load: a saturated
+    # bottleneck serves whoever is left (work-conserving), an idle one lets each slot run alone
+    idle = np.clip(1.0 - rho.max(axis=1), 0.0, 1.0)
+    spread = expected_max_normal(flat(n_conc)) * sd_res * np.sqrt(rounds) * idle
+    makespan = rounds * residence + spread
+    stage_cols = rho[:, 1::2]
+    live = ring["v_p"][:, 1::2] > 0
+    util = (stage_cols * live).sum(axis=1) / np.maximum(live.sum(axis=1), 1)
+    out = dict(alone)
+    loaded = {
+        "tokens_per_s": flat(alone["tokens_per_s"]) / stretch,
+        "throughput_tokens_per_s": 1e3 * flat(requests) * (flat(m) + 1) / makespan,
+        "lap_ms_mean": flat(alone["lap_ms_mean"]) * stretch,
+        "tpot_ms_mean": flat(alone["tpot_ms_mean"]) * stretch,
+        "ttft_ms_mean": res["prefill_ms"],
+        "prefill_ms": res["prefill_ms"],
+        "bubble_fraction": 1.0 - util,
+    }
+    single = flat(n_conc) <= 1
+    for key, value in loaded.items():
+        out[key] = np.where(single, flat(alone[key]), value).reshape(shape)
+    out["stage_rho"] = stage_cols.reshape(*shape, -1) if shape else stage_cols[0]
+    out["concurrency_throughput_per_s"] = (1e3 * res["x"]).reshape(shape)
+    out["s0_wait_ms"] = res["wait"][:, 1].reshape(shape)
+    return out

@@ -10,9 +10,10 @@ traces/reference/dspark-v4pro.yaml, 64 requests x 256 tokens, one at a time). (a
 0-200 ms at 10 stages; (b) 1-32 stages at 25 ms per hop. Lines: the analytical engine; markers:
 the DES at chosen points with 95% confidence intervals.
 
-Adding a policy (async in-pipe speculation, ...) is one more ``Policy`` line below: a policy the
-analytical engine does not model is drawn from the DES; DES markers appear for every policy the
-DES simulates (trees: analytical only until the DES simulates them).
+The async line is in-pipe speculation (S0 launches up to 8 blocks of K = 3 ahead of their
+verdicts, drafter on S0; wansim.analytical.blocks draws it, the DES confirms it). Adding a policy
+is one more ``Policy`` line below: a policy the analytical engine does not model is drawn from
+the DES; DES markers appear for every policy the DES simulates.
 """
 
 from __future__ import annotations
@@ -44,7 +45,17 @@ POLICIES = [
             "speculation.tree.budget_nodes": 32,
         },
     ),
-    # Policy("async chain, 4 blocks in flight", {"schedule.kind": "async", "schedule.max_inflight_blocks": 4}),
+    # async in-pipe speculation needs the drafter on S0 (it drafts from its own drafts)
+    Policy(
+        "async chain, K = 3, 8 blocks in flight",
+        {
+            "speculation.policy": "chain",
+            "speculation.k": 3,
+            "schedule.kind": "async",
+            "schedule.max_inflight_blocks": 8,
+            "drafter.placement": "first_stage",
+        },
+    ),
 ]
 
 LATENCIES = fast(

@@ -10,7 +10,10 @@ from wansim.report import figure_caption, figure_scripts, run_figures
 
 SCRIPTS = figure_scripts()
 # what each figure writes besides NAME.png and NAME.pdf
-EXTRA = {"wan_ceiling": ["wan_ceiling.csv", "wan_ceiling.md"]}
+EXTRA = {
+    "wan_ceiling": ["wan_ceiling.csv", "wan_ceiling.md"],
+    "depth_wall": ["depth_wall.csv", "depth_wall.md"],
+}
 
 
 def test_every_script_has_a_question_and_a_scenario():

@@ -30,8 +30,8 @@ Assumptions (vectorised over grid points):
   the slots' spread does not lengthen the run).
 - Block schedule (async) on the ring: its stale blocks load the stations too; a request's
   blocks wait in S0's queue behind other requests', so fewer are started before a loss is heard
-  (the stale counts are recomputed with S0's wait, a damped fixed point); a chain's time gains
-  one lap's waits plus S0's wait per extra block.
+  (the stale counts are recomputed with S0's wait, exponentially spread, as a fixed point
+  found by bisection); a chain's time gains one lap's waits plus S0's wait per extra block.
 """
 
 from __future__ import annotations
@@ -145,8 +145,21 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
     passes = np.asarray(alone["passes"], dtype=float)
     prompt = np.asarray(wl.prompt_tokens)
     pre_bytes = forward_bytes(scenario.payload, scenario.model.hidden_size, b * prompt)
+    extra = (
+        ()
+        if blocks is None
+        else tuple(
+            np.shape(blocks[k])
+            for k in (
+                "stale_blocks_s0_per_request",
+                "stale_blocks_forwarded_per_request",
+                "bet_win_rate",
+                "stale_drafts_per_request",
+            )
+        )
+    )
     shape = np.broadcast_shapes(
-        *(np.shape(x) for x in (stages, n, d, passes, parts["forward_bytes"], pre_bytes))
+        *(np.shape(x) for x in (stages, n, d, passes, parts["forward_bytes"], pre_bytes)), *extra
     )
     pmax = int(np.max(stages))
     if scenario.model.stage_compute:
@@ -205,7 +218,15 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
     return {k: v.reshape(-1, cols) for k, v in out.items()}
 
 
-STALE_SWEEPS = 8
+STALE_SWEEPS = 12
+WAIT_NODES = 4
+STALE_KEYS = (
+    "stale_blocks_s0_per_request",
+    "stale_blocks_forwarded_per_request",
+    "stale_drafts_per_request",
+    "wasted_token_fraction",
+    "bytes_per_token",
+)
 
 
 def concurrent_metrics(scenario, alone: dict, parts: dict, blocks: bool) -> dict:
@@ -215,19 +236,33 @@ def concurrent_metrics(scenario, alone: dict, parts: dict, blocks: bool) -> dict
 
     Block schedule: a request's blocks queue at S0 behind the other requests', which spaces
     them further apart and leaves fewer stale blocks behind each lost bet; the stale counts
-    (S0's load) are recomputed with S0's wait added to its service (a damped fixed point of
-    ``STALE_SWEEPS`` rounds); the request's own times stay those of the schedule alone plus
+    (S0's load) are recomputed with S0's wait before each block (a fixed point, bisected in
+    ``STALE_SWEEPS`` steps); the request's own times stay those of the schedule alone plus
     the waits."""
     if not blocks:
         return _concurrent(scenario, alone, parts, None)
     from wansim.analytical.blocks import block_schedule_metrics
 
-    stale = alone
-    wait0 = 0.0
+    x, wx = np.polynomial.laguerre.laggauss(WAIT_NODES)
+
+    def stale_at(wait):
+        """Stale counts when each block waits ~Exp(mean ``wait``) in S0's queue (a fixed wait
+        would make them step functions of it)."""
+        runs = [block_schedule_metrics(scenario, s0_wait=wait * xi) for xi in x]
+        out = dict(runs[0])
+        for key in STALE_KEYS:
+            out[key] = sum(wi * r[key] for wi, r in zip(wx, runs, strict=True))
+        return out
+
+    # S0's wait w solves w = f(w), f(w) = S0's wait when the stale blocks are those of a
+    # request whose blocks wait w at S0; f decreases in w, so bisect on [0, f(0)]
+    first = _concurrent(scenario, alone, parts, alone)["s0_wait_ms"]
+    lo, hi = np.zeros(np.shape(first)), np.asarray(first, dtype=float)
     for _ in range(STALE_SWEEPS):
-        out = _concurrent(scenario, alone, parts, stale)
-        wait0 = 0.5 * wait0 + 0.5 * out["s0_wait_ms"]
-        stale = block_schedule_metrics(scenario, s0_wait=wait0)
+        mid = 0.5 * (lo + hi)
+        f = _concurrent(scenario, alone, parts, stale_at(mid))["s0_wait_ms"]
+        lo, hi = np.where(f > mid, mid, lo), np.where(f > mid, hi, mid)
+    stale = stale_at(0.5 * (lo + hi))
     out = _concurrent(scenario, alone, parts, stale)
     # the wire and the waste follow the stale blocks actually computed under load
     for key in ("wasted_token_fraction", "bytes_per_token"):

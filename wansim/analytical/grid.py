@@ -42,6 +42,7 @@ VECTOR_FIELDS = (
     "workload.output_tokens",
     "workload.prompt_tokens",
     "workload.concurrency",
+    "workload.requests",
     "schedule.max_inflight_blocks",
 )
 CHUNK = 1 << 18

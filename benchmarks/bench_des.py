@@ -7,8 +7,9 @@ run: a bare SimPy loop -- one process yielding ``env.timeout`` -- scheduling as 
 the engine scheduled events, so the ratio is the engine's cost per event over SimPy's own.
 Each repeat times the engine and then the bare loop back to back; the ratio reported is the
 median of those paired ratios (robust to a shared machine's load shifting between repeats),
-the wall times the best of ``--repeat``. Also: the same with the timeline kept (Perfetto), and
-a concurrency-8 continuous-batching variant.
+the wall times the best of ``--repeat``. Also: the same with the timeline kept (Perfetto), a
+concurrency-8 continuous-batching variant, and async in-pipe speculation (K = 3, 8 blocks in
+flight, drafter on S0) alone and with 16 concurrent requests.
 
 Run: .venv/bin/python benchmarks/bench_des.py [--repeat 5] [--tokens 100000]
 """
@@ -28,6 +29,12 @@ from wansim.scenario import load_scenario
 from wansim.sim import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
+ASYNC = [
+    "drafter.placement=first_stage",
+    "speculation.k=3",
+    "schedule.kind=async",
+    "schedule.max_inflight_blocks=8",
+]
 REFERENCE = ROOT / "scenarios" / "v4pro-dspark-10stage-wan.yaml"
 
 
@@ -86,6 +93,11 @@ def main() -> dict:
         "reference_timeline": measure(n, args.repeat, timeline=True),
         "concurrency_8_continuous": measure(
             [*n, "workload.concurrency=8", "schedule.batching=continuous"], args.repeat
+        ),
+        # the block schedule (wansim/sim/schedule.py): stale blocks and cancellations add events
+        "async_k3_8_blocks": measure([*n, *ASYNC], args.repeat),
+        "async_k3_8_blocks_concurrency_16": measure(
+            [*n, *ASYNC, "workload.concurrency=16"], args.repeat
         ),
     }
     print(json.dumps(results, indent=2))

@@ -261,6 +261,12 @@ class Scheduler:
 
     def take(self, index: int, batch: list) -> list:
         """A stage is about to compute ``batch``: drop the blocks it knows are cancelled."""
+        if len(batch) == 1 and index != 0:  # the common case, without building lists
+            p = batch[0]
+            if p.kind != VERIFY or not self._stale_at(index, p):
+                return batch
+            self._cancelled(p)
+            return []
         keep = []
         for p in batch:
             if p.kind != VERIFY:
@@ -279,6 +285,15 @@ class Scheduler:
     def done(self, index: int, batch: list) -> list:
         """A stage computed ``batch``: count the work, drop what it learned is cancelled in the
         meantime (not forwarded), and at S0 issue the requests' next blocks."""
+        if len(batch) == 1 and index != 0:  # the common case, without building lists
+            p = batch[0]
+            if p.kind != VERIFY:
+                return batch
+            p.computed += 1
+            if index == self.last or not self._stale_at(index, p):
+                return batch
+            self._cancelled(p)
+            return []
         keep = []
         issue = []
         for p in batch:

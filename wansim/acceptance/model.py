@@ -3,7 +3,11 @@
 A model holds conditional rates q_1..q_Kmax at median difficulty, the logit-normal spread sigma
 of per-request difficulty (see :mod:`wansim.acceptance.heterogeneity`) and a domain-shift factor
 g in (0, 1] that multiplies every conditional rate (review Part IX: a generic drafter loses
-28-38% of its acceptance out of domain, g ~ 0.62-0.72; on a fine-tuned target tau ~ 1.2).
+28-38% of its acceptance out of domain; on a fine-tuned target tau ~ 1.2). "Acceptance" can be
+read three ways, each a different g: the first-position rate p_1 (g = 0.62-0.72 directly),
+tokens per pass tau or accepted drafts per pass tau - 1 (on the reference math profile
+g ~ 0.80-0.86 and 0.85-0.90); :func:`wansim.analytical.tree_sizing.domain_shift_for` solves
+for g under each reading.
 
 Request with difficulty Z:  p_i(Z) = g * sigmoid(logit(q_i) + sigma Z).
 

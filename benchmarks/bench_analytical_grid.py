@@ -36,9 +36,14 @@ GRID = {
 def main() -> dict:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--sample", type=int, default=500, help="points for the one-at-a-time baseline")
+    parser.add_argument(
+        "--sample", type=int, default=500, help="points for the one-at-a-time baseline"
+    )
     args = parser.parse_args()
-    base = load_scenario(ROOT / "scenarios" / "v4pro-dspark-10stage-wan.yaml", ["drafter.acceptance.extrapolate=true"])
+    base = load_scenario(
+        ROOT / "scenarios" / "v4pro-dspark-10stage-wan.yaml",
+        ["drafter.acceptance.extrapolate=true"],
+    )
     evaluate_grid(base, {k: v[:2] for k, v in GRID.items()})  # warm caches (profile fit)
 
     times = []
@@ -51,7 +56,9 @@ def main() -> dict:
 
     rng = np.random.default_rng(0)
     raw = scenario_to_dict(base)
-    sample = [{k: v[rng.integers(len(v))].item() for k, v in GRID.items()} for _ in range(args.sample)]
+    sample = [
+        {k: v[rng.integers(len(v))].item() for k, v in GRID.items()} for _ in range(args.sample)
+    ]
     scenarios = [load_scenario(data=raw, overrides=point) for point in sample]
     start = time.perf_counter()
     for sc in scenarios:

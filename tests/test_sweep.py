@@ -387,11 +387,13 @@ def test_ctrl_c_keeps_finished_work(tmp_path):
 
     from tests.conftest import ROOT
 
-    # the analytical engine per point with jitter (~0.1 s per run: lap distribution by FFT)
+    # DES points of ~0.5 s each: the parent's first write (pandas/pyarrow import) must not
+    # outlast the whole sweep, or the interrupt would land after the last point
     sweep = write_sweep(
         tmp_path,
-        grid={"speculation.k": list(range(1, 8)), "network.latency_ms": [5, 10, 20, 40, 80, 160]},
-        vectorize=False,
+        engine="des",
+        grid={"speculation.k": [3, 5, 7], "network.latency_ms": [5, 10, 20, 40]},
+        set={"workload.requests": 1, "workload.output_tokens": 20000},
     )
     out = tmp_path / "o"
     cmd = [sys.executable, "-m", "wansim", "sweep", sweep, "--out", str(out), "--quiet"]
@@ -412,6 +414,6 @@ def test_ctrl_c_keeps_finished_work(tmp_path):
     assert proc.returncode == 130, err
     assert "interrupted: finished runs are kept in" in err and "Traceback" not in err
     kept = len(glob.glob(str(out / "parts" / "part-*.parquet")))
-    assert 1 <= kept < 42 and not (out / "results.parquet").exists()
-    done = run_sweep(sweep, out, resume=True, workers=1, progress=False)
-    assert (done.reused, done.computed) == (kept, 42 - kept)
+    assert 1 <= kept < 12 and not (out / "results.parquet").exists()
+    done = run_sweep(sweep, out, resume=True, workers=2, progress=False)
+    assert (done.reused, done.computed) == (kept, 12 - kept)

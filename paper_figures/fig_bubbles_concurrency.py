@@ -11,7 +11,7 @@ Scenario: scenarios/v4pro-dspark-10stage-wan.yaml (10 stages, 25 ms per hop, 1 G
 lognormal jitter, K = 7, math profile) with the drafter on S0 for every line; N = 1-64
 concurrent requests (closed loop, 8 N + 24 requests per run, 256 tokens each). Lines: analytical
 (sync: the closed-network approximation of wansim.analytical.concurrent; async: the block
-schedule on that network; continuous batching: the lockstep batch model); markers: the DES
+schedule on that network; continuous batching: wansim.analytical.batched); markers: the DES
 with 95% intervals where it has them.
 """
 

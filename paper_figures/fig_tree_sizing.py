@@ -9,7 +9,7 @@ Scenario: scenarios/v4pro-dspark-10stage-wan.yaml (10 stages, 25 ms per hop, DSp
 math profile from traces/reference/dspark-v4pro.yaml whose sibling model is ASSUMED - see its
 generator), analytical engine, Sequoia-optimal trees built from the pooled rates (depth <= 7,
 the measured positions), tokens/s of one request relative to the K = 7 chain of the same
-deployment. (a) batch 1 at 0.1, 1 and 10 Gbit/s per hop; (b) lockstep batches of 1, 4, 16 and 64
+deployment. (a) batch 1 at 0.1, 1 and 10 Gbit/s per hop; (b) continuous batches of 1, 4, 16 and 64
 sequences (workload.concurrency with schedule.batching: continuous) at 10 Gbit/s. Markers: the
 best N of each curve; (c) extra accepted tokens per step of the tree over the chain (batch 1).
 """

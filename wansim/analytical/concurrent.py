@@ -36,6 +36,8 @@ Assumptions (vectorised over grid points):
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy import stats
 
@@ -133,9 +135,8 @@ def solve(n_customers, alone, stations, *, chain_blocks=None):
 
 def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> dict:
     """The ring's stations (arrays (pts, S), S = 2 max(P) + 1) for :func:`solve`."""
-    from wansim.compute import stage_ms, stage_ms_each
-    from wansim.network import expected_losses
-    from wansim.wire import forward_bytes, serialise_ms
+    from wansim.analytical.path import hop_service_ms, stage_services_ms
+    from wansim.wire import forward_bytes
 
     wl = scenario.workload
     stages = np.asarray(scenario.stages)
@@ -162,22 +163,9 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
         *(np.shape(x) for x in (stages, n, d, passes, parts["forward_bytes"], pre_bytes)), *extra
     )
     pmax = int(np.max(stages))
-    if scenario.model.stage_compute:
-        dec_c = [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, b * n)]
-        pre_c = [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, b * prompt)]
-    else:
-        one = np.asarray(stage_ms(scenario.model.compute, b * n), dtype=float)
-        pre = np.asarray(stage_ms(scenario.model.compute, b * prompt), dtype=float)
-        dec_c, pre_c = [one] * pmax, [pre] * pmax
-    net = scenario.network
-    hops = scenario.resolved_hops() if net.hops else None
-
-    def hop_ser(i, n_bytes):
-        if hops is not None:
-            h = hops[i]
-            return serialise_ms(n_bytes, h.bandwidth_mbps) * (1 + expected_losses(h.loss_rate))
-        return serialise_ms(n_bytes, net.bandwidth_mbps) * (1 + expected_losses(net.loss_rate))
-
+    dec_c = stage_services_ms(scenario, b * n, pmax)
+    pre_c = stage_services_ms(scenario, b * prompt, pmax)
+    hop_ser = functools.partial(hop_service_ms, scenario)
     cols = 2 * pmax + 1
     out = {k: np.zeros((*shape, cols)) for k in ("s_d", "s_p", "v_d", "v_p")}
     out["decode_path"] = np.zeros((*shape, cols))

@@ -128,3 +128,27 @@ def mixture_normal_quantiles(weights, means, sds, qs) -> np.ndarray:
     return np.array(
         [brentq(lambda x, q=q: cdf(x) - q, lo, hi, xtol=1e-9) for q in np.atleast_1d(qs)]
     )
+
+
+def shifted_mixture(
+    values: np.ndarray, pmf: np.ndarray, shifts_ms, weights
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distribution of X + D, D independent of X taking ``shifts_ms`` (>= 0) with
+    ``weights`` (the rest of the mass at 0), on X's uniform grid extended to the largest
+    shift (each shift rounded to the grid)."""
+    if len(values) == 1:
+        atoms = np.concatenate([[0.0], np.asarray(shifts_ms, dtype=float)]) + values[0]
+        mass = np.concatenate([[1.0 - np.sum(weights)], np.asarray(weights, dtype=float)])
+        dt = max(float(np.max(atoms) - np.min(atoms)) / 1024, 1e-9)
+        grid = np.arange(values[0], np.max(atoms) + dt, dt)
+        out = np.zeros(len(grid))
+        np.add.at(out, np.rint((atoms - values[0]) / dt).astype(int), mass)
+        return grid, out
+    dt = values[1] - values[0]
+    steps = np.rint(np.asarray(shifts_ms, dtype=float) / dt).astype(int)
+    top = int(steps.max(initial=0))
+    out = np.zeros(len(pmf) + top)
+    out[: len(pmf)] += (1.0 - float(np.sum(weights))) * pmf
+    for step, w in zip(steps, weights, strict=True):
+        out[step : step + len(pmf)] += w * pmf
+    return values[0] + dt * np.arange(len(out)), out

@@ -6,6 +6,8 @@ import dataclasses
 
 import numpy as np
 
+from wansim.analytical.batched import batched, batched_metrics
+from wansim.analytical.batched import stage_utilization as batched_stage_utilization
 from wansim.analytical.blocks import block_schedule_metrics, uses_blocks
 from wansim.analytical.concurrent import concurrent_metrics
 from wansim.analytical.distribution import (
@@ -13,6 +15,7 @@ from wansim.analytical.distribution import (
     mean_var,
     mixture_normal_quantiles,
     quantiles,
+    shifted_mixture,
 )
 from wansim.analytical.sync import lap_parts, passes_per_node, stage_utilization, sync_metrics
 from wansim.errors import ScenarioError
@@ -25,8 +28,9 @@ def check_supported(scenario: Scenario) -> None:
 
     - the sync schedule, one request at a time (closed forms), any policy (none, chain, tree,
       a chain with hedge branches) and verifier rule;
-    - a lockstep batch of ``workload.concurrency`` sequences (``schedule.batching:
-      continuous``, sync);
+    - continuous batching of ``workload.concurrency`` sequences (``schedule.batching:
+      continuous``, sync): the lockstep batch plus its admissions in steady state
+      (:mod:`wansim.analytical.batched`);
     - N concurrent requests without batching (``batching: none``): the closed-network
       approximation of :mod:`wansim.analytical.concurrent`;
     - the block schedule - async in-pipe speculation and the overlapped drafter (max(.) law) -
@@ -76,6 +80,8 @@ def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     """Mean metrics (arrays; fields may be arrays) by the model that covers the scenario."""
     blocks = uses_blocks(scenario)
     out = block_schedule_metrics(scenario) if blocks else sync_metrics(scenario)
+    if batched(scenario):
+        out = batched_metrics(scenario, out, lap_parts(scenario))
     if concurrent(scenario):
         out = concurrent_metrics(scenario, out, lap_parts(scenario), blocks)
     return out
@@ -129,6 +135,25 @@ def analyze(scenario: Scenario) -> Result:
     tpot_p50, tpot_p99 = mixture_normal_quantiles(w, tpot_mean, tpot_sd, [0.5, 0.99])
 
     utilization = stage_utilization(scenario, means)
+    details = {}
+    if batched(scenario):  # continuous batching: the lockstep batch plus admissions
+        raw = batched_metrics(scenario, {**raw, "target_exact": exact}, parts)
+        stretch = float(np.asarray(raw["lap_ms_mean"])) / lap_mean
+        lap_mean = float(np.asarray(raw["lap_ms_mean"]))
+        # a lap is the lockstep one, late by D(j) when j other requests were admitted ahead
+        others = raw["_admissions"]["others"]
+        late = [float(np.asarray(d)) for _, _, d in others]
+        prob = [float(np.asarray(pj)) for _, pj, _ in others]
+        lap_p50, lap_p99 = quantiles(*shifted_mixture(values, pmf, late, prob), [0.5, 0.99])
+        tpot_p50, tpot_p99 = stretch * tpot_p50, stretch * tpot_p99
+        for key in ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean"):
+            means[key] = float(np.asarray(raw[key]))
+        utilization = batched_stage_utilization(scenario, raw)
+        details = {
+            "approximation": "continuous batching in steady state (lockstep batch + admissions)",
+            "lockstep_lap_ms": float(np.asarray(raw["lockstep_lap_ms"])),
+            "convoy_ms_per_lap": float(np.asarray(raw["convoy_ms_per_lap"])),
+        }
     metrics = {
         "tokens_per_s": means["tokens_per_s"],
         "throughput_tokens_per_s": means["throughput_tokens_per_s"],
@@ -145,7 +170,7 @@ def analyze(scenario: Scenario) -> Result:
         "wasted_token_fraction": means["wasted_token_fraction"],
         "target_exact": exact,
     }
-    details = {
+    details |= {
         "lap_breakdown_ms": {
             "draft": means["draft_ms"],
             "stage_compute": means["stage_compute_ms"] * scenario.stages,

@@ -8,7 +8,9 @@ survival S_d per difficulty node. A batch of b sequences (``workload.concurrency
 ``schedule.batching: continuous``) is modelled in lockstep: the b sequences share every pass
 (b n tokens per stage, one forward message of header + b (n s_act + tree mask), their b
 verdicts on the return hop), and each sequence commits its own accepted tokens; the batch is
-kept full (continuous refill). b = 1 otherwise (one request in flight):
+kept full (continuous refill); :mod:`wansim.analytical.batched` adds what the refills cost
+(admission convoys, the replacements' TTFT, cold start and drain). b = 1 otherwise (one
+request in flight):
 
   T_lap     = t_draft + sum_i t_stage(b n) + sum_fwd E[T_hop](fwd bytes) + E[T_ret](b verdict)
   T_prefill = sum_i t_stage(b prompt) + sum_fwd E[T_hop](header + b prompt s_act)  (= TTFT)

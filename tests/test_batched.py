@@ -1,0 +1,116 @@
+"""Continuous batching in steady state (wansim.analytical.batched).
+
+- the convoy delay (max-plus closed form) equals a brute-force event recursion of two messages
+  through FIFO stations in tandem (hypothesis);
+- the Palm form of the admissions equals the size-biased average over the per-verdict counts;
+- one slot is exactly the sync schedule of one request; no admissions, no convoy;
+- the DES agrees (the documented bounds; wansim.approximation_error checks the grid).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from tests.conftest import REFERENCE
+from wansim.analytical import analyze, evaluate_grid
+from wansim.analytical.batched import convoy_delay_ms
+from wansim.approximation_error import BOUNDS
+from wansim.scenario import load_scenario
+from wansim.sim import simulate
+
+BATCH = ["schedule.batching=continuous"]
+
+
+def tandem_finish(services_first, services_second, gap):
+    """Event by event: the second message enters station 0 ``gap`` after the first; each
+    station serves FIFO, one message at a time. Returns the second's finishing time."""
+    free_at = 0.0  # when the station is free of the first message
+    t1 = 0.0  # first message's clock (it never waits)
+    t2 = gap
+    for s1, s2 in zip(services_first, services_second, strict=True):
+        t1 = t1 + s1
+        free_at = t1
+        t2 = max(t2, free_at) + s2
+    return t2
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 100), st.floats(0, 100)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.floats(0, 300),
+)
+def test_convoy_delay_is_the_tandem_recursion(services, gap):
+    first = [np.float64(a) for a, _ in services]
+    second = [np.float64(b) for _, b in services]
+    live = [np.bool_(True)] * len(services)
+    alone = gap + sum(b for _, b in services)
+    expected = tandem_finish([a for a, _ in services], [b for _, b in services], gap) - alone
+    got = float(convoy_delay_ms(first, second, live, np.float64(gap)))
+    assert got == pytest.approx(expected, abs=1e-9)
+
+
+def test_convoy_ignores_stations_past_the_last_stage():
+    live = [np.bool_(True), np.bool_(True), np.bool_(False)]
+    a = convoy_delay_ms(
+        [np.float64(5), np.float64(9), np.float64(50)], [np.float64(1)] * 3, live, 2
+    )
+    # stations 0-1 only: first leaves at 5 then 14; second: max(2, 5) + 1 = 6, max(6, 14) + 1
+    assert float(a) == pytest.approx(15 - (2 + 2))
+
+
+def test_palm_counts_are_the_size_biased_verdict_counts():
+    """E over j ~ Bin(b-1, h) of f(1 + j) = sum_k P_b(k) k f(k) / (b h) for any f."""
+    b, h = 37, 0.083
+    f = np.sqrt(np.arange(1, b + 1)) * 3 + np.arange(1, b + 1) ** 1.5
+    palm = sum(stats.binom.pmf(j, b - 1, h) * f[j] for j in range(b))
+    biased = sum(stats.binom.pmf(k, b, h) * k * f[k - 1] for k in range(1, b + 1)) / (b * h)
+    assert palm == pytest.approx(biased, rel=1e-12)
+
+
+def test_one_slot_is_the_sync_schedule():
+    one = analyze(load_scenario(REFERENCE, [*BATCH, "workload.concurrency=1"])).metrics
+    # a grid holding 1 among larger batches takes the batched path at the 1 as well
+    frame = evaluate_grid(load_scenario(REFERENCE, BATCH), {"workload.concurrency": [1, 8]})
+    for key in ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean", "lap_ms_mean"):
+        assert frame[key].iloc[0] == pytest.approx(one[key], rel=1e-9), key
+
+
+def test_no_admission_is_slower_than_the_batch_no_convoy():
+    """A prefill that is no slower than the batch at any station never delays it."""
+    sc = load_scenario(
+        REFERENCE,
+        [*BATCH, "workload.concurrency=64", "workload.prompt_tokens=8", "speculation.k=7"],
+    )
+    r = analyze(sc)
+    assert r.details["convoy_ms_per_lap"] == 0.0
+    assert r.metrics["lap_ms_mean"] == pytest.approx(r.details["lockstep_lap_ms"], rel=1e-12)
+
+
+def test_convoys_lengthen_the_lap_and_shape_its_tail():
+    sc = load_scenario(REFERENCE, [*BATCH, "workload.concurrency=16"])
+    r = analyze(sc)
+    lock = r.details["lockstep_lap_ms"]
+    assert r.details["convoy_ms_per_lap"] > 0
+    assert r.metrics["lap_ms_mean"] == pytest.approx(lock + r.details["convoy_ms_per_lap"])
+    # most laps see no admission: the median stays near the lockstep lap, the p99 does not
+    assert r.metrics["lap_ms_p50"] < lock * 1.05 < r.metrics["lap_ms_p99"]
+
+
+@pytest.mark.parametrize("concurrency", [8, 64])
+def test_reference_agrees_with_the_des(concurrency):
+    over = [*BATCH, f"workload.concurrency={concurrency}", f"workload.requests={4 * concurrency}"]
+    sc = load_scenario(REFERENCE, over)
+    des, ana = simulate(sc).metrics, analyze(sc).metrics
+    bounds = BOUNDS["continuous batching"]
+    for key in ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean"):
+        assert abs(ana[key] / des[key] - 1) <= bounds[key], (key, ana[key], des[key])
+    for key in ("lap_ms_p50", "lap_ms_p99"):
+        assert ana[key] == pytest.approx(des[key], rel=0.15), key

@@ -1,0 +1,242 @@
+"""Continuous batching in steady state (``schedule.batching: continuous``, sync, a closed loop
+of b = ``workload.concurrency`` slots), vectorised.
+
+Model and assumptions:
+
+- **The batch.** The b sequences in flight verify together: one pass of b n tokens per stage
+  and one message per hop, the lockstep lap of :mod:`wansim.analytical.sync` (``T_lock``).
+  A replacement's sequence is taken to join the batch (in the DES its first passes travel as
+  a small group of their own until it is absorbed: a queue merges what waits in it).
+- **Admissions.** A sequence finishes at a verdict with hazard h = 1 / E[N] (E[N]: verify
+  passes per request, step-weighted over difficulty: the renewal rate), independently of the
+  others. Seen by one sequence (Palm), j ~ Binomial(b - 1, h) others finish at the same
+  verdict; their replacements are admitted at that instant and their prefill, one message of
+  j * prompt tokens, enters S0 g ms ahead of the batch's next pass (g = the return hop, plus
+  the drafter when it runs on the last stage). One request alone (b = 1) is the sync case.
+- **Convoy.** On the path S0, hop 0, S1, ..., S(P-1) (services: compute of the pass, the
+  message's serialisation; propagation is common to both messages, so it cancels) the
+  prefill has services p_l and the batch d_l (S0's includes a first-stage drafter). Two
+  messages through FIFO stations in tandem (max-plus): the batch's verdict is late by
+
+      D(j) = max(0, max_l (C_l + d_l) - g),   C_l = sum_{i <= l} (p_i - d_i)
+
+  (catching the prefill at station l, it then trails it). Jitter and the random phase of
+  other small groups are ignored.
+- **Lap and rate.** T_lap = T_lock + E[D(j)]; a lap's distribution is the lockstep one shifted
+  by D(j) with probability P(j); a request's tokens_per_s and TPOT are the lockstep ones
+  scaled by T_lock / T_lap.
+- **TTFT** (after the warm-up wave): a replacement's prefill holds its prompt and those of
+  the j others admitted with it, and runs ahead of the batch, so it takes the pipe alone:
+  TTFT = E[P t_stage((1 + j) prompt) + sum_fwd E[T_hop]((1 + j) prompt)].
+- **Throughput** of R requests through b slots (R / b rounds each): the run starts with the
+  whole batch's prefill (``T_cold``, b prompts at once), and the slowest slot ends it:
+
+      makespan = T_cold + (R/b - 1) TTFT + (R/b) E[N] T_lap + e_b sd(N) T_lap(1) sqrt(R/b)
+
+  (e_b the expected maximum of b standard normals; :mod:`wansim.analytical.concurrent`); the
+  slowest slot's extra passes run while the batch drains, so they are charged the lap of a
+  batch of one sequence.
+- **Utilisation** of a stage: its busy time over the makespan: the cold prefill, the R - b
+  replacements' prefills (t((1 + j) prompt) / (1 + j) each) and R E[N] / b batch passes (plus
+  the drafter's passes on its stage).
+
+Everything else (tau, bytes per token, the wasted fraction) is the lockstep batch's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+from scipy import stats
+
+from wansim import speculation
+from wansim.analytical.concurrent import expected_max_normal
+from wansim.analytical.path import hop_service_ms, stage_services_ms
+from wansim.compute import mean_stage_ms, stage_ms_each
+from wansim.network import hop_mean, hop_mean_ms
+from wansim.wire import forward_bytes
+
+TAIL_SD = 10.0  # admissions per verdict: k up to mean + TAIL_SD sd (+ 10), at most b
+
+
+def batched(scenario) -> bool:
+    """Whether the scenario is continuous batching with more than one slot."""
+    return scenario.schedule.batching == "continuous" and bool(
+        np.any(np.asarray(scenario.workload.concurrency) > 1)
+    )
+
+
+def _path(scenario, n_tokens, n_bytes, pmax: int, live_stages) -> tuple[list, list]:
+    """Services (list over S0, hop 0, ..., S(pmax-1)) and their live masks."""
+    compute = stage_services_ms(scenario, n_tokens, pmax)
+    services, live = [], []
+    for i in range(pmax):
+        services.append(compute[i])
+        live.append(live_stages > i)
+        if i < pmax - 1:
+            services.append(hop_service_ms(scenario, i, n_bytes))
+            live.append(live_stages > i + 1)  # hop i is forward when S(i+1) exists
+    return services, live
+
+
+def convoy_delay_ms(prefill_services, batch_services, live, gap_ms) -> np.ndarray:
+    """D = max(0, max_j (C_j + d_j) - g), C_j = sum_{l<=j} (p_l - d_l) over the live stations
+    (module docstring): the batch's delay behind a message that started ``gap_ms`` ahead."""
+    lead = np.zeros(())
+    worst = np.full((), -np.inf)
+    for p, d, on in zip(prefill_services, batch_services, live, strict=True):
+        lead = lead + np.where(on, p - d, 0.0)
+        worst = np.maximum(worst, np.where(on, lead + d, -np.inf))
+    return np.maximum(worst - gap_ms, 0.0)
+
+
+def _forward_hops_ms(scenario, n_bytes) -> np.ndarray:
+    """Sum of the forward hops' mean times for an ``n_bytes`` message."""
+    net = scenario.network
+    if net.hops:
+        fwd = scenario.resolved_hops()[:-1]
+        return sum((hop_mean(h, n_bytes) for h in fwd), start=np.zeros(()))
+    link = (net.latency_ms, net.bandwidth_mbps, net.jitter, net.loss_rate, net.retransmit_ms)
+    return (np.asarray(scenario.stages) - 1) * hop_mean_ms(*link, n_bytes)
+
+
+def admissions(scenario, lockstep: dict, parts: dict) -> dict:
+    """Seen by one sequence of the batch, j ~ Binomial(b - 1, h) others finish at a verdict
+    (Palm: given that it continues, or that it is one of those replaced). Returns E[D(j)], the
+    mean TTFT E[ttft(1 + j)] of a replacement (its prefill holds 1 + j prompts), the hazard h
+    and the (j, P(j), D(j)) triples."""
+    wl = scenario.workload
+    stages = np.asarray(scenario.stages)
+    pmax = int(np.max(stages))
+    b = np.asarray(parts["batch"], dtype=float)
+    hazard = 1.0 / np.maximum(np.asarray(lockstep["passes_per_request"], dtype=float), 1.0)
+    prompt = np.asarray(wl.prompt_tokens, dtype=float)
+    hidden = scenario.model.hidden_size
+    first = scenario.drafter.placement == "first_stage"
+    draft = np.asarray(parts["draft_ms"], dtype=float)
+
+    batch_services, live = _path(
+        scenario, b * parts["tokens"], parts["forward_bytes"], pmax, stages
+    )
+    if first:
+        batch_services[0] = batch_services[0] + draft
+    gap = np.asarray(lockstep["return_hop_ms"], dtype=float) + (0.0 if first else draft)
+
+    def prefill(tokens):
+        n_bytes = forward_bytes(scenario.payload, hidden, tokens)
+        return n_bytes, stages * mean_stage_ms(scenario, tokens) + _forward_hops_ms(
+            scenario, n_bytes
+        )
+
+    lam = (b - 1.0) * hazard
+    j_max = int(np.max(np.minimum(b - 1.0, np.ceil(lam + TAIL_SD * np.sqrt(lam) + 10.0))))
+    delay = ttft = np.zeros(())
+    others = []
+    for j in range(j_max + 1):
+        pj = stats.binom.pmf(j, b - 1.0, hazard)
+        late = np.zeros(())
+        if j:
+            n_bytes, _ = prefill(j * prompt)
+            ahead, _ = _path(scenario, j * prompt, n_bytes, pmax, stages)
+            late = convoy_delay_ms(ahead, batch_services, live, gap)
+        delay = delay + pj * late
+        ttft = ttft + pj * prefill((1 + j) * prompt)[1]
+        others.append((j, pj, late))
+    return {"delay_ms": delay, "ttft_ms": ttft, "hazard": hazard, "others": others}
+
+
+def _single_lap_ms(scenario) -> np.ndarray:
+    """The lap of a batch of one sequence."""
+    from wansim.analytical.sync import sync_metrics
+
+    one = dataclasses.replace(scenario.workload, concurrency=1)
+    return np.asarray(sync_metrics(dataclasses.replace(scenario, workload=one))["lap_ms_mean"])
+
+
+def batched_metrics(scenario, lockstep: dict, parts: dict) -> dict:
+    """``lockstep`` (:func:`wansim.analytical.sync.sync_metrics` with batch b) -> the same keys
+    for continuous batching in steady state (module docstring)."""
+    from wansim.analytical.blocks import acceptance_nodes
+
+    wl = scenario.workload
+    b = np.asarray(parts["batch"], dtype=float)
+    requests = np.asarray(wl.requests, dtype=float)
+    m = np.asarray(parts["m"], dtype=float)
+    adm = admissions(scenario, lockstep, parts)
+    lap_lock = np.asarray(lockstep["lap_ms_mean"], dtype=float)
+    lap = lap_lock + adm["delay_ms"]
+    stretch = lap / lap_lock
+    passes = np.asarray(lockstep["passes_per_request"], dtype=float)
+
+    acc = acceptance_nodes(scenario, m)
+    mean_n = (acc["w"] * acc["n_mean"]).sum(axis=-1)
+    var_n = (acc["w"] * (acc["n_var"] + acc["n_mean"] ** 2)).sum(axis=-1) - mean_n**2
+    sd_n = np.sqrt(np.maximum(var_n, 0.0))
+    rounds = np.maximum(requests / b, 1.0)
+    cold = np.asarray(lockstep["prefill_ms"], dtype=float)
+    ttft = adm["ttft_ms"]
+    # the slowest slot's extra passes run while the batch drains: at the lap of one sequence
+    spread = expected_max_normal(b) * sd_n * _single_lap_ms(scenario) * np.sqrt(rounds)
+    makespan = cold + (rounds - 1.0) * ttft + rounds * passes * lap + spread
+
+    busy = busy_ms(
+        scenario,
+        lockstep,
+        adm,
+        functools.partial(mean_stage_ms, scenario),
+        np.asarray(lockstep["draft_ms"]) / np.asarray(scenario.stages),
+    )
+    out = dict(lockstep)
+    out.update(
+        {
+            "tokens_per_s": np.asarray(lockstep["tokens_per_s"]) / stretch,
+            "throughput_tokens_per_s": 1e3 * requests * (m + 1) / makespan,
+            "lap_ms_mean": lap,
+            "tpot_ms_mean": np.asarray(lockstep["tpot_ms_mean"]) * stretch,
+            "ttft_ms_mean": ttft,
+            "bubble_fraction": 1.0 - busy / makespan,
+            "lockstep_lap_ms": lap_lock,
+            "convoy_ms_per_lap": adm["delay_ms"],
+            "makespan_ms": makespan,
+            "_admissions": adm,
+        }
+    )
+    return out
+
+
+def busy_ms(scenario, lockstep: dict, adm: dict, stage_t, draft_ms) -> np.ndarray:
+    """Busy ms over the run of a stage whose pass of n tokens takes ``stage_t(n)``: the cold
+    prefill, the R - b replacements' prefills (each shares one with j others) and the batch's
+    R E[N] / b passes, each with ``draft_ms`` of drafting."""
+    wl = scenario.workload
+    b = np.asarray(speculation.batch_size(scenario), dtype=float)
+    requests = np.asarray(wl.requests, dtype=float)
+    verdicts = requests * np.asarray(lockstep["passes_per_request"]) / b
+    # each of the R - b replacements shares its prefill with j others: t((1 + j) prompt) / (1 + j)
+    prompt = np.asarray(wl.prompt_tokens, dtype=float)
+    per_request = sum(
+        (pj * stage_t((1 + j) * prompt) / (1 + j) for j, pj, _ in adm["others"]),
+        start=np.zeros(()),
+    )
+    admitted = np.maximum(requests - b, 0.0)
+    verify = stage_t(b * np.asarray(lockstep["tokens_per_pass"]))
+    return stage_t(b * wl.prompt_tokens) + admitted * per_request + verdicts * (verify + draft_ms)
+
+
+def stage_utilization(scenario, means: dict) -> list[float]:
+    """Per-stage busy fraction (scalar scenario) of :func:`batched_metrics`'s run."""
+    p = int(scenario.stages)
+    adm = means["_admissions"]
+    makespan = float(np.asarray(means["makespan_ms"]))
+    draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
+    util = []
+    for i in range(p):
+
+        def stage_t(n, i=i):
+            return np.asarray(stage_ms_each(scenario, n)[i])
+
+        draft = float(np.asarray(means["draft_ms"])) if i == draft_stage else 0.0
+        util.append(float(np.asarray(busy_ms(scenario, means, adm, stage_t, draft))) / makespan)
+    return util

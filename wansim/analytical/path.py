@@ -1,0 +1,34 @@
+"""Deterministic service times along the pipe, per station (shared by the ring of concurrent
+requests and the convoys of continuous batching).
+
+A station is a stage (compute of the pass's tokens) or a hop (serialisation of the message,
+times 1 + E[losses] for retransmissions). Propagation is not a service: it delays a message
+without holding the station, so it cancels between two messages on the same path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wansim.compute import stage_ms, stage_ms_each
+from wansim.network import expected_losses
+from wansim.wire import serialise_ms
+
+
+def stage_services_ms(scenario, n_tokens, n_stations: int) -> list[np.ndarray]:
+    """Compute ms of a pass of ``n_tokens`` at stages 0 .. n_stations - 1 (each stage's own
+    model with ``model.stage_compute``, else the one model; ``stages`` may then be an array
+    and ``n_stations`` its maximum)."""
+    if scenario.model.stage_compute:
+        return [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, n_tokens)]
+    one = np.asarray(stage_ms(scenario.model.compute, n_tokens), dtype=float)
+    return [one] * n_stations
+
+
+def hop_service_ms(scenario, hop: int, n_bytes) -> np.ndarray:
+    """Serialisation ms of an ``n_bytes`` message on hop ``hop`` (retransmissions included)."""
+    net = scenario.network
+    if net.hops:
+        h = scenario.resolved_hops()[hop]
+        return serialise_ms(n_bytes, h.bandwidth_mbps) * (1 + expected_losses(h.loss_rate))
+    return serialise_ms(n_bytes, net.bandwidth_mbps) * (1 + expected_losses(net.loss_rate))

@@ -25,8 +25,10 @@ $(FULL): pyproject.toml | $(BIN)/python
 demo: $(BASE)
 	$(BIN)/wansim run $(REF) --engine both --out out/demo
 
-# pytest exits 5 when it collects nothing: that is not a failure of the suite.
+# lint first (ruff, pinned in the dev extra); pytest exits 5 when it collects nothing: that is
+# not a failure of the suite.
 test: $(FULL)
+	$(BIN)/ruff format --check --quiet . && $(BIN)/ruff check --quiet .
 	@rc=0; $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) || rc=$$?; \
 	 if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc
 

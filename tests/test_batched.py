@@ -114,3 +114,27 @@ def test_reference_agrees_with_the_des(concurrency):
         assert abs(ana[key] / des[key] - 1) <= bounds[key], (key, ana[key], des[key])
     for key in ("lap_ms_p50", "lap_ms_p99"):
         assert ana[key] == pytest.approx(des[key], rel=0.15), key
+
+
+def test_wave_hazards_match_a_monte_carlo_of_the_slots():
+    """b slots start together and run requests of N ~ round(Normal(30, 4)) passes back to back:
+    the others finishing at the same pass as a wave-r replacement's admission, counted over many
+    runs, against (b - 1) h_r."""
+    from wansim.analytical.batched import wave_hazards
+
+    b, mean, sd, waves = 32, 30.0, 4.0, 6
+    rng = np.random.default_rng(7)
+    n = np.maximum(np.rint(rng.normal(mean, sd, size=(4000, b, waves))), 1)
+    done = np.cumsum(n, axis=2)  # completion pass of each slot's r-th request
+    counted = []
+    for r in range(waves - 1):
+        at = done[:, :, r]  # admissions of wave r + 1 happen here
+        flat = done.reshape(done.shape[0], -1)
+        same = (flat[:, None, :] == at[:, :, None]).sum(axis=2) - 1  # the others, not itself
+        counted.append(same.mean())
+    model = wave_hazards(b, b * waves, mean, sd, mean)
+    for r, (weight, hazard) in enumerate(model[: waves - 1]):
+        assert float(weight) == pytest.approx(1 / (waves - 1))
+        assert (b - 1) * float(hazard) == pytest.approx(counted[r], rel=0.03), r
+    # bunched at first, then towards the renewal rate (b - 1) / mean
+    assert counted[0] > 2 * (b - 1) / mean and counted[-1] < counted[0]

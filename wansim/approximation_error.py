@@ -79,7 +79,7 @@ BOUNDS: dict[str, dict[str, float]] = {
     "continuous batching": {
         "tokens_per_s": 0.15,
         "throughput_tokens_per_s": 0.12,
-        "ttft_ms_mean": 0.35,
+        "ttft_ms_mean": 0.15,
         "bubble_fraction": 0.04,
         "wasted_token_fraction": 0.02,
     },

@@ -27,7 +27,11 @@ Model and assumptions:
   scaled by T_lock / T_lap.
 - **TTFT** (after the warm-up wave): a replacement's prefill holds its prompt and those of
   the j others admitted with it, and runs ahead of the batch, so it takes the pipe alone:
-  TTFT = E[P t_stage((1 + j) prompt) + sum_fwd E[T_hop]((1 + j) prompt)].
+  TTFT = E[P t_stage((1 + j) prompt) + sum_fwd E[T_hop]((1 + j) prompt)]. The slots start
+  together, so completions come in waves that blur only slowly (the r-th wave spreads as
+  sd(N) sqrt(r)): j ~ Binomial(b - 1, h_r) with the wave's bunched hazard h_r
+  (:func:`wave_hazards`), averaged over the replacement waves. (The convoys keep the renewal
+  hazard: over the run a sequence sees on average b / E[N] completions per verdict.)
 - **Throughput** of R requests through b slots (R / b rounds each): the run starts with the
   whole batch's prefill (``T_cold``, b prompts at once), and the slowest slot ends it:
 
@@ -59,6 +63,8 @@ from wansim.network import hop_mean, hop_mean_ms
 from wansim.wire import forward_bytes
 
 TAIL_SD = 10.0  # admissions per verdict: k up to mean + TAIL_SD sd (+ 10), at most b
+MAX_WAVES = 64  # replacement waves followed one by one; later ones at the renewal rate
+NEIGHBOUR_WAVES = 3  # waves r' within this of r overlap wave r (before they blur)
 
 
 def batched(scenario) -> bool:
@@ -102,11 +108,12 @@ def _forward_hops_ms(scenario, n_bytes) -> np.ndarray:
     return (np.asarray(scenario.stages) - 1) * hop_mean_ms(*link, n_bytes)
 
 
-def admissions(scenario, lockstep: dict, parts: dict) -> dict:
+def admissions(scenario, lockstep: dict, parts: dict, waves: list) -> dict:
     """Seen by one sequence of the batch, j ~ Binomial(b - 1, h) others finish at a verdict
-    (Palm: given that it continues, or that it is one of those replaced). Returns E[D(j)], the
-    mean TTFT E[ttft(1 + j)] of a replacement (its prefill holds 1 + j prompts), the hazard h
-    and the (j, P(j), D(j)) triples."""
+    (Palm: given that it continues, or that it is one of those replaced). Returns E[D(j)] at
+    the renewal hazard h, the mean TTFT E[ttft(1 + j)] of a replacement (its prefill holds
+    1 + j prompts) over the ``waves`` ((weight, hazard) pairs, :func:`wave_hazards`), h and the
+    (j, P(j), D(j)) triples."""
     wl = scenario.workload
     stages = np.asarray(scenario.stages)
     pmax = int(np.max(stages))
@@ -130,21 +137,55 @@ def admissions(scenario, lockstep: dict, parts: dict) -> dict:
             scenario, n_bytes
         )
 
-    lam = (b - 1.0) * hazard
+    lam = (b - 1.0) * np.maximum(hazard, max((np.max(h) for _, h in waves), default=0.0))
     j_max = int(np.max(np.minimum(b - 1.0, np.ceil(lam + TAIL_SD * np.sqrt(lam) + 10.0))))
     delay = ttft = np.zeros(())
     others = []
     for j in range(j_max + 1):
         pj = stats.binom.pmf(j, b - 1.0, hazard)
+        pj_wave = sum((w * stats.binom.pmf(j, b - 1.0, h) for w, h in waves), start=np.zeros(()))
         late = np.zeros(())
         if j:
             n_bytes, _ = prefill(j * prompt)
             ahead, _ = _path(scenario, j * prompt, n_bytes, pmax, stages)
             late = convoy_delay_ms(ahead, batch_services, live, gap)
         delay = delay + pj * late
-        ttft = ttft + pj * prefill((1 + j) * prompt)[1]
+        ttft = ttft + pj_wave * prefill((1 + j) * prompt)[1]
         others.append((j, pj, late))
     return {"delay_ms": delay, "ttft_ms": ttft, "hazard": hazard, "others": others}
+
+
+def wave_hazards(b, requests, mean_n, sd_n, period) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(weight, hazard) of each replacement wave r = 1 .. (R - b) / b (weights sum to 1).
+
+    The b slots start together, so the r-th completions of all slots (slot sums of r requests'
+    passes) form a wave, ~ Normal(r T, r sd(N)^2) in laps, T = ``period`` (E[N] plus the
+    replacement's TTFT in laps). A replacement admitted in wave r sees the others' completions
+    at its verdict at the density of waves r' near r there:
+    lambda_r = sum_r' c phi((r - r') T; 0, (r + r') sd^2) (c = b - 1 for r' = r, else b), so
+    early waves admit in bunches and later ones blur into the renewal rate 1 / T (taken once
+    sd sqrt(2 r) >= T, and beyond ``MAX_WAVES``). h_r = lambda_r / (b - 1), at most 1."""
+    b = np.asarray(b, dtype=float)
+    waves = np.maximum(np.asarray(requests, dtype=float) - b, 0.0) / b
+    total = np.ceil(np.asarray(requests, dtype=float) / b)  # completion waves in the run
+    renewal = 1.0 / np.maximum(period, 1.0)
+    out = []
+    for r in range(1, min(int(np.ceil(np.max(waves))), MAX_WAVES) + 1):
+        weight = np.clip(waves - (r - 1), 0.0, 1.0)
+        lam = np.zeros(())
+        for r2 in range(max(1, r - NEIGHBOUR_WAVES), r + NEIGHBOUR_WAVES + 1):
+            var = np.maximum((r + r2) * np.asarray(sd_n, dtype=float) ** 2, 1e-12)
+            density = np.exp(-(((r - r2) * period) ** 2) / (2 * var)) / np.sqrt(2 * np.pi * var)
+            count = b - 1.0 if r2 == r else b
+            lam = lam + np.where(r2 <= total, count * density, 0.0)
+        blurred = np.asarray(sd_n) * np.sqrt(2.0 * r) >= period
+        hazard = np.where(blurred, renewal, np.minimum(lam / np.maximum(b - 1.0, 1.0), 1.0))
+        out.append((weight, hazard))
+    rest = np.maximum(waves - MAX_WAVES, 0.0)
+    if np.any(rest > 0):
+        out.append((rest, renewal * np.ones_like(rest)))
+    norm = np.maximum(waves, 1e-300)
+    return [(w / norm, h) for w, h in out]
 
 
 def _single_lap_ms(scenario) -> np.ndarray:
@@ -164,19 +205,28 @@ def batched_metrics(scenario, lockstep: dict, parts: dict) -> dict:
     b = np.asarray(parts["batch"], dtype=float)
     requests = np.asarray(wl.requests, dtype=float)
     m = np.asarray(parts["m"], dtype=float)
-    adm = admissions(scenario, lockstep, parts)
-    lap_lock = np.asarray(lockstep["lap_ms_mean"], dtype=float)
-    lap = lap_lock + adm["delay_ms"]
-    stretch = lap / lap_lock
-    passes = np.asarray(lockstep["passes_per_request"], dtype=float)
-
     acc = acceptance_nodes(scenario, m)
     mean_n = (acc["w"] * acc["n_mean"]).sum(axis=-1)
     var_n = (acc["w"] * (acc["n_var"] + acc["n_mean"] ** 2)).sum(axis=-1) - mean_n**2
     sd_n = np.sqrt(np.maximum(var_n, 0.0))
+    lap_lock = np.asarray(lockstep["lap_ms_mean"], dtype=float)
+    # the waves' period includes the replacement's TTFT: first at the renewal rate
+    renewal = admissions(scenario, lockstep, parts, [(np.ones(()), 1.0 / mean_n)])
+    period = mean_n + renewal["ttft_ms"] / lap_lock
+    adm = admissions(scenario, lockstep, parts, wave_hazards(b, requests, mean_n, sd_n, period))
+    lap = lap_lock + adm["delay_ms"]
+    stretch = lap / lap_lock
+    passes = np.asarray(lockstep["passes_per_request"], dtype=float)
+
     rounds = np.maximum(requests / b, 1.0)
     cold = np.asarray(lockstep["prefill_ms"], dtype=float)
     ttft = adm["ttft_ms"]
+    # the DES leaves the first wave (cold start) out of its per-request statistics only when
+    # there are at least two waves (wansim.sim.metrics.warmup_requests)
+    first = np.minimum(b, requests)
+    measured = np.where(
+        requests >= 2 * b, ttft, (first * cold + (requests - first) * ttft) / requests
+    )
     # the slowest slot's extra passes run while the batch drains: at the lap of one sequence
     spread = expected_max_normal(b) * sd_n * _single_lap_ms(scenario) * np.sqrt(rounds)
     makespan = cold + (rounds - 1.0) * ttft + rounds * passes * lap + spread
@@ -195,7 +245,7 @@ def batched_metrics(scenario, lockstep: dict, parts: dict) -> dict:
             "throughput_tokens_per_s": 1e3 * requests * (m + 1) / makespan,
             "lap_ms_mean": lap,
             "tpot_ms_mean": np.asarray(lockstep["tpot_ms_mean"]) * stretch,
-            "ttft_ms_mean": ttft,
+            "ttft_ms_mean": measured,
             "bubble_fraction": 1.0 - busy / makespan,
             "lockstep_lap_ms": lap_lock,
             "convoy_ms_per_lap": adm["delay_ms"],

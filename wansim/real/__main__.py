@@ -2,7 +2,7 @@
 
     run            one staged run (writes trace, profile, compute table, links, summary)
     link-accuracy  the link emulator's achieved-minus-scheduled delay (p50/p99)
-    acceptance     tiny-pair acceptance vs drafter weight noise (in process)
+    acceptance     tiny-pair acceptance vs drafter weight noise, or of the MTP head (--mtp DIR)
     wire-bits      activation bits on the wire vs accepted length and output
     speed          real tokens/s over stages x latency x K
 
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("acceptance", help="acceptance vs drafter noise (in process)")
     _common(a)
     a.add_argument("--noise", type=_floats, default=[0.0, 0.05, 0.1, 0.2, 0.4])
+    a.add_argument("--mtp", default=None, help="measure this MTP head instead of the drafter")
     w = sub.add_parser("wire-bits", help="activation bits vs acceptance and output")
     _common(w)
     w.add_argument("--bits", type=_ints, default=[32, 16, 8, 4, 3])
@@ -135,6 +136,10 @@ def _dispatch(args):
         }
     from wansim.real import experiments
 
+    if args.cmd == "acceptance" and args.mtp:
+        return experiments.acceptance_mtp(
+            args.target, args.mtp, prompts, args.k, args.max_new_tokens
+        )
     if args.cmd == "acceptance":
         return experiments.acceptance_by_noise(
             args.target, args.drafter, prompts, args.noise, args.k, args.max_new_tokens

@@ -207,10 +207,11 @@ def test_mtp_bad_options_one_line_errors(tmp_path):
         load_head(MTP, hidden_size=64)
 
 
-def test_mtp_cli_bad_input_exit_2(capsys):
+@pytest.mark.parametrize("cmd", ["acceptance", "run", "speed"])
+def test_mtp_cli_bad_input_exit_2(capsys, cmd):
     from wansim.real.__main__ import main
 
-    assert main(["acceptance", "--mtp", "/nope"]) == 2
+    assert main([cmd, "--mtp", "/nope"]) == 2
     line = "error: mtp_dir: must be an existing local MTP head directory, got '/nope'"
     assert capsys.readouterr().err.strip() == line
 

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--drafter-noise", type=float, default=0.0)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--host", default="127.0.0.1")
+    r.add_argument("--mtp", default=None, help="draft with this MTP head at the last stage")
     la = sub.add_parser("link-accuracy", help="measure the link emulator")
     la.add_argument("--latency-ms", type=_floats, default=[0.0, 20.0])
     la.add_argument("--frames", type=int, default=1000)
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--stages", type=_ints, default=[2, 4])
     s.add_argument("--latency-ms", type=_floats, default=[5.0, 20.0])
     s.add_argument("--ks", type=_ints, default=[0, 4])
+    s.add_argument("--mtp", default=None, help="draft with this MTP head at the last stage")
     args = ap.parse_args(argv)
     try:
         result = _dispatch(args)
@@ -113,7 +115,9 @@ def _dispatch(args):
         )
         spec = PipelineSpec(
             target_dir=args.target,
-            drafter_dir=args.drafter if args.k else None,
+            drafter_dir=args.drafter if args.k and not args.mtp else None,
+            drafter_kind="mtp" if args.mtp else "draft_model",
+            mtp_dir=args.mtp,
             stages=args.stages,
             links=(link,),
             activation_bits=args.bits,
@@ -163,6 +167,7 @@ def _dispatch(args):
         args.ks,
         args.max_new_tokens,
         run_dir=args.out,
+        mtp_dir=args.mtp,
     )
 
 

@@ -170,17 +170,21 @@ def speed_matrix(
     max_new_tokens: int = 64,
     run_dir: str | Path | None = None,
     drafter_noise: float = 0.0,
+    mtp_dir: str | None = None,
 ) -> list[dict]:
-    """Real tokens/s per (stages, latency, K), greedy; one pipeline per (stages, latency)."""
+    """Real tokens/s per (stages, latency, K), greedy; one pipeline per (stages, latency).
+    ``mtp_dir``: draft with that MTP head at the last stage instead of the draft model."""
     rows = []
     for p in stages:
         for lat in latencies_ms:
             spec = PipelineSpec(
                 target_dir=target_dir,
-                drafter_dir=drafter_dir,
+                drafter_dir=None if mtp_dir else drafter_dir,
                 stages=p,
                 links=(LinkSpec(latency_ms=lat),),
                 drafter_noise=drafter_noise,
+                drafter_kind="mtp" if mtp_dir else "draft_model",
+                mtp_dir=mtp_dir,
             )
             sub = Path(run_dir) / f"p{p}-lat{lat:g}" if run_dir else None
             with Pipeline(spec, sub) as pipe:

@@ -2,7 +2,7 @@
 
     run            one staged run (writes trace, profile, compute table, links, summary)
     link-accuracy  the link emulator's achieved-minus-scheduled delay (p50/p99)
-    acceptance     tiny-pair acceptance vs drafter weight noise (in process)
+    acceptance     tiny-pair acceptance vs drafter weight noise, or of the MTP head (--mtp DIR)
     wire-bits      activation bits on the wire vs accepted length and output
     speed          real tokens/s over stages x latency x K
 
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--drafter-noise", type=float, default=0.0)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--host", default="127.0.0.1")
+    r.add_argument("--mtp", default=None, help="draft with this MTP head at the last stage")
     la = sub.add_parser("link-accuracy", help="measure the link emulator")
     la.add_argument("--latency-ms", type=_floats, default=[0.0, 20.0])
     la.add_argument("--frames", type=int, default=1000)
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("acceptance", help="acceptance vs drafter noise (in process)")
     _common(a)
     a.add_argument("--noise", type=_floats, default=[0.0, 0.05, 0.1, 0.2, 0.4])
+    a.add_argument("--mtp", default=None, help="measure this MTP head instead of the drafter")
     w = sub.add_parser("wire-bits", help="activation bits vs acceptance and output")
     _common(w)
     w.add_argument("--bits", type=_ints, default=[32, 16, 8, 4, 3])
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--stages", type=_ints, default=[2, 4])
     s.add_argument("--latency-ms", type=_floats, default=[5.0, 20.0])
     s.add_argument("--ks", type=_ints, default=[0, 4])
+    s.add_argument("--mtp", default=None, help="draft with this MTP head at the last stage")
     args = ap.parse_args(argv)
     try:
         result = _dispatch(args)
@@ -112,7 +115,9 @@ def _dispatch(args):
         )
         spec = PipelineSpec(
             target_dir=args.target,
-            drafter_dir=args.drafter if args.k else None,
+            drafter_dir=args.drafter if args.k and not args.mtp else None,
+            drafter_kind="mtp" if args.mtp else "draft_model",
+            mtp_dir=args.mtp,
             stages=args.stages,
             links=(link,),
             activation_bits=args.bits,
@@ -135,6 +140,10 @@ def _dispatch(args):
         }
     from wansim.real import experiments
 
+    if args.cmd == "acceptance" and args.mtp:
+        return experiments.acceptance_mtp(
+            args.target, args.mtp, prompts, args.k, args.max_new_tokens
+        )
     if args.cmd == "acceptance":
         return experiments.acceptance_by_noise(
             args.target, args.drafter, prompts, args.noise, args.k, args.max_new_tokens
@@ -158,6 +167,7 @@ def _dispatch(args):
         args.ks,
         args.max_new_tokens,
         run_dir=args.out,
+        mtp_dir=args.mtp,
     )
 
 

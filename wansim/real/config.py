@@ -21,6 +21,8 @@ from wansim.real.errors import RealConfigError
 from wansim.real.link import LinkSpec
 
 VERIFIERS = ("greedy", "lossless")
+DRAFTER_KINDS = ("draft_model", "mtp")  # placement: first_stage | last_stage
+MTP_FILES = ("mtp_config.json", "mtp.safetensors")
 
 
 def check_checkpoint_dir(path: str | None, field_name: str) -> None:
@@ -36,6 +38,19 @@ def check_checkpoint_dir(path: str | None, field_name: str) -> None:
         )
 
 
+def check_mtp_dir(path: str | None, field_name: str = "mtp_dir") -> Path:
+    """A local MTP head directory (``mtp_config.json`` + ``mtp.safetensors``)."""
+    if path is None:
+        raise RealConfigError(field_name, "is needed when drafter_kind is 'mtp'", None)
+    p = Path(path)
+    if not p.is_dir():
+        raise RealConfigError(field_name, "must be an existing local MTP head directory", path)
+    for name in MTP_FILES:
+        if not (p / name).is_file():
+            raise RealConfigError(field_name, f"has no {name} (not an MTP head checkpoint)", path)
+    return p
+
+
 @dataclass(frozen=True)
 class PipelineSpec:
     """A staged target (+ drafter at stage 0) connected by emulated links.
@@ -46,6 +61,9 @@ class PipelineSpec:
     ``activation_bits``: 32 (fp32, exact), 16 (fp16) or 8/4/3 (quantized, ``group_size`` values
     per fp16 scale). ``drafter_noise``: sigma of the weight noise added to the drafter at load
     (0 = as trained). ``fail_stage_after_passes``: fault injection (stage, passes) for tests.
+    ``drafter_kind``: ``draft_model`` (the LM in ``drafter_dir`` drafts at stage 0) or ``mtp``
+    (the head in ``mtp_dir`` drafts at the last stage right after verifying, and the drafts ride
+    the verdict back on the return hop: ``drafter.placement: last_stage``).
     """
 
     target_dir: str
@@ -62,10 +80,34 @@ class PipelineSpec:
     start_timeout_s: float = 180.0
     threads_per_stage: int = 1
     fail_stage_after_passes: tuple[int, int] | None = None
+    drafter_kind: str = "draft_model"
+    mtp_dir: str | None = None
 
     def __post_init__(self):
         check_checkpoint_dir(self.target_dir, "target_dir")
         check_checkpoint_dir(self.drafter_dir, "drafter_dir")
+        if self.drafter_kind not in DRAFTER_KINDS:
+            raise RealConfigError(
+                "drafter_kind", f"must be one of {list(DRAFTER_KINDS)}", self.drafter_kind
+            )
+        if self.drafter_kind == "mtp":
+            check_mtp_dir(self.mtp_dir)
+            if self.drafter_dir is not None:
+                raise RealConfigError(
+                    "drafter_dir",
+                    "must be None when drafter_kind is 'mtp' (the head drafts at the last stage)",
+                    self.drafter_dir,
+                )
+            if self.drafter_noise != 0:
+                raise RealConfigError(
+                    "drafter_noise",
+                    "applies to drafter_kind 'draft_model' only",
+                    self.drafter_noise,
+                )
+        elif self.mtp_dir is not None:
+            raise RealConfigError(
+                "mtp_dir", "is only used when drafter_kind is 'mtp'", self.mtp_dir
+            )
         if not isinstance(self.stages, numbers.Integral) or self.stages < 2:
             raise RealConfigError("stages", "must be an integer >= 2", self.stages)
         object.__setattr__(self, "stages", int(self.stages))
@@ -105,6 +147,15 @@ class PipelineSpec:
             raise RealConfigError("stall_timeout_s", "must be > 0", self.stall_timeout_s)
         if not 1 <= self.threads_per_stage <= 64:
             raise RealConfigError("threads_per_stage", "must be in 1..64", self.threads_per_stage)
+
+    @property
+    def draft_placement(self) -> str:
+        """``first_stage`` (draft model at stage 0) or ``last_stage`` (MTP head)."""
+        return "last_stage" if self.drafter_kind == "mtp" else "first_stage"
+
+    @property
+    def can_draft(self) -> bool:
+        return self.drafter_kind == "mtp" or self.drafter_dir is not None
 
     def hop_links(self) -> tuple[LinkSpec, ...]:
         """One LinkSpec per hop (``stages`` entries, the last is the return hop)."""

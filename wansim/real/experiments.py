@@ -2,6 +2,7 @@
 
 - :func:`acceptance_by_noise`: greedy and T=1 acceptance of the tiny pair vs drafter weight noise
   (in process, the pipeline's exact algorithm).
+- :func:`acceptance_mtp`: the same measurement for the MTP head at the last stage.
 - :func:`wire_bits_effect`: activation bits on the wire vs accepted length and output agreement
   with the fp32 run (a real staged pipeline per bit width).
 - :func:`speed_matrix`: real tokens/s, tau and lap percentiles over stages x latency x K.
@@ -72,6 +73,52 @@ def acceptance_by_noise(
     return rows
 
 
+def acceptance_mtp(
+    target_dir: str,
+    mtp_dir: str,
+    prompts: Sequence[Prompt],
+    k: int = 4,
+    max_new_tokens: int = 64,
+    temperatures: Sequence[float] = (0.0, 1.0),
+) -> list[dict]:
+    """Per temperature: the MTP head's acceptance rate, tau and per-position rates (in process,
+    :func:`wansim.real.mtp.mtp_speculative_decode`: the staged pipeline's exact algorithm)."""
+    import torch
+
+    from wansim.acceptance.trace import fit_per_position
+    from wansim.real.config import check_mtp_dir
+    from wansim.real.model import load_lm
+    from wansim.real.mtp import load_mtp, mtp_speculative_decode
+
+    check_mtp_dir(mtp_dir)
+    torch.set_num_threads(1)
+    target = load_lm(target_dir)
+    head = load_mtp(mtp_dir, target)
+    rows = []
+    for temp in temperatures:
+        verifier = "greedy" if temp == 0 else "lossless"
+        accepted = []
+        for j, p in enumerate(prompts):
+            _, acc = mtp_speculative_decode(
+                target, head, list(p.tokens), max_new_tokens, k, verifier, temp, 0, j
+            )
+            accepted += acc
+        a = np.array(accepted)
+        rates = fit_per_position(np.full(len(a), k), a)
+        rows.append(
+            {
+                "drafter": "mtp",
+                "temperature": temp,
+                "k": k,
+                "steps": len(a),
+                "acceptance_rate": float(a.sum() / (k * len(a))),
+                "tau": float(1 + a.mean()),
+                "per_position": [round(float(r), 4) for r in rates],
+            }
+        )
+    return rows
+
+
 def wire_bits_effect(
     target_dir: str,
     drafter_dir: str,
@@ -123,17 +170,21 @@ def speed_matrix(
     max_new_tokens: int = 64,
     run_dir: str | Path | None = None,
     drafter_noise: float = 0.0,
+    mtp_dir: str | None = None,
 ) -> list[dict]:
-    """Real tokens/s per (stages, latency, K), greedy; one pipeline per (stages, latency)."""
+    """Real tokens/s per (stages, latency, K), greedy; one pipeline per (stages, latency).
+    ``mtp_dir``: draft with that MTP head at the last stage instead of the draft model."""
     rows = []
     for p in stages:
         for lat in latencies_ms:
             spec = PipelineSpec(
                 target_dir=target_dir,
-                drafter_dir=drafter_dir,
+                drafter_dir=None if mtp_dir else drafter_dir,
                 stages=p,
                 links=(LinkSpec(latency_ms=lat),),
                 drafter_noise=drafter_noise,
+                drafter_kind="mtp" if mtp_dir else "draft_model",
+                mtp_dir=mtp_dir,
             )
             sub = Path(run_dir) / f"p{p}-lat{lat:g}" if run_dir else None
             with Pipeline(spec, sub) as pipe:

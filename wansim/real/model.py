@@ -107,7 +107,8 @@ class StageShard:
     ``forward(x, pos)``: ``x`` is int64 token ids ``[n]`` on the first stage, else float hidden
     states ``[n, hidden]``; returns hidden states ``[n, hidden]``, or logits ``[n, vocab]`` on
     the last stage. The cache is cropped to ``pos`` first (``pos`` = absolute position of the
-    pass's first token); a ``pos`` beyond the cache is an error (a pass went missing).
+    pass's first token); a ``pos`` beyond the cache is an error (a pass went missing). The last
+    stage keeps the pass's hidden states after the final norm in ``hidden`` (for an MTP head).
     """
 
     def __init__(self, model, lo: int, hi: int):
@@ -137,6 +138,9 @@ class StageShard:
         self.config = cfg
         self.dtype = next(model.parameters()).dtype
         self.cache = DynamicCache(config=cfg)
+        self.hidden: torch.Tensor | None = (
+            None  # last stage: final-norm hidden states of the last pass
+        )
 
     @property
     def cache_len(self) -> int:
@@ -176,6 +180,7 @@ class StageShard:
             )
         h = out.last_hidden_state[0]
         if self.last:
+            self.hidden = h  # after the final norm: what the LM head (and an MTP head) reads
             return self.lm_head(h).float()
         return h
 

@@ -10,6 +10,9 @@ Per job (``RUN/<name>/``):
   ``# key: value`` metadata), written and fitted by ``wansim.acceptance.trace``;
   ``profile.yaml`` the profile fitted from it (k >= 1 only);
 - ``compute_table.csv``: per stage (and ``drafter``), tokens in the pass -> median/p10/p90 ms;
+- ``steps.csv``: stage 0's step rows; ``draft_stage`` says where the step's drafts were made
+  (0: draft model; P-1: MTP head, whose ``draft_ms`` is taken from the last stage's row of the
+  previous pass, after which it drafted them: that time sits in the previous step's lap);
 - ``links.csv``: per hop, frames and bytes per pass, scheduled vs achieved one-way delay of the
   pass's activation (or verdict) frame, and the emulator's error (achieved - scheduled);
 - ``summary.json``: DESIGN.md metric names measured for real (``tokens_per_s``, ``tau``,
@@ -198,8 +201,8 @@ def summarize(
         st = raw[f"stage{i}"]
         st = st[st["pass"].isin(set(steps["pass"]))] if not st.empty else st
         ms = float(st["compute_ms"].sum()) if not st.empty else 0.0
-        if i == 0:
-            ms += float(steps["draft_ms"].sum())
+        at = steps["draft_stage"] if "draft_stage" in steps else pd.Series(0, steps.index)
+        ms += float(steps["draft_ms"][at == i].sum())
         busy.append(ms / 1e3 / decode_s if decode_s > 0 else None)
     wire = 0
     for h in range(stages):
@@ -232,6 +235,18 @@ def summarize(
     }
 
 
+def _last_stage_draft_ms(steps: pd.DataFrame, last: pd.DataFrame, last_index: int) -> None:
+    """Steps drafted at the last stage (MTP head): ``draft_ms`` := the last stage's draft time
+    for them, logged on its row of the pass before (the drafts were made right after verifying
+    it; stage 0 passes are numbered consecutively, one request at a time)."""
+    mask = steps["draft_stage"] == last_index
+    if not mask.any() or last.empty or "draft_ms" not in last:
+        return
+    made = last.drop_duplicates("pass").set_index("pass")["draft_ms"]
+    prev = steps.loc[mask, "pass"] - 1
+    steps.loc[mask, "draft_ms"] = prev.map(made).fillna(0.0).to_numpy(float)
+
+
 def write_job(
     out_dir: Path,
     name: str,
@@ -247,6 +262,8 @@ def write_job(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = read_raw(raw_dir, stages)
+    if not raw["steps"].empty and "draft_stage" in raw["steps"]:
+        _last_stage_draft_ms(raw["steps"], raw[f"stage{stages - 1}"], stages - 1)
     steps = raw["steps"]
     steps = steps[steps["job"] == job].copy() if not steps.empty else steps
     passes = set(steps["pass"]) if not steps.empty else set()

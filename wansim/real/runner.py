@@ -119,6 +119,8 @@ class Pipeline:
                     raw_dir=str(self.raw_dir),
                     stall_timeout_s=spec.stall_timeout_s,
                     threads=spec.threads_per_stage,
+                    drafter_kind=spec.drafter_kind,
+                    mtp_dir=str(spec.mtp_dir) if spec.mtp_dir else None,
                     fail_after_passes=(
                         spec.fail_stage_after_passes[1]
                         if spec.fail_stage_after_passes and spec.fail_stage_after_passes[0] == i
@@ -214,7 +216,7 @@ class Pipeline:
         """Decode every prompt (one at a time, sync schedule) and record the job."""
         if not prompts:
             raise RealConfigError("prompts", "must be non-empty", [])
-        if decode.k > 0 and not self.spec.drafter_dir:
+        if decode.k > 0 and not self.spec.can_draft:
             raise RealConfigError("drafter_dir", "is needed when k > 0", None)
         job = next(self._job_ids)
         name = name or f"job{job}"
@@ -265,7 +267,15 @@ class Pipeline:
             "source": "wansim.real",
             "run": str(self.run_dir / name),
             "target": Path(spec.target_dir).name,
-            "drafter": Path(spec.drafter_dir).name if spec.drafter_dir else "none",
+            "drafter": (
+                Path(spec.mtp_dir).name
+                if spec.drafter_kind == "mtp"
+                else Path(spec.drafter_dir).name
+                if spec.drafter_dir
+                else "none"
+            ),
+            "drafter_kind": spec.drafter_kind,
+            "drafter_placement": spec.draft_placement,
             "drafter_noise": spec.drafter_noise,
             "stages": spec.stages,
             "layer_splits": json.dumps([list(s) for s in self.splits]),

@@ -6,7 +6,14 @@ arrive, ``HIDDEN`` is decoded, run through the stage's layers (after cropping th
 pass's position: the rollback) and re-encoded at ``activation_bits``. The last stage verifies
 and sends ``VERDICT [accepted, next_token]`` back to stage 0 over the return hop.
 
-Stage 0 also holds the drafter and runs the decode loop when the runner asks (control messages
+With ``drafter_kind == "mtp"`` the last stage holds an MTP head (``wansim.real.mtp``) instead:
+right after verifying a pass (or the prefill) it drafts K tokens from the final-norm hidden
+state of the last accepted position and the bonus/corrected token, and sends ``DRAFT_IDS [,
+DRAFT_PROBS]`` (tagged with the verified pass) just before the ``VERDICT`` on the return hop;
+stage 0 forwards them in the next pass and drafts nothing. The last stage's row in
+``stage{P-1}.csv`` has its ``draft_ms``; ``steps.csv`` says which stage drafted (``draft_stage``).
+
+Stage 0 also holds the drafter (``draft_model``) and runs the decode loop when the runner asks (control messages
 are JSON bytes on a ``multiprocessing`` pipe, never pickled objects). Each stage appends one row
 per pass to ``raw/stage{i}.csv`` (flushed), stage 0 one row per verify step to
 ``raw/steps.csv``, so a failed run keeps what it recorded.
@@ -69,6 +76,7 @@ STAGE_COLUMNS = (
     "codec_ms",
     "verify_ms",
     "out_bytes",
+    "draft_ms",
 )
 STEP_COLUMNS = (
     "job",
@@ -89,6 +97,7 @@ STEP_COLUMNS = (
     "stage0_ms",
     "lap_ms",
     "send_ns_verdict",
+    "draft_stage",
 )
 
 
@@ -111,6 +120,8 @@ class StageConfig:
     stall_timeout_s: float
     threads: int
     fail_after_passes: int | None = None
+    drafter_kind: str = "draft_model"
+    mtp_dir: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -156,6 +167,12 @@ class StageWorker:
         model = load_lm(cfg.target_dir)
         self.shard = StageShard(model, cfg.layer_lo, cfg.layer_hi)
         self.drafter = None
+        self.mtp = None  # the MTP head (drafter_kind 'mtp', last stage only)
+        self.mtp_mode = cfg.drafter_kind == "mtp"
+        if self.last and self.mtp_mode:
+            from wansim.real.mtp import load_mtp
+
+            self.mtp = load_mtp(cfg.mtp_dir, model)
         if self.i == 0 and cfg.drafter_dir:
             self.drafter = Drafter(
                 load_lm(
@@ -177,7 +194,9 @@ class StageWorker:
         self.job: dict = {}
         self.prefills = 0
         self.vgen = None
+        self.dgen = None
         self.pending: dict[int, dict] = {}
+        self.returned: dict = {}
 
     @torch.no_grad()
     def _warm_up(self) -> None:
@@ -194,6 +213,10 @@ class StageWorker:
             self.drafter.draft([0] * 8, 4, 1.0, gen)
             self.drafter.draft([0] * 10, 4, 0.0, gen)
             self.drafter.reset()
+        if self.mtp is not None:
+            gen = torch.Generator().manual_seed(0)
+            self.mtp.draft(torch.zeros(self.shard.hidden_size), 0, 4, 1.0, gen)
+            self.mtp.draft(torch.zeros(self.shard.hidden_size), 0, 4, 0.0, gen)
 
     # ------------------------------------------------------------------ naming
     def hop_in(self) -> str:
@@ -270,11 +293,17 @@ class StageWorker:
         except ValueError as e:
             raise StageFailure(f"stage {self.i}: pass {h.step}: {e}") from None
         end = time.monotonic_ns()
-        verify_ms = 0.0
+        verify_ms = draft_ms = 0.0
+        draft_frames: list[Frame] = []
         if self.last:
             t0 = time.perf_counter_ns()
-            out_frame = self._verdict(h.step, h.pos, out)
-            verify_ms = (time.perf_counter_ns() - t0) / 1e6
+            acc, nxt, hrow = self._verdict(h.step, h.pos, out)
+            out_frame = array_frame(Kind.VERDICT, np.array([acc, nxt], dtype=np.int32), step=h.step)
+            t1 = time.perf_counter_ns()
+            verify_ms = (t1 - t0) / 1e6
+            if self.mtp is not None and int(self.job.get("k", 0)) > 0:
+                draft_frames = self._mtp_draft(h.step, hrow, nxt)
+                draft_ms = (time.perf_counter_ns() - t1) / 1e6
         else:
             t0 = time.perf_counter_ns()
             out_frame = codec.encode(
@@ -286,7 +315,10 @@ class StageWorker:
                 pos=h.pos,
             )
             codec_ns += time.perf_counter_ns() - t0
-        nbytes = self.send(out_frame)
+        nbytes = 0
+        for f in draft_frames:  # MTP drafts ride the verdict: ids (+ q), then the verdict
+            nbytes += self.send(f)
+        nbytes += self.send(out_frame)
         sent = time.monotonic_ns()
         self.log.row(
             (
@@ -303,11 +335,25 @@ class StageWorker:
                 f"{codec_ns / 1e6:.4f}",
                 f"{verify_ms:.4f}",
                 nbytes,
+                f"{draft_ms:.4f}",
             )
         )
 
-    def _verdict(self, step: int, pos: int, logits: torch.Tensor) -> Frame:
-        """Verify pass ``step``; a pass at position 0 is a prefill (samples the first token)."""
+    def _mtp_draft(self, step: int, hidden: torch.Tensor, token: int) -> list[Frame]:
+        """The head's K drafts after ``token`` (+ their q for lossless), tagged with ``step``."""
+        k = int(self.job["k"])
+        lossless = self.job.get("verifier") == "lossless"
+        temp = float(self.job.get("temperature", 0.0)) if lossless else 0.0
+        drafts, q = self.mtp.draft(hidden, token, k, temp, self.dgen)
+        frames = [array_frame(Kind.DRAFT_IDS, np.array(drafts, dtype=np.int32), step=step)]
+        if lossless:
+            frames.append(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
+        return frames
+
+    def _verdict(self, step: int, pos: int, logits: torch.Tensor) -> tuple[int, int, torch.Tensor]:
+        """Verify pass ``step``; a pass at position 0 is a prefill (samples the first token).
+
+        Returns (accepted, next token, final-norm hidden state of the last accepted position)."""
         pend = self.pending.pop(step, None)
         if pend is None:
             raise StageFailure(f"stage {self.i}: pass {step} arrived without its draft ids")
@@ -317,14 +363,16 @@ class StageWorker:
         verifier = self.job.get("verifier", "greedy")
         temp = float(self.job.get("temperature", 0.0))
         if pos == 0:
-            _, self.vgen = prompt_generators(int(self.job.get("seed", 0)), self.prefills)
+            self.dgen, self.vgen = prompt_generators(int(self.job.get("seed", 0)), self.prefills)
             self.prefills += 1
             v_acc, v_next = 0, sample_first(rows[-1], verifier, temp, self.vgen)
+            hrow = self.shard.hidden[-1]
         else:
             q = pend.get("q")
             v = verify(rows, drafts, q, verifier, temp, self.vgen)
             v_acc, v_next = v.accepted, v.next_token
-        return array_frame(Kind.VERDICT, np.array([v_acc, v_next], dtype=np.int32), step=step)
+            hrow = self.shard.hidden[-(k + 1) :][v_acc]
+        return v_acc, v_next, hrow
 
     # ------------------------------------------------------------------ stages >= 1
     def serve(self) -> None:
@@ -368,14 +416,24 @@ class StageWorker:
 
     # ------------------------------------------------------------------ stage 0
     def wait_verdict(self, step: int) -> tuple[int, int, int, int]:
-        """(accepted, next_token, received_ns, sender's send_ns) for pass ``step``."""
+        """(accepted, next_token, received_ns, sender's send_ns) for pass ``step``; drafts that
+        rode the verdict (MTP head at the last stage) land in ``self.returned``."""
         timeout = self.cfg.stall_timeout_s
-        try:
-            f = self.recv(timeout)
-        except TimeoutError:
-            raise StageFailure(
-                f"stage 0: no verdict for pass {step} within {timeout:g} s (stalled link or stage)"
-            ) from None
+        self.returned = {}
+        while True:
+            try:
+                f = self.recv(timeout)
+            except TimeoutError:
+                raise StageFailure(
+                    f"stage 0: no verdict for pass {step} within {timeout:g} s "
+                    "(stalled link or stage)"
+                ) from None
+            if f.kind == Kind.DRAFT_IDS and f.header.step == step and self.mtp_mode:
+                self.returned["ids"] = f.array().astype(int).tolist()
+            elif f.kind == Kind.DRAFT_PROBS and f.header.step == step and self.mtp_mode:
+                self.returned["q"] = torch.from_numpy(f.array().copy())
+            else:
+                break
         now = time.monotonic_ns()
         if f.kind == Kind.ERROR:
             raise StageFailure(frame_text(f))
@@ -389,7 +447,21 @@ class StageWorker:
             raise StageFailure(f"stage 0: verdict of shape {list(arr.shape)} on {self.hop_in()}")
         return int(arr[0]), int(arr[1]), now, f.header.send_ns
 
-    def send_pass(self, ids: list[int], pos: int, drafts: list[int], q) -> tuple:
+    def returned_drafts(self, step: int, k: int, lossless: bool) -> tuple[list[int], object]:
+        """The K drafts (and q) that came back with the verdict of pass ``step``."""
+        if k == 0:
+            return [], None
+        ids, q = self.returned.get("ids"), self.returned.get("q")
+        if ids is None or len(ids) != k or (lossless and (q is None or q.shape[0] != k)):
+            raise StageFailure(
+                f"stage 0: the verdict of pass {step} on {self.hop_in()} came without its "
+                f"{k} drafts{' and their probabilities' if lossless else ''}"
+            )
+        return ids, (q if lossless else None)
+
+    def send_pass(
+        self, ids: list[int], pos: int, drafts: list[int], q, draft_ms: float = 0.0
+    ) -> tuple:
         """Stage 0's share of a pass; returns (pass id, compute ms, sent_ns)."""
         step = self.passes
         self._tick_fault()
@@ -427,6 +499,7 @@ class StageWorker:
                 f"{codec_ns / 1e6:.4f}",
                 "0",
                 nbytes,
+                f"{draft_ms:.4f}",
             )
         )
         return step, (end - start) / 1e6, sent
@@ -443,8 +516,10 @@ class StageWorker:
         verifier = job["verifier"]
         temp = float(job["temperature"])
         max_new = int(job["max_new_tokens"])
-        if k > 0 and self.drafter is None:
+        if k > 0 and self.drafter is None and not self.mtp_mode:
             raise StageFailure("stage 0: k > 0 needs a drafter (drafter_dir)")
+        lossless = verifier == "lossless"
+        draft_stage = self.cfg.stages - 1 if self.mtp_mode else 0
         outputs = {}
         for j, prompt in enumerate(job["prompts"]):
             tokens = [int(t) for t in prompt["tokens"]]
@@ -453,18 +528,29 @@ class StageWorker:
                 self.drafter.reset()
             step_id, _, _ = self.send_pass(tokens, 0, [], None)
             _, first, _, _ = self.wait_verdict(step_id)
+            if self.mtp_mode:
+                ret = self.returned_drafts(step_id, k, lossless)
             committed = [*tokens, first]
             n_new = 1
             step = 0
             while n_new < max_new:
                 t_start = time.monotonic_ns()
-                drafts, q = self.drafter.draft(committed, k, temp, dgen) if k else ([], None)
+                if self.mtp_mode:  # drafted by the last stage, came back with the verdict
+                    drafts, q = ret
+                else:
+                    drafts, q = self.drafter.draft(committed, k, temp, dgen) if k else ([], None)
                 t_draft = time.monotonic_ns()
                 pos = len(committed) - 1
                 pid, s0_ms, sent = self.send_pass(
-                    [committed[-1], *drafts], pos, drafts, q if verifier == "lossless" else None
+                    [committed[-1], *drafts],
+                    pos,
+                    drafts,
+                    q if lossless else None,
+                    (t_draft - t_start) / 1e6 if not self.mtp_mode else 0.0,
                 )
                 acc, nxt, t_verdict, v_send = self.wait_verdict(pid)
+                if self.mtp_mode:
+                    ret = self.returned_drafts(pid, k, lossless)
                 if not 0 <= acc <= k:
                     raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
                 committed.extend(drafts[:acc])
@@ -490,6 +576,7 @@ class StageWorker:
                         f"{s0_ms:.4f}",
                         f"{(t_verdict - t_start) / 1e6:.4f}",
                         v_send,
+                        draft_stage,
                     )
                 )
                 step += 1

@@ -32,7 +32,6 @@ def acceptance_by_noise(
     """Per (noise, temperature): acceptance rate (accepted / drafted), tau, per-position rates."""
     import torch
 
-    from wansim.acceptance.trace import fit_per_position
     from wansim.real.model import load_lm
     from wansim.real.speculative import Drafter, speculative_decode
 
@@ -57,20 +56,24 @@ def acceptance_by_noise(
                     prompt_index=j,
                 )
                 accepted += acc
-            a = np.array(accepted)
-            rates = fit_per_position(np.full(len(a), k), a)
-            rows.append(
-                {
-                    "drafter_noise": noise,
-                    "temperature": temp,
-                    "k": k,
-                    "steps": len(a),
-                    "acceptance_rate": float(a.sum() / (k * len(a))),
-                    "tau": float(1 + a.mean()),
-                    "per_position": [round(float(r), 4) for r in rates],
-                }
-            )
+            rows.append({"drafter_noise": noise, **acceptance_row(accepted, k, temp)})
     return rows
+
+
+def acceptance_row(accepted: list[int], k: int, temperature: float) -> dict:
+    """Accepted drafts per step at block size ``k`` -> rate, tau and per-position rates."""
+    from wansim.acceptance.trace import fit_per_position
+
+    a = np.array(accepted)
+    rates = fit_per_position(np.full(len(a), k), a)
+    return {
+        "temperature": temperature,
+        "k": k,
+        "steps": len(a),
+        "acceptance_rate": float(a.sum() / (k * len(a))),
+        "tau": float(1 + a.mean()),
+        "per_position": [round(float(r), 4) for r in rates],
+    }
 
 
 def acceptance_mtp(
@@ -85,7 +88,6 @@ def acceptance_mtp(
     :func:`wansim.real.mtp.mtp_speculative_decode`: the staged pipeline's exact algorithm)."""
     import torch
 
-    from wansim.acceptance.trace import fit_per_position
     from wansim.real.config import check_mtp_dir
     from wansim.real.model import load_lm
     from wansim.real.mtp import load_mtp, mtp_speculative_decode
@@ -103,19 +105,7 @@ def acceptance_mtp(
                 target, head, list(p.tokens), max_new_tokens, k, verifier, temp, 0, j
             )
             accepted += acc
-        a = np.array(accepted)
-        rates = fit_per_position(np.full(len(a), k), a)
-        rows.append(
-            {
-                "drafter": "mtp",
-                "temperature": temp,
-                "k": k,
-                "steps": len(a),
-                "acceptance_rate": float(a.sum() / (k * len(a))),
-                "tau": float(1 + a.mean()),
-                "per_position": [round(float(r), 4) for r in rates],
-            }
-        )
+        rows.append({"drafter": "mtp", **acceptance_row(accepted, k, temp)})
     return rows
 
 

@@ -160,16 +160,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from wansim.real.model import load_lm
     from wansim.real.mtp import save_head
-    from wansim.real.train_tiny import corpus_files, load_bytes
+    from wansim.real.train_tiny import corpus_tensors
 
     torch.set_num_threads(args.threads)
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    train_files, held_files = corpus_files()
-    train_data = torch.frombuffer(bytearray(load_bytes(train_files)), dtype=torch.uint8).long()
-    held_data = torch.frombuffer(bytearray(load_bytes(held_files)), dtype=torch.uint8).long()
+    _, held_files, train_data, held_data = corpus_tensors()
     target = load_lm(args.target)
     spec = MTPTrainSpec(steps=args.steps)
     head, info = train_head(target, train_data, held_data, spec, args.seed, args.max_seconds, log)

@@ -174,6 +174,16 @@ def held_out_loss(model, held_data, seq_len: int, windows: int = 256) -> float:
     return sum(losses) / len(losses)
 
 
+def corpus_tensors():
+    """(train files, held-out files, train bytes, held-out bytes) as long tensors."""
+    import torch
+
+    train_files, held_files = corpus_files()
+    train_data = torch.frombuffer(bytearray(load_bytes(train_files)), dtype=torch.uint8).long()
+    held_data = torch.frombuffer(bytearray(load_bytes(held_files)), dtype=torch.uint8).long()
+    return train_files, held_files, train_data, held_data
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="models/tiny", help="prefix: writes OUT-target/, OUT-drafter/")
@@ -192,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    train_files, held_files = corpus_files()
-    train_data = torch.frombuffer(bytearray(load_bytes(train_files)), dtype=torch.uint8).long()
-    held_data = torch.frombuffer(bytearray(load_bytes(held_files)), dtype=torch.uint8).long()
+    train_files, held_files, train_data, held_data = corpus_tensors()
     log(
         f"train {len(train_data)} bytes ({len(train_files)} files), held out {len(held_data)} bytes"
     )

@@ -138,3 +138,33 @@ def test_wave_hazards_match_a_monte_carlo_of_the_slots():
         assert (b - 1) * float(hazard) == pytest.approx(counted[r], rel=0.03), r
     # bunched at first, then towards the renewal rate (b - 1) / mean
     assert counted[0] > 2 * (b - 1) / mean and counted[-1] < counted[0]
+
+
+@pytest.mark.parametrize("rounds", [1, 4])
+def test_slowest_slot_excess_matches_a_monte_carlo(rounds):
+    """E[max over b slots of a slot's passes beyond its mean] for a skewed difficulty mixture
+    (exact for one round; the skew term kept for more) against sampling the slots."""
+    from wansim.analytical.concurrent import slowest_excess
+
+    w = np.array([0.6, 0.3, 0.1])
+    mu = np.array([30.0, 45.0, 90.0])
+    var = np.array([9.0, 16.0, 36.0])
+    b = 16
+    rng = np.random.default_rng(3)
+    node = rng.choice(3, p=w, size=(40_000, b, rounds))
+    slot = rng.normal(mu[node], np.sqrt(var[node])).sum(axis=2)
+    mc = (slot.max(axis=1) - rounds * (w * mu).sum()).mean()
+    got = float(slowest_excess(w, mu, var, b, rounds))
+    assert got == pytest.approx(mc, rel=0.01 if rounds == 1 else 0.03)
+
+
+def test_one_wave_admits_nobody_no_convoy():
+    """R = b: every slot runs one request, no completion has a replacement to admit."""
+    sc = load_scenario(REFERENCE, [*BATCH, "workload.concurrency=16", "workload.requests=16"])
+    r = analyze(sc)
+    assert r.details["convoy_ms_per_lap"] == 0.0
+    # a batch never holds more sequences than there are requests
+    few = analyze(
+        load_scenario(REFERENCE, [*BATCH, "workload.concurrency=64", "workload.requests=16"])
+    )
+    assert few.details["lockstep_lap_ms"] == pytest.approx(r.details["lockstep_lap_ms"])

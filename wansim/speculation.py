@@ -355,9 +355,11 @@ def _tree_policy(
 
 # ----------------------------------------------------------------------------- costs (vectorised)
 def batch_size(scenario: Scenario) -> np.ndarray:
-    """Sequences sharing every pass: ``workload.concurrency`` with continuous batching, else 1."""
+    """Sequences sharing every pass: ``workload.concurrency`` (at most ``workload.requests``)
+    with continuous batching, else 1."""
     if scenario.schedule.batching == "continuous":
-        return np.asarray(scenario.workload.concurrency)
+        wl = scenario.workload
+        return np.minimum(np.asarray(wl.concurrency), np.asarray(wl.requests))
     return np.asarray(1)
 
 

@@ -22,8 +22,10 @@ Model and assumptions:
 
   (catching the prefill at station l, it then trails it). Jitter and the random phase of
   other small groups are ignored.
-- **Lap and rate.** T_lap = T_lock + E[D(j)]; a lap's distribution is the lockstep one shifted
-  by D(j) with probability P(j); a request's tokens_per_s and TPOT are the lockstep ones
+- **Lap and rate.** T_lap = T_lock + e E[D(j)], e = (1 - h) (R - b) / R the share of laps
+  exposed (a request's first lap follows its own prefill, not another verdict; and the last
+  wave's completions admit nobody); a lap's distribution is the lockstep one shifted by D(j)
+  with probability e P(j); a request's tokens_per_s and TPOT are the lockstep ones
   scaled by T_lock / T_lap.
 - **TTFT** (after the warm-up wave): a replacement's prefill holds its prompt and those of
   the j others admitted with it, and runs ahead of the batch, so it takes the pipe alone:
@@ -35,10 +37,11 @@ Model and assumptions:
 - **Throughput** of R requests through b slots (R / b rounds each): the run starts with the
   whole batch's prefill (``T_cold``, b prompts at once), and the slowest slot ends it:
 
-      makespan = T_cold + (R/b - 1) TTFT + (R/b) E[N] T_lap + e_b sd(N) T_lap(1) sqrt(R/b)
+      makespan = T_cold + (R/b - 1) TTFT + (R/b) E[N] T_lap + X T_lap(1)
 
-  (e_b the expected maximum of b standard normals; :mod:`wansim.analytical.concurrent`); the
-  slowest slot's extra passes run while the batch drains, so they are charged the lap of a
+  (X: the slowest slot's passes beyond the mean, :func:`wansim.analytical.concurrent.
+  slowest_excess`, exact for one round over the difficulty mixture, the skew kept for more);
+  the slowest slot's extra passes run while the batch drains, so they are charged the lap of a
   batch of one sequence.
 - **Utilisation** of a stage: its busy time over the makespan: the cold prefill, the R - b
   replacements' prefills (t((1 + j) prompt) / (1 + j) each) and R E[N] / b batch passes (plus
@@ -56,7 +59,7 @@ import numpy as np
 from scipy import stats
 
 from wansim import speculation
-from wansim.analytical.concurrent import expected_max_normal
+from wansim.analytical.concurrent import slowest_excess
 from wansim.analytical.path import hop_service_ms, stage_services_ms
 from wansim.compute import mean_stage_ms, stage_ms_each
 from wansim.network import hop_mean, hop_mean_ms
@@ -137,6 +140,10 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list) -> dict:
             scenario, n_bytes
         )
 
+    # a request's first lap follows its own prefill, not another verdict; and only the
+    # completions that have a replacement to admit (R - b of R) send a prefill ahead
+    requests = np.asarray(wl.requests, dtype=float)
+    exposed = (1.0 - hazard) * np.maximum(requests - b, 0.0) / requests
     lam = (b - 1.0) * np.maximum(hazard, max((np.max(h) for _, h in waves), default=0.0))
     j_max = int(np.max(np.minimum(b - 1.0, np.ceil(lam + TAIL_SD * np.sqrt(lam) + 10.0))))
     delay = ttft = np.zeros(())
@@ -149,10 +156,16 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list) -> dict:
             n_bytes, _ = prefill(j * prompt)
             ahead, _ = _path(scenario, j * prompt, n_bytes, pmax, stages)
             late = convoy_delay_ms(ahead, batch_services, live, gap)
-        delay = delay + pj * late
+        delay = delay + pj * late * exposed
         ttft = ttft + pj_wave * prefill((1 + j) * prompt)[1]
         others.append((j, pj, late))
-    return {"delay_ms": delay, "ttft_ms": ttft, "hazard": hazard, "others": others}
+    return {
+        "delay_ms": delay,
+        "ttft_ms": ttft,
+        "hazard": hazard,
+        "exposed": exposed,
+        "others": others,
+    }
 
 
 def wave_hazards(b, requests, mean_n, sd_n, period) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -228,7 +241,8 @@ def batched_metrics(scenario, lockstep: dict, parts: dict) -> dict:
         requests >= 2 * b, ttft, (first * cold + (requests - first) * ttft) / requests
     )
     # the slowest slot's extra passes run while the batch drains: at the lap of one sequence
-    spread = expected_max_normal(b) * sd_n * _single_lap_ms(scenario) * np.sqrt(rounds)
+    excess = slowest_excess(acc["w"], acc["n_mean"], acc["n_var"], b, rounds)
+    spread = excess * _single_lap_ms(scenario)
     makespan = cold + (rounds - 1.0) * ttft + rounds * passes * lap + spread
 
     busy = busy_ms(

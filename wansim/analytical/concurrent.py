@@ -51,6 +51,36 @@ def expected_max_normal(n) -> np.ndarray:
     return np.where(n > 1, stats.norm.ppf((n - 0.375) / (n + 0.25)), 0.0)
 
 
+MAX_GRID = 512  # points of the passes axis for the slowest of b requests
+
+
+def slowest_excess(w, n_mean, n_var, n_slots, rounds) -> np.ndarray:
+    """E[max over b slots of (S - E[S])], S a slot's passes over ``rounds`` requests, each
+    request's passes a mixture over difficulty nodes (weights ``w``, node means and variances
+    on the last axis). One round: exactly, E[max] = x0 + int (1 - F(x)^b) dx with F the
+    mixture of normals. More rounds: the normal part grows as sqrt(rounds) and the skew part
+    stays (Cornish-Fisher: a quantile's skew term sigma_r gamma_r (z^2 - 1) / 6 does not
+    depend on r), so e_b sd sqrt(rounds) + (excess(1) - e_b sd)."""
+    w, mu, var = (np.asarray(x, dtype=float) for x in (w, n_mean, n_var))
+    b = np.asarray(n_slots, dtype=float)
+    mean = (w * mu).sum(axis=-1)
+    sd = np.sqrt(np.maximum((w * (var + mu**2)).sum(axis=-1) - mean**2, 0.0))
+    node_sd = np.sqrt(np.maximum(var, 1e-12))
+    live = w > 0
+    lo = np.min(np.where(live, mu - 8 * node_sd, np.inf), axis=-1)
+    hi = np.max(np.where(live, mu + 8 * node_sd, -np.inf), axis=-1)
+    t = np.linspace(0.0, 1.0, MAX_GRID)
+    x = lo[..., None] + (hi - lo)[..., None] * t  # (..., G)
+    cdf = (
+        w[..., None, :] * stats.norm.cdf((x[..., None] - mu[..., None, :]) / node_sd[..., None, :])
+    ).sum(-1)
+    tail = 1.0 - np.clip(cdf, 0.0, 1.0) ** b[..., None]
+    e_max = lo + np.trapezoid(tail, x, axis=-1)
+    one = np.maximum(e_max - mean, 0.0)
+    e_b = expected_max_normal(b)
+    return np.where(b > 1, e_b * sd * np.sqrt(rounds) + (one - e_b * sd), 0.0)
+
+
 def ring_waits(x, n_customers, s_d, s_p, v_d, v_p):
     """Per station waiting time of a verify pass at request throughput ``x`` (per ms).
 

@@ -143,7 +143,8 @@ def analyze(scenario: Scenario) -> Result:
         # a lap is the lockstep one, late by D(j) when j other requests were admitted ahead
         others = raw["_admissions"]["others"]
         late = [float(np.asarray(d)) for _, _, d in others]
-        prob = [float(np.asarray(pj)) for _, pj, _ in others]
+        exposed = float(np.asarray(raw["_admissions"]["exposed"]))
+        prob = [exposed * float(np.asarray(pj)) for _, pj, _ in others]
         lap_p50, lap_p99 = quantiles(*shifted_mixture(values, pmf, late, prob), [0.5, 0.99])
         tpot_p50, tpot_p99 = stretch * tpot_p50, stretch * tpot_p99
         for key in ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean"):

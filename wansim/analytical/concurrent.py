@@ -24,10 +24,10 @@ Assumptions (vectorised over grid points):
   request's decode rate is its rate alone times decode alone / decode loaded.
 - ``throughput_tokens_per_s`` in the DES is measured over the makespan of
   ``workload.requests`` requests run through N slots: the slowest slot finishes last. The
-  makespan is taken as (R / N) residence + e_N sd(residence) sqrt(R / N) (1 - rho_max),
-  with e_N the expected maximum of N standard normals, sd from the spread of passes per
-  request and rho_max the bottleneck's utilisation (a saturated bottleneck is work-conserving:
-  the slots' spread does not lengthen the run).
+  makespan is taken as (R / N) residence + X (decode per pass) (1 - rho_max), with X the
+  slowest slot's passes beyond the mean (:func:`slowest_excess`: exact over the difficulty
+  mixture for one round, its skew kept for more) and rho_max the bottleneck's utilisation (a
+  saturated bottleneck is work-conserving: the slots' spread does not lengthen the run).
 - Block schedule (async) on the ring: its stale blocks load the stations too; a request's
   blocks wait in S0's queue behind other requests', so fewer are started before a loss is heard
   (the stale counts are recomputed with S0's wait, exponentially spread, as a fixed point
@@ -323,17 +323,14 @@ def _concurrent(scenario, alone: dict, parts: dict, stale: dict | None) -> dict:
     w, n_mean, n_var = (
         np.broadcast_to(acc[k], (*shape, q)).reshape(size, q) for k in ("w", "n_mean", "n_var")
     )
-    mean_n = (w * n_mean).sum(axis=1)
-    var_n = (w * (n_var + n_mean**2)).sum(axis=1) - mean_n**2
     per_pass = res["decode_ms"] / base["passes"]
     residence = res["prefill_ms"] + res["decode_ms"]
-    sd_res = np.sqrt(np.maximum(var_n, 0.0)) * per_pass
     rounds = flat(requests) / flat(n_conc)
     rho = res["rho"]
     # the spread of the slots' finishing times, shrunk by the bottleneck's load: a saturated
     # bottleneck serves whoever is left (work-conserving), an idle one lets each slot run alone
     idle = np.clip(1.0 - rho.max(axis=1), 0.0, 1.0)
-    spread = expected_max_normal(flat(n_conc)) * sd_res * np.sqrt(rounds) * idle
+    spread = slowest_excess(w, n_mean, n_var, flat(n_conc), rounds) * per_pass * idle
     makespan = rounds * residence + spread
     stage_cols = rho[:, 1::2]
     live = ring["v_p"][:, 1::2] > 0

@@ -722,3 +722,30 @@ def test_quick_calibration_meets_the_target(run_cli, tmp_path):
             assert lo <= des["tokens_per_s"] <= hi
         assert abs(des["error"]["lap_ms_p50"]) <= 0.05
     assert result["summary"]["des"]["tokens_per_s"]["median_abs"] <= 0.025
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_quick_mtp_calibration_meets_the_target(run_cli, tmp_path):
+    """``wansim calibrate --quick --drafter-kind mtp``: every cell placed ``last_stage``; where
+    the real run was stationary (per-request mean laps within 15%) the DES within 5% of real on
+    tokens_per_s and lap p50, otherwise inside the real run's 95% interval; the median
+    tokens_per_s error within 2.5% (docs/calibrate.md: the measured runs)."""
+    pytest.importorskip("torch")
+    code, stdout, err = run_cli(
+        "calibrate", "--quick", "--drafter-kind", "mtp", "--out", tmp_path / "cal", "--json"
+    )
+    assert code == 0, err
+    result = json.loads(stdout)
+    _shape_ok(result, {2, 4}, {2, 4})
+    assert len(result["cells"]) == 8
+    for cell in result["cells"]:
+        assert cell["drafter"] == {"kind": "mtp", "placement": "last_stage"}
+        real, des = cell["real"], cell["des"]
+        lo, hi = real["tokens_per_s_ci95"]
+        if real["request_lap_ms_mean"]["cv"] <= 0.15:
+            assert abs(des["error"]["tokens_per_s"]) <= 0.05, (cell["stages"], cell["k"], real)
+            assert abs(des["error"]["lap_ms_p50"]) <= 0.05, (cell["stages"], cell["k"], real)
+        else:
+            assert lo <= des["tokens_per_s"] <= hi
+    assert result["summary"]["des"]["tokens_per_s"]["median_abs"] <= 0.025

@@ -168,7 +168,7 @@ def check_settings(s: Settings) -> dict:
             s.drafter_kind,
         )
     context = int(target.get("max_position_embeddings", 1 << 30))
-    if s.drafter_kind == "mtp" and any(k > 0 for k in s.ks):
+    if s.drafter_kind == "mtp":  # the real runs load the head even for K = 0
         _check_mtp(s.mtp_dir, target)
     elif any(k > 0 for k in s.ks):
         drafter = _config(s.drafter_dir, "--drafter")

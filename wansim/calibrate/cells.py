@@ -43,6 +43,7 @@ import pandas as pd
 import yaml
 
 from wansim.calibrate.measure import draft_stage_of, verify_rows
+from wansim.real.config import DRAFTER_KINDS  # no torch there (settings only)
 from wansim.wire import serialise_ms
 
 FRAME_HEADER_BYTES = 56  # wansim.real.frames.HEADER_BYTES
@@ -52,7 +53,6 @@ VERDICT_BYTES = FRAME_HEADER_BYTES + 2 * 4  # header + [accepted, next token] in
 LINK_MODES = ("measured", "configured")
 
 
-DRAFTER_KINDS = ("draft_model", "mtp")  # the real path's drafters (wansim.real.config)
 PLACEMENT = {"draft_model": "first_stage", "mtp": "last_stage"}
 
 

@@ -29,14 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
+from wansim.calibrate.cells import DRAFTER_KINDS, PLACEMENT
 from wansim.errors import WansimInputError
+from wansim.real.config import MTP_FILES  # no torch there (settings only)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "models" / "tiny-target"
 DRAFTER = ROOT / "models" / "tiny-drafter"
 MTP = ROOT / "models" / "tiny-mtp"
-DRAFTER_KINDS = ("draft_model", "mtp")  # --drafter-kind: the LM at stage 0 | the MTP head at P-1
-MTP_FILES = ("mtp_config.json", "mtp.safetensors")  # wansim.real.config.MTP_FILES (no torch)
 VERIFIERS = ("greedy", "lossless")
 LINK_MODES = ("measured", "configured")
 BITS = (32, 16, 8, 4, 3)
@@ -86,8 +86,6 @@ class Settings:
 
     @property
     def placement(self) -> str:
-        from wansim.calibrate.cells import PLACEMENT
-
         return PLACEMENT[self.drafter_kind]
 
     @property

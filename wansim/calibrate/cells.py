@@ -9,10 +9,13 @@ from the run's own settings; nothing is tuned to make the engines agree:
   forward message ``header_bytes`` = what travels with the activations on every forward hop:
   the activation frame's 56-byte header, the draft-ids frame sent ahead of it (56 + 4K bytes)
   and, for lossless sampling, the drafter's K distributions (56 + 4 K V bytes); the return
-  message is the 64-byte verdict frame. (A prefill carries no drafts: the scenario's prefill
-  message is 4K bytes larger than the real one; prefill is not in tokens/s.)
-- ``drafter``: a draft model on ``first_stage``, autoregressive (``parallel: false``), one
-  drafter pass = the measured mean drafting time / K;
+  message is the 64-byte verdict frame, and with the MTP head also the next pass's drafts that
+  ride it back (the same ids and distributions frames). (A prefill carries no drafts: the
+  scenario's prefill message is 4K bytes larger than the real one; prefill is not in tokens/s.)
+- ``drafter``: the draft model on ``first_stage`` or the MTP head (``kind: mtp``) on
+  ``last_stage``, both autoregressive (``parallel: false``), one drafter pass = the measured
+  mean drafting time / K (the head's from the last stage's ``draft_ms``, which
+  ``measure.decompose`` takes out of that stage's service time, so it is counted once);
 - ``model.stage_compute``: one ``table`` per stage with the measured mean service time (frame
   in -> frame out: decode, layers, encode, send; stage 0 also its bookkeeping between steps)
   at n = K + 1 (verify) and n = prompt tokens (prefill);
@@ -39,7 +42,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from wansim.calibrate.measure import verify_rows
+from wansim.calibrate.measure import draft_stage_of, verify_rows
+from wansim.real.config import DRAFTER_KINDS  # no torch there (settings only)
 from wansim.wire import serialise_ms
 
 FRAME_HEADER_BYTES = 56  # wansim.real.frames.HEADER_BYTES
@@ -49,12 +53,32 @@ VERDICT_BYTES = FRAME_HEADER_BYTES + 2 * 4  # header + [accepted, next token] in
 LINK_MODES = ("measured", "configured")
 
 
-def forward_header_bytes(k: int, verifier: str, vocab: int) -> int:
-    """Bytes that travel with a verify pass's activations on every forward hop."""
-    head = FRAME_HEADER_BYTES + (FRAME_HEADER_BYTES + TOKEN_ID_BYTES * k)
+PLACEMENT = {"draft_model": "first_stage", "mtp": "last_stage"}
+
+
+def draft_frames_bytes(k: int, verifier: str, vocab: int) -> int:
+    """The drafts' frames of one pass: the ids frame (56 + 4K; sent even when K = 0) and, for
+    lossless sampling, the drafter's K distributions (56 + 4 K V)."""
+    size = FRAME_HEADER_BYTES + TOKEN_ID_BYTES * k
     if verifier == "lossless" and k > 0:
-        head += FRAME_HEADER_BYTES + PROB_BYTES * k * vocab
-    return head
+        size += FRAME_HEADER_BYTES + PROB_BYTES * k * vocab
+    return size
+
+
+def forward_header_bytes(k: int, verifier: str, vocab: int) -> int:
+    """Bytes that travel with a verify pass's activations on every forward hop: the activation
+    frame's header and the drafts' frames stage 0 sends ahead of it (whichever drafter made
+    them: the MTP head's drafts came back with the verdict and go forward the same way)."""
+    return FRAME_HEADER_BYTES + draft_frames_bytes(k, verifier, vocab)
+
+
+def return_message_bytes(k: int, verifier: str, vocab: int, drafter_kind: str) -> int:
+    """Bytes of a verify pass on the return hop: the verdict frame, and with the MTP head the
+    next pass's drafts (ids, + probabilities when lossless), which ride it back (the head does
+    not draft when K = 0)."""
+    if drafter_kind == "mtp" and k > 0:
+        return VERDICT_BYTES + draft_frames_bytes(k, verifier, vocab)
+    return VERDICT_BYTES
 
 
 def stage_tables(passes: pd.DataFrame, stages: int) -> list[list[list[float]]]:
@@ -78,15 +102,17 @@ def hop_jitter_samples(
     """Per hop h, samples J over the verify passes with
 
         L + ser + J = achieved delay of hop h + the receiving stage's deviation from its mean
-                      service time (+ drafting's deviation from its mean, for stage 0),
+                      service time (+ drafting's deviation from its mean, for the drafter's
+                      stage: stage 0, or the last stage for the MTP head),
 
     so the hop plus the stage it feeds keep their measured mean and spread. Where a stage's fast
     passes would make L + J < 0 (its variation exceeds the hop's delay: a busy stage 0 behind a
     short link), the smallest constant that keeps L + J >= 0 moves from the stage's mean service
-    time (down to its fastest pass) and then from the mean drafting time (down to its fastest)
-    into J: the lap's mean is unchanged. Returns (samples per hop, ms moved out of each stage's
-    verify-pass service, ms moved out of the drafting time)."""
+    time (down to its fastest pass) and then, at the drafter's stage, from the mean drafting
+    time (down to its fastest) into J: the lap's mean is unchanged. Returns (samples per hop, ms
+    moved out of each stage's verify-pass service, ms moved out of the drafting time)."""
     v = verify_rows(passes)
+    draft_stage = draft_stage_of(passes)
     samples, from_stage, from_draft = [], [0.0] * stages, 0.0
     for h in range(stages):
         dst = (h + 1) % stages
@@ -94,13 +120,13 @@ def hop_jitter_samples(
         ser = float(serialise_ms(size, bandwidth_mbps))
         svc = v[f"service{dst}_ms"]
         dev = svc - svc.mean()
-        if dst == 0:
+        if dst == draft_stage:
             dev = dev + v["draft_ms"] - v["draft_ms"].mean()
         j = (v[f"hop{h}_ms"] - latency_ms - ser + dev).to_numpy(float)
         need = max(0.0, -float(np.min(latency_ms + j)))
         if need > 0:
             from_stage[dst] = min(need, float(svc.mean() - svc.min()))
-            if dst == 0:
+            if dst == draft_stage:
                 from_draft = need - from_stage[dst]
             j = j + need
         samples.append(j)
@@ -126,6 +152,7 @@ def build_cell(
     seed: int,
     links: str = "measured",
     name: str = "calibration-cell",
+    drafter_kind: str = "draft_model",
 ) -> dict:
     """Write the cell's scenario (and its sample files, the profile copy) and return the raw
     scenario mapping (module docstring: what comes from where)."""
@@ -133,14 +160,17 @@ def build_cell(
 
     cell_dir.mkdir(parents=True, exist_ok=True)
     v = verify_rows(passes)
+    if drafter_kind not in DRAFTER_KINDS:
+        raise ValueError(f"drafter_kind must be one of {DRAFTER_KINDS}, got {drafter_kind!r}")
     header = forward_header_bytes(k, verifier, vocab_size)
     fwd = header + (k + 1) * float(activation_bytes_per_token(hidden_size, activation_bits))
+    ret = return_message_bytes(k, verifier, vocab_size, drafter_kind)
     tables = stage_tables(passes, stages)
     hops = [{} for _ in range(stages)]
     draft_moved = 0.0
     if links == "measured":
         samples, from_stage, from_draft = hop_jitter_samples(
-            passes, stages, latency_ms, bandwidth_mbps, fwd, VERDICT_BYTES
+            passes, stages, latency_ms, bandwidth_mbps, fwd, ret
         )
         for i, moved in enumerate(from_stage):  # only the verify point: the samples' passes
             tables[i] = [[n, ms - moved if n == k + 1 else ms] for n, ms in tables[i]]
@@ -175,7 +205,7 @@ def build_cell(
         "payload": {
             "activation_bits": int(activation_bits),
             "header_bytes": int(header),
-            "return_bytes": int(VERDICT_BYTES),
+            "return_bytes": int(ret),
         },
         "workload": {
             "requests": int(des_requests),
@@ -190,18 +220,23 @@ def build_cell(
         prof = Path(profile_path)
         (cell_dir / "profile.yaml").write_text(prof.read_text())
         raw["drafter"] = {
-            "kind": "draft_model",
-            "placement": "first_stage",
+            "kind": drafter_kind,
+            "placement": PLACEMENT[drafter_kind],
             "parallel": False,
             "draft_ms": draft_total / k,
             "acceptance": {"profile": "profile.yaml"},
         }
         raw["speculation"] = {"policy": "chain", "k": int(k), "verifier": verifier}
     else:
-        raw["drafter"] = {"kind": "draft_model", "placement": "first_stage", "draft_ms": 0.0}
+        raw["drafter"] = {
+            "kind": drafter_kind,
+            "placement": PLACEMENT[drafter_kind],
+            "draft_ms": 0.0,
+        }
         raw["speculation"] = {"policy": "none", "verifier": verifier}
     comment = (
-        f"# Calibration cell: {stages} stages, {latency_ms:g} ms per hop, K={k}, {verifier}.\n"
+        f"# Calibration cell: {stages} stages, {latency_ms:g} ms per hop, K={k}, {verifier}, "
+        f"{drafter_kind} drafter ({PLACEMENT[drafter_kind]}).\n"
         "# Built by `wansim calibrate` from the real run's measurements (see\n"
         "# wansim/calibrate/cells.py): per-stage mean service times, measured hop delays as\n"
         f"# empirical jitter ({links} links), drafting time, fitted acceptance profile.\n"

@@ -1,7 +1,8 @@
 """``wansim calibrate`` command line (registered through ``wansim.cli.EXTRA_COMMANDS``).
 
     wansim calibrate [--quick] [--stages 2,4] [--latency-ms 5,20] [--k 2,4] [--prompts N]
-                     [--tokens N] [--verifier greedy|lossless] [--out DIR] [--json]
+                     [--tokens N] [--verifier greedy|lossless] [--drafter-kind draft_model|mtp]
+                     [--mtp DIR] [--out DIR] [--json]
 
 Progress goes to stderr; the table (or, with ``--json``, one JSON object
 ``{"cells": [...], "summary": {...}}``) to stdout. Ctrl-C keeps the finished cells (printed,
@@ -70,8 +71,24 @@ def settings_from_args(args: argparse.Namespace):
     }
     if args.target:
         kw["target_dir"] = args.target
+    kind = args.drafter_kind or "draft_model"
+    kw["drafter_kind"] = kind
     if args.drafter:
+        if kind == "mtp":
+            raise WansimInputError(
+                "--drafter",
+                "is the draft model's dir (--drafter-kind draft_model); the MTP head's is --mtp",
+                args.drafter,
+            )
         kw["drafter_dir"] = args.drafter
+    if args.mtp:
+        if kind != "mtp":
+            raise WansimInputError(
+                "--mtp",
+                "is only used with --drafter-kind mtp (the head at the last stage)",
+                args.mtp,
+            )
+        kw["mtp_dir"] = args.mtp
     return Settings(**kw)
 
 
@@ -139,7 +156,17 @@ def register(sub) -> None:
     )
     p.add_argument("--des-requests", default=None, help="requests per DES run (default 2000)")
     p.add_argument("--target", default=None, help="target checkpoint dir (default tiny-target)")
+    p.add_argument(
+        "--drafter-kind",
+        default=None,
+        help="draft_model (default): the draft model drafts at stage 0 (placement first_stage); "
+        "mtp: the MTP head drafts at the last stage and its drafts ride the verdict back "
+        "(placement last_stage)",
+    )
     p.add_argument("--drafter", default=None, help="drafter checkpoint dir (default tiny-drafter)")
+    p.add_argument(
+        "--mtp", default=None, help="MTP head dir (--drafter-kind mtp; default tiny-mtp)"
+    )
     p.add_argument("--seed", default="0")
     p.add_argument("--out", default=None, help="output dir (default out/calibrate)")
     p.add_argument(

@@ -11,11 +11,16 @@ parts sum to the lap to the nanosecond):
                                                          the first from the step's start)
            = draft_j + sum_i service_i,j + sum_h hop_h,j
 
-    draft      stage 0 drafting K tokens (step start -> draft end)
+    draft      the drafter's K tokens: a draft model at stage 0 (step start -> draft end), or
+               the MTP head at the last stage (its ``draft_ms`` for the pass, logged in
+               ``stage{P-1}.csv``: it drafts right after verifying the pass, before the verdict
+               leaves; ``steps.csv``'s ``draft_stage`` says which)
     service_0  stage 0's bookkeeping since the last verdict + its layers + encoding + sending
-               the draft ids (and draft probabilities) ahead of its activation frame
+               the draft ids (and draft probabilities) ahead of its activation frame (with the
+               MTP head: also taking the drafts that came back with the verdict)
     service_i  stage i: activation frame received -> its own output frame handed to the socket
-               (decode, layers, encode; at the last stage the LM head and the verifier)
+               (decode, layers, encode; at the last stage the LM head and the verifier, and
+               with the MTP head sending the drafts ahead of the verdict, drafting excluded)
     hop_h      achieved one-way delay of the pass's main frame on hop h (the activation, or the
                verdict on the return hop): sender's send stamp -> receiver has the whole frame
 
@@ -53,14 +58,16 @@ def decompose(steps: pd.DataFrame, raw: dict[str, pd.DataFrame], stages: int) ->
     """One row per verify pass and per prefill pass of a job (``kind`` verify | prefill).
 
     Columns: ``kind, prompt_index, step, pass, k, accepted, n_tokens, lap_ms, draft_ms,
-    service{i}_ms`` for each stage, ``hop{h}_ms`` (achieved), ``hop{h}_scheduled_ms``,
+    draft_stage, service{i}_ms`` for each stage, ``hop{h}_ms`` (achieved), ``hop{h}_scheduled_ms``,
     ``hop{h}_error_ms`` and ``hop{h}_bytes`` (all frames of the pass on that hop) for each hop.
     Prefill rows have the stage services and forward hops (stage 0 does not stamp the prefill
-    verdict, so their return hop and lap are NaN).
+    verdict, so their return hop and lap are NaN); with the MTP head their ``draft_ms`` is the
+    drafting after the prefill (the first step's drafts), out of the last stage's service.
     """
     steps = steps.sort_values(["prompt_index", "step"]).reset_index(drop=True)
     verify_passes = set(int(p) for p in steps["pass"])
     stage_rows = [raw.get(f"stage{i}", pd.DataFrame()) for i in range(stages)]
+    draft_stage = draft_stage_of(steps)
     job = int(steps["job"].iloc[0]) if "job" in steps.columns and len(steps) else None
     s0 = stage_rows[0]
     if job is not None and not s0.empty:
@@ -91,12 +98,25 @@ def decompose(steps: pd.DataFrame, raw: dict[str, pd.DataFrame], stages: int) ->
         st = stage_by_pass[i]
         return float(st.at[p, "recv_ns"]) if st is not None and p in st.index else np.nan
 
+    def drafted_after(p: int) -> float:
+        """The last stage's drafting right after verifying pass p (MTP head), else 0."""
+        st = stage_by_pass[stages - 1]
+        if draft_stage != stages - 1 or st is None or p not in st.index:
+            return 0.0
+        return float(st.at[p, "draft_ms"])
+
     rows = []
     prev_verdict: dict[int, float] = {}
     first_start: dict[int, float] = {}
     for r in steps.to_dict("records"):
         first_start.setdefault(int(r["prompt_index"]), float(r["start_ns"]))
-        rows.append(_verify_row(r, stages, main_send, recv, main, nbytes, prev_verdict))
+        row = _verify_row(r, stages, main_send, recv, main, nbytes, prev_verdict)
+        if draft_stage == stages - 1:  # stage 0 only took the returned drafts: bookkeeping
+            row["service0_ms"] += row["draft_ms"]
+            row["draft_ms"] = drafted_after(row["pass"])
+            row[f"service{stages - 1}_ms"] -= row["draft_ms"]
+        row["draft_stage"] = draft_stage
+        rows.append(row)
     prefills = s0[s0["pos"] == 0].sort_values("pass") if not s0.empty else s0
     for j, r in enumerate(prefills.to_dict("records")):
         p = int(r["pass"])
@@ -113,16 +133,27 @@ def decompose(steps: pd.DataFrame, raw: dict[str, pd.DataFrame], stages: int) ->
             "start_ns": start,
             "end_ns": end,
             "lap_ms": (end - start) / 1e6,
-            "draft_ms": 0.0,
+            "draft_ms": drafted_after(p),
+            "draft_stage": draft_stage,
             "service0_ms": (main_send(0, p) - start) / 1e6,
         }
         for i in range(1, stages):
             row[f"service{i}_ms"] = (main_send(i, p) - recv(i, p)) / 1e6
+        row[f"service{stages - 1}_ms"] -= row["draft_ms"]
         for h in range(stages):
             dst_recv = recv(h + 1, p) if h < stages - 1 else np.nan
             _hop_fields(row, h, p, dst_recv, main_send(h, p), main, nbytes)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def draft_stage_of(table: pd.DataFrame) -> int:
+    """Where the drafts were made: ``draft_stage`` of ``steps.csv`` or of :func:`decompose`'s
+    table (0: the draft model at stage 0; P-1: the MTP head at the last stage). Records from
+    before the column existed are the draft model's: 0."""
+    if "draft_stage" not in table.columns or table.empty:
+        return 0
+    return int(table["draft_stage"].max())
 
 
 def _hop_fields(row: dict, h: int, p: int, recv_ns: float, send_ns: float, main, nbytes) -> None:
@@ -180,7 +211,8 @@ def real_metrics(passes: pd.DataFrame, stages: int, max_new_tokens: int) -> dict
     """DESIGN.md metrics of a real job with the simulator's definitions (module docstring).
 
     ``passes`` is :func:`decompose`'s table. ``stage_utilization`` counts each stage's service
-    time (what the scenario's compute tables hold) plus drafting on stage 0, prefill included,
+    time (what the scenario's compute tables hold) plus drafting on the drafter's stage (stage 0
+    or, for the MTP head, the last), prefill included,
     over the job's makespan (the first prefill's start to the last verdict, the gaps between
     requests included, as the simulator's makespan includes its admissions); ``ttft_ms_mean``
     is prefill start to the first step's start (the prefill verdict is not stamped; the two
@@ -199,7 +231,7 @@ def real_metrics(passes: pd.DataFrame, stages: int, max_new_tokens: int) -> dict
     pre = passes[passes["kind"] == "prefill"]
     makespan = (float(passes["end_ns"].max()) - float(passes["start_ns"].min())) / 1e6
     busy = np.array(passes[[f"service{i}_ms" for i in range(stages)]].sum(), dtype=float)
-    busy[0] += float(v["draft_ms"].sum())
+    busy[draft_stage_of(passes)] += float(passes["draft_ms"].sum())
     util = busy / makespan
     wire = float(v[[f"hop{h}_bytes" for h in range(stages)]].to_numpy(float).sum())
     lap_p50, lap_p99 = np.quantile(laps, [0.5, 0.99])

@@ -29,11 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
+from wansim.calibrate.cells import DRAFTER_KINDS, PLACEMENT
 from wansim.errors import WansimInputError
+from wansim.real.config import MTP_FILES  # no torch there (settings only)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "models" / "tiny-target"
 DRAFTER = ROOT / "models" / "tiny-drafter"
+MTP = ROOT / "models" / "tiny-mtp"
 VERIFIERS = ("greedy", "lossless")
 LINK_MODES = ("measured", "configured")
 BITS = (32, 16, 8, 4, 3)
@@ -69,10 +72,21 @@ class Settings:
     activation_bits: int = 32
     target_dir: str = str(TARGET)
     drafter_dir: str = str(DRAFTER)
+    drafter_kind: str = "draft_model"
+    mtp_dir: str = str(MTP)
     des_requests: int = 2000
     seed: int = 0
     links: str = "measured"
     out: str = "out/calibrate"
+
+    @property
+    def drafter_name(self) -> str:
+        """The checkpoint that drafts: the draft model's dir or the MTP head's."""
+        return Path(self.mtp_dir if self.drafter_kind == "mtp" else self.drafter_dir).name
+
+    @property
+    def placement(self) -> str:
+        return PLACEMENT[self.drafter_kind]
 
     @property
     def cells(self) -> list[tuple[int, float, int]]:
@@ -144,8 +158,17 @@ def check_settings(s: Settings) -> dict:
         raise WansimInputError(
             "--k", f"must be integers in 0..{MAX_K} (drafts per verify pass; 0 = no drafter)", ks
         )
+    if s.drafter_kind not in DRAFTER_KINDS:
+        raise WansimInputError(
+            "--drafter-kind",
+            f"must be one of {' | '.join(DRAFTER_KINDS)} (the draft model at stage 0 | the MTP "
+            "head at the last stage)",
+            s.drafter_kind,
+        )
     context = int(target.get("max_position_embeddings", 1 << 30))
-    if any(k > 0 for k in s.ks):
+    if s.drafter_kind == "mtp":  # the real runs load the head even for K = 0
+        _check_mtp(s.mtp_dir, target)
+    elif any(k > 0 for k in s.ks):
         drafter = _config(s.drafter_dir, "--drafter")
         context = min(context, int(drafter.get("max_position_embeddings", 1 << 30)))
         if int(drafter.get("vocab_size", -1)) != int(target.get("vocab_size", -2)):
@@ -166,6 +189,22 @@ def check_settings(s: Settings) -> dict:
             ks,
         )
     return target
+
+
+def _check_mtp(path: str, target: dict) -> None:
+    """An MTP head directory for the target (shape read from mtp_config.json; no torch)."""
+    p = Path(path)
+    if not p.is_dir() or not all((p / name).is_file() for name in MTP_FILES):
+        raise WansimInputError(
+            "--mtp", f"must be an MTP head directory holding {' and '.join(MTP_FILES)}", path
+        )
+    try:
+        cfg = json.loads((p / MTP_FILES[0]).read_text())
+    except ValueError:
+        raise WansimInputError("--mtp", f"{MTP_FILES[0]} is not valid JSON", path) from None
+    for key in ("hidden_size", "vocab_size"):
+        if int(cfg.get(key, -1)) != int(target.get(key, -2)):
+            raise WansimInputError("--mtp", f"must match the target's {key}", path)
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -246,11 +285,18 @@ def evaluate_cell(
         "seed": settings.seed,
         "links": settings.links,
         "name": f"calibration-{cell_name(p, lat, k)}",
+        "drafter_kind": settings.drafter_kind,
     }
     build_cell(cell_dir, passes, profile_path, **cell_args)
     pred = predict(cell_dir / "scenario.yaml")
     real["pooled_tokens_per_s"] = pooled_rate(real)
-    cell = {"stages": p, "latency_ms": lat, "k": k, "real": real}
+    cell = {
+        "stages": p,
+        "latency_ms": lat,
+        "k": k,
+        "drafter": {"kind": settings.drafter_kind, "placement": settings.placement},
+        "real": real,
+    }
     for engine in ("des", "analytical"):
         m = pred[engine]
         m["pooled_tokens_per_s"] = pooled_rate(m)
@@ -401,6 +447,12 @@ def recalibrate(
     if des_requests is not None:
         raw["des_requests"] = des_requests
     settings = Settings(**raw)
+    if settings.drafter_kind not in DRAFTER_KINDS:
+        raise WansimInputError(
+            "--reuse",
+            f"records drafter_kind {settings.drafter_kind!r}; known: {' | '.join(DRAFTER_KINDS)}",
+            str(source),
+        )
     if settings.links not in LINK_MODES:
         raise WansimInputError(
             "--links", f"must be one of {' | '.join(LINK_MODES)}", settings.links
@@ -467,9 +519,13 @@ def _run_pipeline(settings, target_cfg, prompts, p, lat, cells, total, t0, say, 
 
     out = Path(settings.out)
     ks = settings.ks
+    mtp = settings.drafter_kind == "mtp"
+    drafts = any(k > 0 for k in ks)
     spec = PipelineSpec(
         target_dir=settings.target_dir,
-        drafter_dir=settings.drafter_dir if any(k > 0 for k in ks) else None,
+        drafter_dir=settings.drafter_dir if drafts and not mtp else None,
+        drafter_kind=settings.drafter_kind,
+        mtp_dir=settings.mtp_dir if mtp else None,
         stages=p,
         links=(LinkSpec(latency_ms=lat, bandwidth_mbps=settings.bandwidth_mbps),),
         activation_bits=settings.activation_bits,
@@ -544,7 +600,7 @@ def format_table(result: dict) -> str:
     st = s["settings"]
     lines = [
         f"wansim calibrate: {len(cells)} cells{'' if s['complete'] else ' (interrupted)'}, "
-        f"{Path(st['target_dir']).name} + {Path(st['drafter_dir']).name}, {st['verifier']}, "
+        f"{Path(st['target_dir']).name} + {_drafter_words(st)}, {st['verifier']}, "
         f"{st['activation_bits']}-bit activations, {st['prompts']} prompts x {st['tokens']} "
         f"tokens, {st['bandwidth_mbps']:g} Mbit/s links ({st['links']} delays), "
         + (
@@ -620,6 +676,14 @@ def format_table(result: dict) -> str:
         f"scenarios: {Path(st['out']) / 'cells'}/<cell>/scenario.yaml (wansim run ... --engine both)"
     )
     return "\n".join(lines)
+
+
+def _drafter_words(st: dict) -> str:
+    """The drafter of a recorded run's settings (runs from before --drafter-kind: the model)."""
+    kind = st.get("drafter_kind", "draft_model")
+    if kind == "mtp":
+        return f"{Path(st['mtp_dir']).name} (MTP head at the last stage)"
+    return f"{Path(st['drafter_dir']).name} (draft model at stage 0)"
 
 
 def print_progress(msg: str) -> None:

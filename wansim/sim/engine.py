@@ -1,6 +1,7 @@
 """Build the pipeline and run it: ``simulate(scenario, *, timeline=False) -> Result``.
 
-Components: P :class:`~wansim.sim.stage.Stage` processes, P :class:`~wansim.sim.link.Link`
+Components: P :class:`~wansim.sim.stage.Stage` servers (closed form before the last stage in
+the sync schedule, processes otherwise), P :class:`~wansim.sim.link.Link`
 hops (hop i carries S_i's output to S_(i+1); hop P-1 is the return hop to S0; with P = 1 the
 ring is the return hop alone), one :class:`~wansim.sim.verifier.Verifier` at the last stage and
 a :class:`~wansim.sim.request.RequestSource`. The run ends when every request has finished.
@@ -163,6 +164,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     for stage, link in zip(stages, links, strict=True):
         stage.link_out = link
         stage.source = source
+        stage.start()
     source.start()
     env.run()
     events = _events_scheduled(env)

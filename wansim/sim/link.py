@@ -117,11 +117,21 @@ class Link:
         self._losses_i += 1
         return g
 
-    def send(self, passes: list[Pass], n_bytes: float, decode_share: float) -> None:
-        """Offer a message now; ``decode_share`` of its bytes counts as decode-phase traffic."""
+    def send(
+        self,
+        passes: list[Pass],
+        n_bytes: float,
+        decode_share: float,
+        offer_ms: float | None = None,
+    ) -> None:
+        """Offer a message at ``offer_ms`` (default now; later for a closed-form stage, which
+        offers a pass when its service ends); offers come in time order. ``decode_share`` of
+        its bytes counts as decode-phase traffic."""
         env = self.env
         now = env._now
-        start = self.free_ms if self.free_ms > now else now
+        if offer_ms is None:
+            offer_ms = now
+        start = self.free_ms if self.free_ms > offer_ms else offer_ms
         g = self._lost() if self.has_loss else 0
         busy = n_bytes * self.ms_per_byte * (1 + g)
         self.free_ms = start + busy
@@ -139,7 +149,7 @@ class Link:
         self.bytes_decode += wire * decode_share
         if self.timeline is not None:
             self.timeline.append(
-                (self.index, now, start, start + busy, delivery, n_bytes, g, passes)
+                (self.index, offer_ms, start, start + busy, delivery, n_bytes, g, passes)
             )
 
     def _arrive(self, _event: object) -> None:

@@ -1,6 +1,19 @@
-"""A pipeline stage: one long-lived SimPy process with a mailbox (a deque plus a wake event).
+"""A pipeline stage: a FIFO compute server, in closed form or as a SimPy process with a mailbox.
 
-The stage takes the oldest pass from its mailbox (FIFO), or with ``schedule.batching:
+Closed form (a stage before the last, one pass at a time, sync schedule): the service time of a
+pass depends only on the pass, so it needs no event of its own. When a pass arrives at t:
+
+    start = max(t, end of the previous pass)      FIFO: it waits for the stage
+    end   = start + draft + stage_ms(n)
+    the pass is offered to the forward hop at ``end`` (the hop computes its own delivery)
+
+and the only event per stage and pass is the hop's delivery into the next stage. This is the
+same schedule the process below produces (same instants, same order; checked against it), with
+fewer than half the events (10 stages: 10 events per lap instead of 31).
+
+Process (the last stage, continuous batching, or the block schedule, where what starts next
+depends on what is waiting at that instant): one long-lived process with a mailbox (a deque plus
+a wake event). The stage takes the oldest pass from its mailbox (FIFO), or with ``schedule.batching:
 continuous`` every pass waiting there as one batch of sum(n) tokens, and holds for ONE timeout
 of ``stage_ms(n)`` (one process step per pass or batch, never per token). Then:
 
@@ -63,7 +76,7 @@ class Stage:
         self.env = env
         self.index = index
         self.is_last = index == n_stages - 1
-        self.compute_ms = compute_ms  # n tokens -> ms (memoised per stage: sizes repeat)
+        self.compute_ms = compute_ms  # n tokens -> ms
         self.forward_bytes = forward_bytes  # n tokens -> bytes of one forward message
         self.return_bytes = return_bytes
         self.batching = batching
@@ -83,24 +96,78 @@ class Stage:
         self.source: RequestSource | None = None
         self.busy_ms = 0.0
         self.passes = 0
-        self.process = env.process(self.run())
+        self.free_ms = 0.0  # closed form: when the pass now in service ends
+        self._compute_cache: dict[int, float] = {}  # n tokens -> ms (sizes repeat)
+        self.closed_form = False
+        self.process: simpy.Process | None = None
+
+    def start(self) -> None:
+        """Begin serving (after wiring: ``link_out``, ``source`` and ``hooks`` are set).
+
+        A stage before the last that neither batches nor runs the block schedule is a FIFO
+        server with a fixed service time per pass: it needs no process, only the closed form
+        (module docstring). Every other stage is a process with a mailbox.
+        """
+        self.closed_form = not self.is_last and not self.batching and self.hooks is None
+        if not self.closed_form:
+            self.process = self.env.process(self.run())
 
     def receive(self, passes: list[Pass]) -> None:
         """Mailbox drop (a link delivery, or an admission into S0); wakes an idle stage."""
+        if self.closed_form:
+            for p in passes:
+                self._serve(p)
+            return
         self.mailbox.extend(passes)
         wake = self.wake
         if wake is not None:
             self.wake = None
             wake.succeed()
 
+    def _serve(self, p: Pass) -> None:
+        """Closed-form FIFO service of one pass arriving now: it starts when the stage is free,
+        holds it for its service time and is offered to the forward hop when it ends."""
+        now = self.env._now
+        start = self.free_ms if self.free_ms > now else now
+        batch = [p]
+        draft, compute = self._service_ms(batch, p.n)
+        self.free_ms = end = start + (draft + compute)
+        self._account(batch, start, draft, compute)
+        self._forward(batch, p.n, end)
+
+    def _service_ms(self, batch: list[Pass], n: int) -> tuple[float, float]:
+        """(drafting before compute, compute) for a pass or batch of ``n`` tokens."""
+        draft = 0.0
+        if self.draft_before_ms or self.draft_before_per_sequence_ms:
+            verifies = sum(p.kind == VERIFY for p in batch)
+            if verifies:
+                draft = self.draft_before_ms + self.draft_before_per_sequence_ms * verifies
+        compute = self._compute_cache.get(n)
+        if compute is None:
+            compute = self._compute_cache[n] = float(self.compute_ms(n))
+        return draft, compute
+
+    def _account(self, batch: list[Pass], start: float, draft: float, compute: float) -> None:
+        """Busy time, pass count and (when kept) the timeline slices of one pass."""
+        self.busy_ms += draft + compute
+        self.passes += 1
+        if self.timeline is not None:
+            end = start + (draft + compute)
+            if draft:
+                self.timeline.append((self.index, start, start + draft, "draft", batch))
+            self.timeline.append((self.index, start + draft, end, _what(batch), batch))
+
+    def _forward(self, batch: list[Pass], n: int, offer_ms: float | None) -> None:
+        """Offer a computed pass or batch (header + n activations, + tree masks) to the next hop."""
+        share = 1.0 if batch[0].kind == VERIFY and len(batch) == 1 else decode_share(batch)
+        size = self.forward_bytes(n)
+        if self.mask_bytes_per_sequence:
+            size += self.mask_bytes_per_sequence * sum(p.kind == VERIFY for p in batch)
+        self.link_out.send(batch, size, share, offer_ms)
+
     def run(self):
         env = self.env
         mailbox = self.mailbox
-        compute_ms = self.compute_ms
-        compute_cache: dict[int, float] = {}
-        draft_before = self.draft_before_ms
-        before_per_seq = self.draft_before_per_sequence_ms
-        timeline = self.timeline
         hooks = self.hooks
         while True:
             while not mailbox:  # (a cancellation may empty the mailbox before we wake)
@@ -120,19 +187,9 @@ class Stage:
                     continue
                 n = sum(p.n for p in batch)
             start = env._now
-            draft = draft_before if draft_before and any(p.kind == VERIFY for p in batch) else 0.0
-            if before_per_seq:
-                draft += before_per_seq * sum(p.kind == VERIFY for p in batch)
-            compute = compute_cache.get(n)
-            if compute is None:
-                compute = compute_cache[n] = float(compute_ms(n))
+            draft, compute = self._service_ms(batch, n)
             yield Timeout(env, draft + compute)
-            self.busy_ms += draft + compute
-            self.passes += 1
-            if timeline is not None:
-                if draft:
-                    timeline.append((self.index, start, start + draft, "draft", batch))
-                timeline.append((self.index, start + draft, env._now, _what(batch), batch))
+            self._account(batch, start, draft, compute)
             if hooks is not None:  # count the work; cancelled meanwhile: not forwarded
                 batch = hooks.done(self.index, batch)
                 if self.is_last:
@@ -142,11 +199,7 @@ class Stage:
                     continue
                 n = sum(p.n for p in batch)
             if not self.is_last:
-                share = 1.0 if batch[0].kind == VERIFY and len(batch) == 1 else decode_share(batch)
-                size = self.forward_bytes(n)
-                if self.mask_bytes_per_sequence:
-                    size += self.mask_bytes_per_sequence * sum(p.kind == VERIFY for p in batch)
-                self.link_out.send(batch, size, share)
+                self._forward(batch, n, None)
                 continue
             following = self._verdicts(batch)
             if not following:
@@ -156,8 +209,8 @@ class Stage:
                 draft = self.draft_after_ms + self.draft_after_per_sequence_ms * len(following)
                 yield Timeout(env, draft)
                 self.busy_ms += draft
-                if timeline is not None:
-                    timeline.append((self.index, start, env._now, "draft", following))
+                if self.timeline is not None:
+                    self.timeline.append((self.index, start, env._now, "draft", following))
             self.link_out.send(following, self.return_bytes * len(following), 1.0)
 
     def _verdicts(self, batch: list[Pass]) -> list[Pass]:

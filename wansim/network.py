@@ -215,6 +215,22 @@ def hop_var_ms(latency_ms, bandwidth_mbps, jitter: Jitter, loss_rate, retransmit
     return jitter_dist(jitter).var_propagation_ms(latency_ms) + loss_var
 
 
+def loss_terms_ms(loss_rate, retransmit_ms, bandwidth_mbps, n_bytes) -> dict[str, np.ndarray]:
+    """One message's lost transmissions G (geometric, P(G = g) = q^g (1 - q)) and the delay
+    they add, D = G c with c = ser + rto: E[G] = q / (1 - q), Var G = q / (1 - q)^2,
+    E[D] = c E[G], Var D = c^2 Var G, Cov(D, G) = c Var G."""
+    q = np.asarray(loss_rate, dtype=float)
+    c = serialise_ms(n_bytes, bandwidth_mbps) + np.asarray(retransmit_ms)
+    mean, var = q / (1.0 - q), q / (1.0 - q) ** 2
+    return {
+        "count_mean": mean,
+        "count_var": var,
+        "delay_mean_ms": c * mean,
+        "delay_var_ms2": c**2 * var,
+        "delay_count_cov_ms": c * var,
+    }
+
+
 def hop_mean(hop: Hop, n_bytes) -> np.ndarray:
     return hop_mean_ms(
         hop.latency_ms, hop.bandwidth_mbps, hop.jitter, hop.loss_rate, hop.retransmit_ms, n_bytes

@@ -416,16 +416,20 @@ def policy_terms(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
     """Per point (fields may be arrays): the policy's shape and its acceptance terms.
 
     tokens (per sequence per pass), nodes, depth, tree_nodes (N for trees, else 0),
-    passes (expected verify passes for M tokens, step-weighted over difficulty),
-    rate_factor = E_w[M / E[N_Z] (1 + Var N_Z / E[N_Z]^2)], lap_noise_factor =
-    E_w[M / E[N_Z]^2] (see :mod:`wansim.analytical.sync`), tau = M / passes.
-    Evaluated once per distinct (k, budget, domain_shift, alpha, M) and mapped back.
+    passes (expected verify passes for M tokens, step-weighted over difficulty), tau = M /
+    passes, rate_factor = E_w[M / E[N_Z] (1 + Var N_Z / E[N_Z]^2)] and lap_noise_factor =
+    E_w[M / E[N_Z]^2] (the delta expansion of the rate: :mod:`wansim.analytical.sync`).
+    Evaluated once per distinct (k, budget, domain_shift, alpha, M) and mapped back; the
+    per-node values stay per distinct row: node_row (per point: its row) indexes the (rows, Q)
+    tables node_weights w, node_passes E[N_Z] and node_passes_var Var N_Z (Q nodes, padded
+    with zero weights).
     """
     cols = _columns(scenario, m_tokens)
     shape = np.broadcast_shapes(*(c.shape for c in cols))
     rows, inverse = distinct_rows(cols, shape)
     names = ("tokens", "nodes", "depth", "tree_nodes", "passes", "rate_factor", "lap_noise_factor")
     out = {n: np.empty(len(rows)) for n in names}
+    per_node: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for i, (k, budget, shift, alpha, m) in enumerate(rows):
         pol = policy(point_scenario(scenario, k, budget, shift, alpha))
         w, surv = pol.difficulty_nodes()
@@ -441,7 +445,16 @@ def policy_terms(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
         out["passes"][i] = w @ n_mean
         out["rate_factor"][i] = w @ (m / n_mean * (1.0 + n_var / n_mean**2))
         out["lap_noise_factor"][i] = w @ (m / n_mean**2)
+        per_node.append((w, n_mean, n_var))
     res = {n: v[inverse].reshape(shape) for n, v in out.items()}
+    res["node_row"] = np.asarray(inverse).reshape(shape)
+    q = max(len(w) for w, _, _ in per_node)
+    for j, name in enumerate(("node_weights", "node_passes", "node_passes_var")):
+        pad = 0.0 if j != 1 else 1.0  # padded nodes: weight 0, one pass (finite rates)
+        table = np.full((len(rows), q), pad)
+        for i, node in enumerate(per_node):
+            table[i, : len(node[j])] = node[j]
+        res[name] = table
     res["tau"] = np.asarray(m_tokens) / res["passes"]
     return res
 

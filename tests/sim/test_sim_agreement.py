@@ -202,7 +202,9 @@ def case(acceptance: dict, jitter: dict | None = None, k: int = 3) -> dict:
 # Cases that once disagreed or crashed: a drafter always accepted (lattice pass counts: the
 # renewal asymptotics were 3.7% off), a one-sample empirical jitter (the FFT grid's
 # discretisation), a deep difficulty fit (alpha with dispersion failed to bracket), a rare loss
-# the run never saw (its interval then has zero width at the lossless rate).
+# the run never saw (its interval then has zero width at the lossless rate), rare long
+# retransmissions (the rate's second-order expansion put the analytical value above the
+# lossless rate: now conditioned on the loss count, wansim.analytical.rate).
 @example(case({"per_position": [1.0, 1.0, 1.0]}))
 @example(case({"per_position": [1.0, 1.0, 0.0]}))
 @example(case({"alpha": 0.5}, {"kind": "empirical", "samples_ms": [1.0]}, k=1))
@@ -214,6 +216,17 @@ def case(acceptance: dict, jitter: dict | None = None, k: int = 3) -> dict:
     }
 )
 @example(case({"alpha": 0.5, "dispersion": 0.1}, {"kind": "pareto", "std_ms": 5.0}, k=12))
+@example(  # rare retransmissions 18x the lap: the rate's delta expansion exceeded the lossless
+    {
+        **case({"per_position": [1.0]}, k=1),
+        "stages": 1,
+        "model": {"hidden_size": 256, "compute": {"kind": "linear", "base_ms": 0.0}},
+        "network": {"latency_ms": 0, "bandwidth_mbps": 1, "loss_rate": 0.001, "retransmit_ms": 7},
+        "payload": {"activation_bits": 3},
+        "drafter": {"draft_ms": 0.0, "acceptance": {"per_position": [1.0]}},
+        "workload": {"requests": REQUESTS, "prompt_tokens": 1, "output_tokens": 33},
+    }
+)
 @settings(
     max_examples=FAST_EXAMPLES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -35,7 +35,9 @@ prefill). For difficulty Z (quadrature weights w), E[N_Z] and Var N_Z come from 
 
 Without per-prompt difficulty and for long outputs tokens_per_s = tau / E[T_lap] exactly (the
 renewal-reward theorem); with difficulty it is the mean of per-request rates, which exceeds the
-step-weighted tau / E[T_lap] (Jensen).
+step-weighted tau / E[T_lap] (Jensen). Where transmissions can be lost the second-order form
+fails for rare, long retransmissions (most requests see none), so the rate is then conditioned
+on the request's loss count (:func:`request_rate`, :mod:`wansim.analytical.rate`).
 """
 
 from __future__ import annotations

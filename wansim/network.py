@@ -199,7 +199,8 @@ def expected_losses(loss_rate) -> np.ndarray:
 def hop_mean_ms(
     latency_ms, bandwidth_mbps, jitter: Jitter, loss_rate, retransmit_ms, n_bytes
 ) -> np.ndarray:
-    """Expected one-way time of an ``n_bytes`` message on an idle hop (see module docstring)."""
+    """Expected one-way time of an ``n_bytes`` message on an idle hop (see module docstring):
+    serialisation + propagation + E[G] (ser + rto)."""
     ser = serialise_ms(n_bytes, bandwidth_mbps)
     extra = expected_losses(loss_rate)
     propagation = jitter_dist(jitter).mean_propagation_ms(latency_ms)
@@ -207,27 +208,24 @@ def hop_mean_ms(
 
 
 def hop_var_ms(latency_ms, bandwidth_mbps, jitter: Jitter, loss_rate, retransmit_ms, n_bytes):
-    """Variance of the one-way time on an idle hop: propagation jitter plus G (ser + rto),
-    Var G = q / (1 - q)^2."""
-    ser = serialise_ms(n_bytes, bandwidth_mbps)
-    q = np.asarray(loss_rate, dtype=float)
-    loss_var = (ser + np.asarray(retransmit_ms)) ** 2 * q / (1.0 - q) ** 2
-    return jitter_dist(jitter).var_propagation_ms(latency_ms) + loss_var
+    """Variance of the one-way time on an idle hop: propagation jitter plus the retransmission
+    delay's (``delay_var_ms2`` of :func:`loss_terms_ms`)."""
+    loss = loss_terms_ms(loss_rate, retransmit_ms, bandwidth_mbps, n_bytes)
+    return jitter_dist(jitter).var_propagation_ms(latency_ms) + loss["delay_var_ms2"]
 
 
 def loss_terms_ms(loss_rate, retransmit_ms, bandwidth_mbps, n_bytes) -> dict[str, np.ndarray]:
     """One message's lost transmissions G (geometric, P(G = g) = q^g (1 - q)) and the delay
     they add, D = G c with c = ser + rto: E[G] = q / (1 - q), Var G = q / (1 - q)^2,
-    E[D] = c E[G], Var D = c^2 Var G, Cov(D, G) = c Var G."""
+    E[D] = c E[G], Var D = c^2 Var G."""
     q = np.asarray(loss_rate, dtype=float)
     c = serialise_ms(n_bytes, bandwidth_mbps) + np.asarray(retransmit_ms)
-    mean, var = q / (1.0 - q), q / (1.0 - q) ** 2
+    mean, var = expected_losses(q), q / (1.0 - q) ** 2
     return {
         "count_mean": mean,
         "count_var": var,
         "delay_mean_ms": c * mean,
         "delay_var_ms2": c**2 * var,
-        "delay_count_cov_ms": c * var,
     }
 
 

@@ -32,3 +32,19 @@ def hop_service_ms(scenario, hop: int, n_bytes) -> np.ndarray:
         h = scenario.resolved_hops()[hop]
         return serialise_ms(n_bytes, h.bandwidth_mbps) * (1 + expected_losses(h.loss_rate))
     return serialise_ms(n_bytes, net.bandwidth_mbps) * (1 + expected_losses(net.loss_rate))
+
+
+def ring_sums(scenario, fn, n_bytes_fwd, n_bytes_ret) -> tuple[np.ndarray, np.ndarray]:
+    """(sum over the forward hops of fn(link, n_bytes_fwd), fn(return link, n_bytes_ret)), with
+    link = (latency_ms, bandwidth_mbps, jitter, loss_rate, retransmit_ms): per-hop overrides
+    hop by hop, else the one network (``stages`` may then be an array)."""
+    net = scenario.network
+    if net.hops:
+        links = [
+            (h.latency_ms, h.bandwidth_mbps, h.jitter, h.loss_rate, h.retransmit_ms)
+            for h in scenario.resolved_hops()
+        ]
+        fwd = sum((fn(link, n_bytes_fwd) for link in links[:-1]), start=np.zeros(()))
+        return fwd, fn(links[-1], n_bytes_ret)
+    link = (net.latency_ms, net.bandwidth_mbps, net.jitter, net.loss_rate, net.retransmit_ms)
+    return (np.asarray(scenario.stages) - 1) * fn(link, n_bytes_fwd), fn(link, n_bytes_ret)

@@ -15,15 +15,13 @@ rate). So T is conditioned on K, the request's number of lost transmissions:
 
 with K negative binomial of the given mean and variance (exact for a fixed number of messages on
 hops of one loss rate: a sum of geometric counts; Poisson when the variance equals the mean),
-and T | k from linear conditioning on K:
+and each loss adding a delay of mean c and variance v to what the request takes without them:
 
-    mu_k = E[T] + beta (k - E[K]),              beta = Cov(T, K) / Var K
-    v_k  = Var T - Cov(T, K)^2 / Var K + jump_var (k - E[K])
+    mu_k = E[B] + c k,      v_k = Var B + v k          (B: the decode time without losses)
 
-(``jump_var``: the variance of one retransmission's delay that the count does not explain, e.g.
-hops of different RTOs). Exact for one hop, a fixed pass count and no jitter; as E[K] grows K
-concentrates and the sum becomes the delta expansion of the whole T. Points whose K would need
-more than ``K_MAX`` terms (tail mass above ``TAIL``) take that expansion directly.
+Exact for one hop, a fixed pass count and no jitter; as E[K] grows K concentrates and the sum
+becomes the delta expansion of the whole T. Points whose K would need more than ``K_MAX`` terms
+(tail mass above ``TAIL``) take that expansion directly.
 """
 
 from __future__ import annotations
@@ -65,44 +63,35 @@ def loss_count_pmf(k: np.ndarray, mean, var) -> np.ndarray:
     return np.where(mean > 0, np.nan_to_num(pmf), (k == 0).astype(float))
 
 
-def mean_rate(m, t_mean, t_var, k_mean, k_var, cov_tk, jump_var) -> np.ndarray:
-    """E[M / T] (module docstring); every argument broadcasts (arrays of points and nodes).
+def mean_rate(m, base_mean, base_var, k_mean, k_var, jump_ms, jump_var) -> np.ndarray:
+    """E[M / T] for T = B + (K losses of c = ``jump_ms`` each, spread ``jump_var``) (module
+    docstring); every argument broadcasts (arrays of points and nodes).
 
-    ``t_mean``, ``t_var``: mean and variance of T (retransmissions included); ``k_mean``,
-    ``k_var``: of K, the request's lost transmissions; ``cov_tk`` = Cov(T, K).
+    ``base_mean``, ``base_var``: of B, the time without losses; ``k_mean``, ``k_var``: of K.
     """
-    args = (m, t_mean, t_var, k_mean, k_var, cov_tk, jump_var)
+    args = (m, base_mean, base_var, k_mean, k_var, jump_ms, jump_var)
     shape = np.broadcast_shapes(*(np.shape(x) for x in args))
-    m, t_mean, t_var, k_mean, k_var, cov_tk, jump_var = (
+    m, base_mean, base_var, k_mean, k_var, jump_ms, jump_var = (
         np.broadcast_to(np.asarray(x, dtype=float), shape) for x in args
     )
-    out = delta_rate(m, t_mean, t_var)
-    lossy = k_mean > 0
-    if not lossy.any():
-        return out
     k_var = np.maximum(k_var, k_mean)
-    top = float(np.max(np.where(lossy, k_mean + 12.0 * np.sqrt(k_var) + 12.0, 0.0)))
-    ks = np.arange(min(int(np.ceil(top)), K_MAX) + 1, dtype=float)
-    idx = np.flatnonzero(lossy)
-    flat = {
-        name: x.reshape(-1)
-        for name, x in dict(
-            m=m, mu=t_mean, var=t_var, km=k_mean, kv=k_var, cov=cov_tk, jump=jump_var
-        ).items()
-    }
+    out = delta_rate(
+        m, base_mean + jump_ms * k_mean, base_var + jump_ms**2 * k_var + jump_var * k_mean
+    )
+    lossy = np.flatnonzero(k_mean > 0)
+    if not lossy.size:
+        return out
+    top = float(np.max(k_mean.reshape(-1)[lossy] + 12.0 * np.sqrt(k_var.reshape(-1)[lossy])))
+    k = np.arange(min(int(np.ceil(top + 12.0)), K_MAX) + 1, dtype=float)[:, None]
+    flat = [x.reshape(-1) for x in (m, base_mean, base_var, k_mean, k_var, jump_ms, jump_var)]
     result = out.reshape(-1).copy()
-    k = ks[:, None]
-    chunk = max(1, CHUNK_CELLS // len(ks))
-    for lo in range(0, len(idx), chunk):
-        at = idx[lo : lo + chunk]
-        mu, km, kv = flat["mu"][at], flat["km"][at], flat["kv"][at]
-        beta = flat["cov"][at] / kv
-        resid = np.maximum(flat["var"][at] - flat["cov"][at] * beta, 0.0)
+    chunk = max(1, CHUNK_CELLS // len(k))
+    for lo in range(0, len(lossy), chunk):
+        at = lossy[lo : lo + chunk]
+        m_, b_mean, b_var, km, kv, c, v = (x[at] for x in flat)
         pmf = loss_count_pmf(k, km, kv)
-        mu_k = np.maximum(mu + beta * (k - km), 1e-12 * mu)
-        v_k = np.maximum(resid + flat["jump"][at] * (k - km), 0.0)
-        summed = (pmf * flat["m"][at] / mu_k * (1.0 + v_k / mu_k**2)).sum(axis=0)
+        mu_k = b_mean + c * k
+        summed = (pmf * delta_rate(m_, mu_k, b_var + v * k)).sum(axis=0)
         covered = pmf.sum(axis=0) >= 1.0 - TAIL
         result[at] = np.where(covered, summed, result[at])
-    out = result.reshape(shape)
-    return out
+    return result.reshape(shape)

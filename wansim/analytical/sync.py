@@ -46,16 +46,10 @@ import numpy as np
 
 from wansim import speculation
 from wansim.acceptance import closed_form
+from wansim.analytical.path import ring_sums
 from wansim.analytical.rate import mean_rate
 from wansim.compute import mean_stage_ms, stage_ms_each
-from wansim.network import (
-    expected_losses,
-    hop_mean,
-    hop_mean_ms,
-    hop_var,
-    hop_var_ms,
-    loss_terms_ms,
-)
+from wansim.network import expected_losses, hop_mean_ms, hop_var_ms, loss_terms_ms
 from wansim.scenario import Scenario
 from wansim.wire import forward_bytes
 
@@ -74,44 +68,29 @@ def passes_per_node(scenario: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndar
 def _hop_sums(scenario: Scenario, n_bytes_fwd, n_bytes_ret) -> tuple:
     """(sum of forward hop means, return hop mean, wire bytes per pass incl. retransmissions,
     variance of the lap's hop time)."""
-    net = scenario.network
-    if net.hops:
-        hops = scenario.resolved_hops()
-        fwd_hops, ret_hop = hops[:-1], hops[-1]
-        fwd = sum((hop_mean(h, n_bytes_fwd) for h in fwd_hops), start=np.zeros(()))
-        var = sum((hop_var(h, n_bytes_fwd) for h in fwd_hops), start=hop_var(ret_hop, n_bytes_ret))
-        wire = sum(n_bytes_fwd * (1 + expected_losses(h.loss_rate)) for h in fwd_hops)
-        wire = wire + n_bytes_ret * (1 + expected_losses(ret_hop.loss_rate))
-        return fwd, hop_mean(ret_hop, n_bytes_ret), wire, var
-    stages = np.asarray(scenario.stages)
-    link = (net.latency_ms, net.bandwidth_mbps, net.jitter, net.loss_rate, net.retransmit_ms)
-    resend = 1 + expected_losses(net.loss_rate)
-    wire = ((stages - 1) * n_bytes_fwd + n_bytes_ret) * resend
-    var = (stages - 1) * hop_var_ms(*link, n_bytes_fwd) + hop_var_ms(*link, n_bytes_ret)
-    fwd = (stages - 1) * hop_mean_ms(*link, n_bytes_fwd)
-    return fwd, hop_mean_ms(*link, n_bytes_ret), wire, var
+    fwd, ret = ring_sums(scenario, lambda link, n: hop_mean_ms(*link, n), n_bytes_fwd, n_bytes_ret)
+    var = sum(ring_sums(scenario, lambda link, n: hop_var_ms(*link, n), n_bytes_fwd, n_bytes_ret))
+    wire = sum(
+        ring_sums(
+            scenario, lambda link, n: n * (1 + expected_losses(link[3])), n_bytes_fwd, n_bytes_ret
+        )
+    )
+    return fwd, ret, wire, var
 
 
 def _loss_sums(scenario: Scenario, n_bytes_fwd, n_bytes_ret) -> dict[str, np.ndarray]:
     """Per lap, summed over the hops: lost transmissions (mean, variance) and the delay they add
-    (mean, variance, covariance with the count) (:func:`wansim.network.loss_terms_ms`)."""
-    net = scenario.network
-    if net.hops:
-        hops = scenario.resolved_hops()
-        each = [
-            loss_terms_ms(h.loss_rate, h.retransmit_ms, h.bandwidth_mbps, n_bytes_fwd)
-            for h in hops[:-1]
-        ]
-        ret = hops[-1]
-        each.append(
-            loss_terms_ms(ret.loss_rate, ret.retransmit_ms, ret.bandwidth_mbps, n_bytes_ret)
-        )
-        return {k: sum(t[k] for t in each) for k in each[0]}
-    stages = np.asarray(scenario.stages)
-    link = (net.loss_rate, net.retransmit_ms, net.bandwidth_mbps)
-    fwd = loss_terms_ms(*link, n_bytes_fwd)
-    ret = loss_terms_ms(*link, n_bytes_ret)
-    return {k: (stages - 1) * fwd[k] + ret[k] for k in fwd}
+    (mean, variance) (:func:`wansim.network.loss_terms_ms`)."""
+
+    def total(key: str) -> np.ndarray:
+        def term(link, n):
+            return loss_terms_ms(link[3], link[4], link[1], n)[key]
+
+        return sum(ring_sums(scenario, term, n_bytes_fwd, n_bytes_ret))
+
+    return {
+        key: total(key) for key in ("count_mean", "count_var", "delay_mean_ms", "delay_var_ms2")
+    }
 
 
 def request_rate(parts: dict, lap, lap_var, loss: dict) -> np.ndarray:
@@ -149,15 +128,8 @@ def request_rate(parts: dict, lap, lap_var, loss: dict) -> np.ndarray:
     lap0, var0 = at(lap) - d, np.maximum(at(lap_var) - d_var, 0.0)
     c = d / g
     v = np.maximum((d_var - g_var * c**2) / g, 0.0)
-    k_mean, k_var = n * g, n * g_var + n_var * g**2
     per_node = mean_rate(
-        at(parts["m"]),
-        n * (lap0 + d),
-        n_var * lap0**2 + n * var0 + c**2 * k_var + k_mean * v,
-        k_mean,
-        k_var,
-        c * k_var,  # Cov(T, K): beta = c
-        v,
+        at(parts["m"]), n * lap0, n_var * lap0**2 + n * var0, n * g, n * g_var + n_var * g**2, c, v
     )
     out = np.broadcast_to(rate, shape).reshape(-1).copy()
     out[lossy] = 1e3 * (w * per_node).sum(axis=1)

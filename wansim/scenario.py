@@ -66,8 +66,9 @@ class MoeCompute:
     """Roofline for a mixture-of-experts stage: weight bytes grow with the experts touched.
 
     With E experts, top-k routing and uniform routing, n tokens touch
-    E*(1-(1-k/E)^n) distinct experts in expectation; bytes = (dense + touched*expert) params,
-    FLOPs = 2*n*(dense + k*expert) params.
+    E*(1-(1-k/E)^n) distinct experts in expectation; bytes = dense params * bytes_per_param +
+    touched*expert params * expert_bytes_per_param (mixed precision, e.g. fp4 experts beside
+    fp8 attention), FLOPs = 2*n*(dense + k*expert) params.
     """
 
     kind: str = spec("moe", choices=("moe",))
@@ -76,6 +77,9 @@ class MoeCompute:
     experts_per_token: int = spec(8, ge=1)
     expert_params_b: float = spec(0.0125, gt=0)
     bytes_per_param: float = spec(1.0, gt=0)
+    expert_bytes_per_param: float | None = spec(
+        None, gt=0, doc="routed experts' bytes per parameter (default bytes_per_param)"
+    )
     kv_bytes_per_token: float = spec(0.0, ge=0)
     context_tokens: int = spec(2048, ge=0)
     mem_bandwidth_gbs: float = spec(4800.0, gt=0)

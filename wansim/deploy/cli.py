@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-
 import math
 
 from wansim.result import jsonable
@@ -29,7 +28,9 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(allow_nan=False, obj=strict_json({"models": rows})))
         return 0
-    print(f"{'name':<18} {'params_b':>9} {'active_b':>9} {'layers':>6} {'hidden':>6} {'kv_B/tok':>9}")
+    print(
+        f"{'name':<18} {'params_b':>9} {'active_b':>9} {'layers':>6} {'hidden':>6} {'kv_B/tok':>9}"
+    )
     for r in rows:
         print(
             f"{r['name']:<18} {r['params_b']:>9.2f} {r['active_params_b']:>9.2f} {r['layers']:>6}"
@@ -104,5 +105,7 @@ def register(sub) -> None:
     p.add_argument("deployment")
     p.add_argument("--json", action="store_true")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    p.add_argument("--no-des", action="store_true", help="rank and report with the analytical engine only")
+    p.add_argument(
+        "--no-des", action="store_true", help="rank and report with the analytical engine only"
+    )
     p.set_defaults(func=cmd_plan)

@@ -91,9 +91,10 @@ def measured_rtt_ms() -> dict[tuple[str, str], float]:
 def great_circle_km(a: tuple[float, float], b: tuple[float, float]) -> float:
     """Haversine distance on a sphere of the Earth's mean radius."""
     la1, lo1, la2, lo2 = map(math.radians, (*a, *b))
-    h = math.sin((la2 - la1) / 2) ** 2 + math.cos(la1) * math.cos(la2) * math.sin(
-        (lo2 - lo1) / 2
-    ) ** 2
+    h = (
+        math.sin((la2 - la1) / 2) ** 2
+        + math.cos(la1) * math.cos(la2) * math.sin((lo2 - lo1) / 2) ** 2
+    )
     return 2 * EARTH_RADIUS_KM * math.asin(math.sqrt(h))
 
 
@@ -163,7 +164,9 @@ def read_ping_csv(path: str | Path, node_names: list[str]) -> dict[tuple[str, st
         try:
             rtt = float(v)
         except ValueError:
-            raise WansimInputError(f"ping_file line {i + 1}", "rtt_ms must be a number", v) from None
+            raise WansimInputError(
+                f"ping_file line {i + 1}", "rtt_ms must be a number", v
+            ) from None
         if not rtt >= 0:
             raise WansimInputError(f"ping_file line {i + 1}", "rtt_ms must be >= 0", rtt)
         out[(a, b)] = out[(b, a)] = rtt

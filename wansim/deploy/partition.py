@@ -42,14 +42,24 @@ class Stage:
 def _stage(model, node, first, last, P, j, prec, load) -> tuple[float, dict, StageSlice]:
     s = StageSlice(first, last, is_first=(j == 0), is_last=(j == P - 1))
     cm = compute_model(
-        model, node.hardware, s, prec, load, cuda_graphs=node.cuda_graphs, cpu_loaded=node.cpu_loaded
+        model,
+        node.hardware,
+        s,
+        prec,
+        load,
+        cuda_graphs=node.cuda_graphs,
+        cpu_loaded=node.cpu_loaded,
     )
     ms = float(stage_ms(cm, load.batch * load.tokens_per_seq))
     return ms, memory_gb(model, s, prec, load), s
 
 
-def partition(model, nodes: list[Node], prec: Precision, load: Load) -> list[Stage]:
-    """Best contiguous assignment of the model's layers to ``nodes`` (in this order)."""
+def partition(
+    model, nodes: list[Node], prec: Precision, load: Load, memo: dict | None = None
+) -> list[Stage]:
+    """Best contiguous assignment of the model's layers to ``nodes`` (in this order).
+    ``memo``: a dict shared between calls for the same model and precision (stage results
+    keyed by node name, slice, ends and load), so that trying ring rotations is cheap."""
     P, L = len(nodes), model.layers
     if P > L:
         raise WansimInputError("nodes", f"{P} nodes but {model.name} has only {L} layers", P)
@@ -57,40 +67,40 @@ def partition(model, nodes: list[Node], prec: Precision, load: Load) -> list[Sta
         return _explicit(model, nodes, prec, load)
     if any(n.layers is not None for n in nodes):
         raise WansimInputError("nodes", "give layers for every node or for none", None)
-    cache: dict = {}
+    cache: dict = {} if memo is None else memo
 
     def get(j, a, b):
-        key = (j, a, b)
+        key = (nodes[j].name, a, b, j == 0, j == P - 1, load)
         if key not in cache:
             cache[key] = _stage(model, nodes[j], a, b, P, j, prec, load)
         return cache[key]
 
     inf = (math.inf, math.inf)
-    # best[j][l]: (max stage ms, sum ms) placing layers [0, l) on nodes 0..j-1
+    # best[j][end]: (max stage ms, sum ms) placing layers [0, end) on nodes 0..j-1
     best = [[inf] * (L + 1) for _ in range(P + 1)]
     choice = [[-1] * (L + 1) for _ in range(P + 1)]
     best[0][0] = (0.0, 0.0)
     for j in range(1, P + 1):
         cap = nodes[j - 1].hardware.memory_gb
-        for l in range(j, L - (P - j) + 1):
-            for k in range(j - 1, l):
+        for end in range(j, L - (P - j) + 1):
+            for k in range(j - 1, end):
                 prev = best[j - 1][k]
                 if prev[0] == math.inf:
                     continue
-                ms, mem, _ = get(j - 1, k, l - 1)
+                ms, mem, _ = get(j - 1, k, end - 1)
                 if mem["total"] > cap:
                     continue
                 cand = (max(prev[0], ms), prev[1] + ms)
-                if cand < best[j][l]:
-                    best[j][l], choice[j][l] = cand, k
+                if cand < best[j][end]:
+                    best[j][end], choice[j][end] = cand, k
     if best[P][L][0] == math.inf:
         _raise_shortfall(model, nodes, prec, load, get)
-    stages, l = [], L
+    stages, end = [], L
     for j in range(P, 0, -1):
-        k = choice[j][l]
-        ms, mem, s = get(j - 1, k, l - 1)
+        k = choice[j][end]
+        ms, mem, s = get(j - 1, k, end - 1)
         stages.append(Stage(nodes[j - 1], s, ms, mem))
-        l = k
+        end = k
     return stages[::-1]
 
 
@@ -137,22 +147,22 @@ def _raise_shortfall(model, nodes, prec, load, get) -> None:
     best[0][0] = -inf
     for j in range(1, P + 1):
         cap = nodes[j - 1].hardware.memory_gb
-        for l in range(j, L - (P - j) + 1):
-            for k in range(j - 1, l):
+        for end in range(j, L - (P - j) + 1):
+            for k in range(j - 1, end):
                 if best[j - 1][k] == inf:
                     continue
-                _, mem, _ = get(j - 1, k, l - 1)
+                _, mem, _ = get(j - 1, k, end - 1)
                 cand = max(best[j - 1][k], mem["total"] - cap)
-                if cand < best[j][l]:
-                    best[j][l], choice[j][l] = cand, k
-    worst, l = None, L
+                if cand < best[j][end]:
+                    best[j][end], choice[j][end] = cand, k
+    worst, end = None, L
     for j in range(P, 0, -1):
-        k = choice[j][l]
-        _, mem, s = get(j - 1, k, l - 1)
+        k = choice[j][end]
+        _, mem, s = get(j - 1, k, end - 1)
         excess = mem["total"] - nodes[j - 1].hardware.memory_gb
         if worst is None or excess > worst[0]:
             worst = (excess, j - 1, mem, s)
-        l = k
+        end = k
     _, j, mem, s = worst
     _short(j, nodes[j], mem, s)
 
@@ -164,10 +174,13 @@ def largest_batch(model, stages: list[Stage], prec: Precision, load: Load) -> in
 
     def fits(b: int) -> bool:
         trial = dataclasses.replace(load, batch=b)
-        return all(
-            memory_gb(model, st.slice, prec, trial)["total"] <= st.node.hardware.memory_gb
-            for st in stages
-        ) and b > 0
+        return (
+            all(
+                memory_gb(model, st.slice, prec, trial)["total"] <= st.node.hardware.memory_gb
+                for st in stages
+            )
+            and b > 0
+        )
 
     while fits(hi) and hi < 1 << 20:
         lo, hi = hi, hi * 2

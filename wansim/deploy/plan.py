@@ -87,7 +87,9 @@ def load_deployment(path: str, overrides=()) -> Deployment:
     weight_dtype = model_raw.pop("weight_dtype", "native")
     kv_dtype = model_raw.pop("kv_dtype", "bf16")
     if weight_dtype not in WEIGHT_DTYPES:
-        raise WansimInputError("model.weight_dtype", f"must be one of {WEIGHT_DTYPES}", weight_dtype)
+        raise WansimInputError(
+            "model.weight_dtype", f"must be one of {WEIGHT_DTYPES}", weight_dtype
+        )
     if kv_dtype not in KV_DTYPES:
         raise WansimInputError("model.kv_dtype", f"must be one of {KV_DTYPES}", kv_dtype)
     model = with_overrides(model, model_raw, "model")
@@ -112,14 +114,18 @@ def load_deployment(path: str, overrides=()) -> Deployment:
     if unknown:
         raise WansimInputError(f"plan.{sorted(unknown)[0]}", "unknown field")
     ks = tuple(_num(k, "plan.k", 1, True) for k in plan.get("k", [1, 2, 3, 4, 5, 6, 7]))
-    bits = tuple(_num(b, "plan.activation_bits", 3, True) for b in plan.get("activation_bits", [16, 8]))
+    bits = tuple(
+        _num(b, "plan.activation_bits", 3, True) for b in plan.get("activation_bits", [16, 8])
+    )
     objective = plan.get("objective", "tokens_per_s")
     if objective not in OBJECTIVES:
         raise WansimInputError("plan.objective", f"must be one of {OBJECTIVES}", objective)
     cost = raw.get("cost") or {}
     if not isinstance(cost, Mapping) or set(cost) - {"egress_usd_per_gb"}:
         raise WansimInputError("cost", "allowed: {egress_usd_per_gb}", cost)
-    egress = _num(cost.get("egress_usd_per_gb", DEFAULT_EGRESS_USD_PER_GB), "cost.egress_usd_per_gb")
+    egress = _num(
+        cost.get("egress_usd_per_gb", DEFAULT_EGRESS_USD_PER_GB), "cost.egress_usd_per_gb"
+    )
 
     base = {k: v for k, v in raw.items() if k not in (*DEPLOY_KEYS, "model")}
     base["stages"] = len(nodes)
@@ -151,10 +157,22 @@ def _node(n: Any, i: int) -> Node:
     p = f"nodes[{i}]"
     if not isinstance(n, Mapping):
         raise WansimInputError(p, "must be a mapping {name, hardware, region | lat/lon, ...}", n)
-    allowed = {"name", "hardware", "region", "lat", "lon", "uplink_mbps", "layers", "cuda_graphs", "cpu_loaded"}
+    allowed = {
+        "name",
+        "hardware",
+        "region",
+        "lat",
+        "lon",
+        "uplink_mbps",
+        "layers",
+        "cuda_graphs",
+        "cpu_loaded",
+    }
     for k in n:
         if k not in allowed:
-            raise WansimInputError(f"{p}.{k}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+            raise WansimInputError(
+                f"{p}.{k}", f"unknown field (allowed: {', '.join(sorted(allowed))})"
+            )
     name = n.get("name", f"node{i}")
     hw = hardware_preset(n.get("hardware"), f"{p}.hardware")
     region = None
@@ -163,7 +181,9 @@ def _node(n: Any, i: int) -> Node:
         if region is None and ("lat" not in n or "lon" not in n):
             known = ", ".join(sorted(geography.regions()))
             raise WansimInputError(
-                f"{p}.region", f"not in the latency dataset; give lat/lon (regions: {known})", n["region"]
+                f"{p}.region",
+                f"not in the latency dataset; give lat/lon (regions: {known})",
+                n["region"],
             )
     if region is not None:
         coords = geography.regions()[region]
@@ -218,7 +238,9 @@ def _scenario_raw(dep, order, stages, load, k, bits, admitted) -> dict:
     hops = []
     for i, a in enumerate(order):
         b = order[(i + 1) % len(order)]
-        hops.append({"latency_ms": float(dep.rtt_ms[a, b] / 2), "bandwidth_mbps": nodes[i].uplink_mbps})
+        hops.append(
+            {"latency_ms": float(dep.rtt_ms[a, b] / 2), "bandwidth_mbps": nodes[i].uplink_mbps}
+        )
     raw.setdefault("network", {})
     raw["network"] = {**raw["network"], "hops": hops}
     raw["speculation"] = {**raw.get("speculation", {}), "k": k}
@@ -244,28 +266,34 @@ def plan(dep: Deployment, des: bool = True) -> dict:
     explicit = all(n.layers is not None for n in dep.nodes)
 
     # fit check on the given order at batch 1 (one line naming the short node)
-    stages_given = partition(dep.model, list(dep.nodes), dep.precision, _load(dep, 1, k_ref))
-    best_cycle, method = (given, "given (explicit layers)") if explicit else placement.best_cycle(one_way)
+    memo: dict = {}
+    stages_given = partition(dep.model, list(dep.nodes), dep.precision, _load(dep, 1, k_ref), memo)
+    best_cycle, method = (
+        (given, "given (explicit layers)") if explicit else placement.best_cycle(one_way)
+    )
     candidates = [given] if explicit else placement.rotations(best_cycle)
     scored = []
     for order in candidates:
         nodes = [dep.nodes[i] for i in order]
         try:
-            st1 = partition(dep.model, nodes, dep.precision, _load(dep, 1, k_ref))
+            st1 = partition(dep.model, nodes, dep.precision, _load(dep, 1, k_ref), memo)
         except WansimInputError:
             continue
         cap = largest_batch(dep.model, st1, dep.precision, _load(dep, 1, k_ref))
         admitted = max(1, min(requested, cap))
-        st = partition(dep.model, nodes, dep.precision, _load(dep, admitted, k_ref))
+        st = partition(dep.model, nodes, dep.precision, _load(dep, admitted, k_ref), memo)
         scored.append((lap_ms(dep, order, st), order, st, cap, admitted))
     if not scored:
-        raise WansimInputError("nodes", "no ring order fits the model (see the given order's error)")
+        raise WansimInputError(
+            "nodes", "no ring order fits the model (see the given order's error)"
+        )
     scored.sort(key=lambda t: (t[0], t[1]))
     best_lap, order, stages, cap, admitted = scored[0]
 
     def lap_of(o):
         try:
-            st = partition(dep.model, [dep.nodes[i] for i in o], dep.precision, _load(dep, admitted, k_ref))
+            nodes = [dep.nodes[i] for i in o]
+            st = partition(dep.model, nodes, dep.precision, _load(dep, admitted, k_ref), memo)
         except WansimInputError:
             return None
         return lap_ms(dep, o, st)
@@ -295,8 +323,10 @@ def plan(dep: Deployment, des: bool = True) -> dict:
     for r in usable:
         r["cost"] = _cost(dep, r["analytical"], usd_per_hour, order)
     sign = 1 if dep.objective == "usd_per_m_tokens" else -1
-    key = (lambda r: sign * r["cost"][dep.objective]) if dep.objective == "usd_per_m_tokens" else (
-        lambda r: sign * r["analytical"][dep.objective]
+    key = (
+        (lambda r: sign * r["cost"][dep.objective])
+        if dep.objective == "usd_per_m_tokens"
+        else (lambda r: sign * r["analytical"][dep.objective])
     )
     usable.sort(key=key)
     plans = []
@@ -402,7 +432,9 @@ def _flags(dep, best, base_sc, requested, cap) -> list[str]:
     elif acc.per_position is not None:
         measured = len(acc.per_position)
     if measured is not None and best["k"] > measured:
-        out.append(f"k={best['k']} extrapolates acceptance beyond the {measured} measured positions")
+        out.append(
+            f"k={best['k']} extrapolates acceptance beyond the {measured} measured positions"
+        )
     if requested > cap:
         out.append(f"workload.concurrency {requested} capped at {cap}: the largest batch that fits")
     return out

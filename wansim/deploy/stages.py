@@ -109,7 +109,7 @@ def compute_model(
     kv_token = sum(model.kv_bytes_per_token_layer(i, prec.kv_bytes) for i in _range(s))
     kv_fixed = sum(model.kv_fixed_bytes_layer(i, prec.kv_bytes) for i in _range(s))
     # KV bytes read per pass for the batch at the mean context, as bytes per "context token"
-    context = int(round(load.batch * load.mean_context))
+    context = round(load.batch * load.mean_context)
     kv_per_token = kv_token + (kv_fixed / load.mean_context if load.mean_context else 0.0)
     common = {
         "kv_bytes_per_token": kv_per_token,

@@ -291,3 +291,51 @@ def test_short_node_is_named_with_its_shortfall(tmp_path, capsys):
     assert "short of" in err and "GB" in err and "nodes[" in err
     shortfall = float(err.split("short of ")[1].split(" GB")[0])
     assert shortfall > 0 and math.isfinite(shortfall)
+
+
+def test_a_deployment_runs_as_a_scenario_and_admits_only_what_fits(tmp_path):
+    from wansim.deploy.partition import largest_batch as lb
+    from wansim.scenario import load_scenario
+
+    text = SMALL.replace("concurrency: 2", "concurrency: 100000")
+    sc = load_scenario(_write(tmp_path, text))
+    assert sc.stages == 3 and len(sc.model.stage_compute) == 3
+    # the cap equals the largest batch the given order's partition holds
+    m = MODELS["llama-3.1-70b"]
+    prec = Precision.for_model(m, "fp8", "bf16")
+    nodes = [_node(n, "h100-sxm") for n in "abc"]
+    load = Load(1, 256, 64, sc.speculation.k + 1, "eagle3")
+    cap = lb(m, partition(m, nodes, prec, load), prec, load)
+    assert sc.workload.concurrency == cap < 100000
+
+
+def test_ping_file_coordinates_and_explicit_layers(tmp_path):
+    from wansim.scenario import load_scenario
+
+    (tmp_path / "pings.csv").write_text("node_a,node_b,rtt_ms\na,b,40\n")
+    text = """
+model: {preset: llama-3.1-70b, weight_dtype: fp8}
+ping_file: pings.csv
+nodes:
+  - {name: a, hardware: h200, lat: 40.0, lon: -3.0, layers: [0, 39]}
+  - {name: b, hardware: h200, region: paris, layers: [40, 79]}
+speculation: {k: 3}
+drafter: {preset: eagle3}
+"""
+    sc = load_scenario(_write(tmp_path, text))
+    hops = sc.resolved_hops()
+    assert hops[0].latency_ms == pytest.approx(20.0)  # the ping file's 40 ms RTT / 2
+    assert hops[1].latency_ms == pytest.approx(20.0)
+    assert sc.model.stage_compute[0].kv_bytes_per_token > 0
+
+
+def test_plan_searches_trees_and_reports_the_drafter_node(tmp_path, capsys):
+    text = SMALL.replace("top: 2", "top: 2, trees: [8, 16]").replace(
+        "preset: eagle3", "preset: dspark-v4pro"
+    )
+    text = text.replace("llama-3.1-70b, weight_dtype: fp8", "llama-3.1-70b, weight_dtype: nvfp4")
+    assert main(["plan", _write(tmp_path, text), "--json", "--no-des"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["searched"] == 2 * (2 + 2)  # (chains k 2, 4 + trees 8, 16) x batching
+    assert out["ring"]["drafter_node"] == out["ring"]["order"][-1]
+    assert {p["engine"] for p in out["plans"]} == {"analytical"}

@@ -487,6 +487,10 @@ def load_scenario(
     else:
         raw = to_plain(data)
     raw = apply_overrides(raw, overrides or ())
+    if "nodes" in raw:  # a deployment (nodes + model preset): resolved by wansim.deploy
+        from wansim.deploy.plan import deployment_scenario_raw
+
+        raw = deployment_scenario_raw(raw, base_dir)
     raw = _apply_drafter_preset(raw)
     scenario = parse(Scenario, raw, "")
     scenario = _resolve_files(scenario, base_dir)

@@ -67,18 +67,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(
         f"{result['deployment']}: {result['model']} on {len(ring['order'])} nodes, "
         f"${result['usd_per_hour']:.2f}/h; largest batch {result['largest_batch']},"
-        f" admitted {result['admitted_concurrency']}"
+        f" admitted {result['admitted_concurrency']} of {result['requested_concurrency']}"
     )
-    print(
-        f"ring ({ring['method']}): {' -> '.join(ring['order'])}; lap {ring['lap_ms']:.1f} ms"
-        f" (given order {ring['lap_ms_given_order']:.1f} ms, +{100 * ring['gain_over_given']:.1f}%;"
-        f" worst {ring['lap_ms_worst_order']} ms)"
-    )
+    print(f"ring ({ring['method']}): {' -> '.join(ring['order'])}; lap {ring['lap_ms']:.1f} ms")
+    for label, key, gain in (
+        ("given order", "lap_ms_given_order", "gain_over_given"),
+        ("worst order", "lap_ms_worst_order", "gain_over_worst"),
+    ):
+        if ring[key] is not None:
+            print(
+                f"  {label}: {ring[key]:.1f} ms (the chosen ring is {100 * ring[gain]:.1f}% faster)"
+            )
+    print(f"  coordinator on {ring['coordinator_node']}, drafter on {ring['drafter_node']}")
     for i, p in enumerate(result["plans"], 1):
+        what = f"tree {p['tree_budget_nodes']}" if p["policy"] == "tree" else f"k={p['k']}"
         print(
-            f"#{i} k={p['k']} bits={p['activation_bits']}: {p['tokens_per_s']:.1f} tok/s,"
-            f" TPOT p50 {p['tpot_ms_p50']:.1f} / p99 {p['tpot_ms_p99']:.1f} ms,"
-            f" throughput {p['throughput_tokens_per_s']:.1f} tok/s,"
+            f"#{i} {what} bits={p['activation_bits']} batching={p['batching']}:"
+            f" {p['tokens_per_s']:.1f} tok/s, TPOT p50 {p['tpot_ms_p50']:.1f} /"
+            f" p99 {p['tpot_ms_p99']:.1f} ms, throughput {p['throughput_tokens_per_s']:.1f} tok/s,"
             f" ${p['usd_per_m_tokens']}/M tok, egress {p['egress_gb_per_m_tokens']:.2f} GB/M tok"
             f" ({p['engine']})"
         )

@@ -51,8 +51,11 @@ class Deployment:
     rtt_ms: np.ndarray
     rtt_sources: tuple[str, ...]
     base_raw: dict  # the scenario sections (validated) without deployment keys
+    base_dir: Path
     ks: tuple[int, ...]
     bits: tuple[int, ...]
+    trees: tuple[int, ...]  # sequoia tree budgets searched beside chains
+    lossy_ok: bool  # rank activation widths below 16 bits (quality cost unmeasured) with the rest
     top: int
     objective: str
     egress_usd_per_gb: float
@@ -71,7 +74,10 @@ def _num(value, path, lo=0.0, integer=False):
 
 def load_deployment(path: str, overrides=()) -> Deployment:
     raw = apply_overrides(read_yaml_mapping(path, "deployment"), overrides)
-    base_dir = Path(path).resolve().parent
+    return deployment_from_raw(raw, Path(path).resolve().parent, Path(path).stem)
+
+
+def deployment_from_raw(raw: dict, base_dir: Path, default_name: str = "deployment") -> Deployment:
     nodes_raw = raw.get("nodes")
     if not isinstance(nodes_raw, list) or not nodes_raw:
         raise WansimInputError("nodes", "a deployment needs a list of nodes", nodes_raw)
@@ -110,13 +116,22 @@ def load_deployment(path: str, overrides=()) -> Deployment:
     plan = raw.get("plan") or {}
     if not isinstance(plan, Mapping):
         raise WansimInputError("plan", "must be a mapping", plan)
-    unknown = set(plan) - {"k", "activation_bits", "top", "objective", "des_requests"}
+    unknown = set(plan) - {
+        "k",
+        "activation_bits",
+        "trees",
+        "top",
+        "objective",
+        "des_requests",
+        "lossy_ok",
+    }
     if unknown:
         raise WansimInputError(f"plan.{sorted(unknown)[0]}", "unknown field")
     ks = tuple(_num(k, "plan.k", 1, True) for k in plan.get("k", [1, 2, 3, 4, 5, 6, 7]))
     bits = tuple(
         _num(b, "plan.activation_bits", 3, True) for b in plan.get("activation_bits", [16, 8])
     )
+    trees = tuple(_num(t, "plan.trees", 1, True) for t in plan.get("trees", []))
     objective = plan.get("objective", "tokens_per_s")
     if objective not in OBJECTIVES:
         raise WansimInputError("plan.objective", f"must be one of {OBJECTIVES}", objective)
@@ -132,20 +147,24 @@ def load_deployment(path: str, overrides=()) -> Deployment:
     base["model"] = {"hidden_size": model.hidden_size}
     if not ks or not bits:
         raise WansimInputError("plan", "k and activation_bits need at least one value", plan)
-    base.setdefault("speculation", {})
-    if isinstance(base["speculation"], Mapping):
-        base["speculation"] = {**base["speculation"], "k": max(ks)}
-    load_scenario(data=base, base_dir=base_dir)  # validates every scenario section (one line)
+    check = dict(base)
+    spec = check.get("speculation") or {}
+    if isinstance(spec, Mapping):
+        check["speculation"] = {**spec, "k": max(ks)}
+    load_scenario(data=check, base_dir=base_dir)  # validates every scenario section (one line)
     return Deployment(
-        name=str(raw.get("name", Path(path).stem)),
+        name=str(raw.get("name", default_name)),
         model=model,
         precision=precision,
         nodes=nodes,
         rtt_ms=rtt,
         rtt_sources=tuple(how),
         base_raw=base,
+        base_dir=base_dir,
         ks=ks,
         bits=bits,
+        trees=trees,
+        lossy_ok=bool(plan.get("lossy_ok", False)),
         top=_num(plan.get("top", 3), "plan.top", 1, True),
         objective=objective,
         egress_usd_per_gb=egress,
@@ -210,7 +229,7 @@ def _node(n: Any, i: int) -> Node:
 
 # ----------------------------------------------------------------------------- planning
 def _load(dep: Deployment, batch: int, k: int) -> Load:
-    sc = load_scenario(data=dep.base_raw)
+    sc = load_scenario(data=dep.base_raw, base_dir=dep.base_dir)
     wl = sc.workload
     return Load(batch, wl.prompt_tokens, wl.output_tokens, k + 1, sc.drafter.preset)
 
@@ -219,9 +238,12 @@ def lap_ms(dep: Deployment, order: tuple[int, ...], stages: list[Stage]) -> floa
     return placement.cycle_ms(order, dep.rtt_ms / 2) + sum(s.pass_ms for s in stages)
 
 
-def _scenario_raw(dep, order, stages, load, k, bits, admitted) -> dict:
+def _scenario_raw(dep, order, stages, load, cand: dict, admitted) -> dict:
+    """A runnable scenario for one candidate (k or tree budget, bits, batching) on this ring."""
     raw = apply_overrides(dep.base_raw, {})
     nodes = [dep.nodes[i] for i in order]
+    tree = cand["policy"] == "tree"
+    per_seq = (cand["budget"] if tree else cand["k"]) + 1
     compute = []
     for st in stages:
         cm = compute_model(
@@ -229,7 +251,13 @@ def _scenario_raw(dep, order, stages, load, k, bits, admitted) -> dict:
             st.node.hardware,
             st.slice,
             dep.precision,
-            dataclasses.replace(load, tokens_per_seq=k + 1),
+            # continuous batching: a pass carries every admitted sequence (and reads their KV);
+            # without batching a pass is one request's block
+            dataclasses.replace(
+                load,
+                tokens_per_seq=per_seq,
+                batch=admitted if cand["batching"] == "continuous" else 1,
+            ),
             cuda_graphs=st.node.cuda_graphs,
             cpu_loaded=st.node.cpu_loaded,
         )
@@ -241,106 +269,135 @@ def _scenario_raw(dep, order, stages, load, k, bits, admitted) -> dict:
         hops.append(
             {"latency_ms": float(dep.rtt_ms[a, b] / 2), "bandwidth_mbps": nodes[i].uplink_mbps}
         )
-    raw.setdefault("network", {})
-    raw["network"] = {**raw["network"], "hops": hops}
-    raw["speculation"] = {**raw.get("speculation", {}), "k": k}
-    raw["payload"] = {**raw.get("payload", {}), "activation_bits": bits}
-    wl = dict(raw.get("workload", {}))
+    raw["network"] = {**(raw.get("network") or {}), "hops": hops}
+    spec = dict(raw.get("speculation") or {})
+    if tree:
+        spec["policy"] = "tree"
+        spec["tree"] = {
+            **(spec.get("tree") or {}),
+            "kind": "sequoia",
+            "budget_nodes": cand["budget"],
+        }
+    else:
+        spec["policy"] = spec.get("policy", "chain") if spec.get("policy") != "tree" else "chain"
+        spec["k"] = cand["k"]
+    raw["speculation"] = spec
+    raw["payload"] = {**(raw.get("payload") or {}), "activation_bits": cand["bits"]}
+    wl = dict(raw.get("workload") or {})
     wl["concurrency"] = admitted
     wl["requests"] = max(dep.des_requests, admitted)
     raw["workload"] = wl
-    if admitted > 1:
-        raw["schedule"] = {**raw.get("schedule", {}), "batching": "continuous"}
-    raw["name"] = f"{dep.name}-k{k}-{bits}bit"
+    raw["schedule"] = {**(raw.get("schedule") or {}), "batching": cand["batching"]}
+    what = f"tree{cand['budget']}" if tree else f"k{cand['k']}"
+    raw["name"] = f"{dep.name}-{what}-{cand['bits']}bit-{cand['batching']}"
     return raw
+
+
+def _candidates(dep: Deployment, admitted: int) -> list[dict]:
+    batchings = ["continuous", "none"] if admitted > 1 else ["none"]
+    out = []
+    for bits in dep.bits:
+        for batching in batchings:
+            out += [
+                {"policy": "chain", "k": k, "budget": None, "bits": bits, "batching": batching}
+                for k in dep.ks
+            ]
+            out += [
+                {"policy": "tree", "k": None, "budget": b, "bits": bits, "batching": batching}
+                for b in dep.trees
+            ]
+    return out
 
 
 def plan(dep: Deployment, des: bool = True) -> dict:
     from wansim.analytical import analyze
 
     one_way = dep.rtt_ms / 2
-    base_sc = load_scenario(data=dep.base_raw)
+    base_sc = load_scenario(data=dep.base_raw, base_dir=dep.base_dir)
     requested = base_sc.workload.concurrency
     k_ref = dep.ks[len(dep.ks) // 2]
     given = tuple(range(len(dep.nodes)))
     explicit = all(n.layers is not None for n in dep.nodes)
-
-    # fit check on the given order at batch 1 (one line naming the short node)
     memo: dict = {}
-    stages_given = partition(dep.model, list(dep.nodes), dep.precision, _load(dep, 1, k_ref), memo)
+
+    def parts(o, batch):
+        nodes = [dep.nodes[i] for i in o]
+        return partition(dep.model, nodes, dep.precision, _load(dep, batch, k_ref), memo)
+
     best_cycle, method = (
         (given, "given (explicit layers)") if explicit else placement.best_cycle(one_way)
     )
     candidates = [given] if explicit else placement.rotations(best_cycle)
     scored = []
     for order in candidates:
-        nodes = [dep.nodes[i] for i in order]
         try:
-            st1 = partition(dep.model, nodes, dep.precision, _load(dep, 1, k_ref), memo)
+            st1 = parts(order, 1)
         except WansimInputError:
             continue
         cap = largest_batch(dep.model, st1, dep.precision, _load(dep, 1, k_ref))
         admitted = max(1, min(requested, cap))
-        st = partition(dep.model, nodes, dep.precision, _load(dep, admitted, k_ref), memo)
+        st = parts(order, admitted)
         scored.append((lap_ms(dep, order, st), order, st, cap, admitted))
     if not scored:
-        raise WansimInputError(
-            "nodes", "no ring order fits the model (see the given order's error)"
-        )
+        parts(given, 1)  # raises the one-line error naming the node short of memory
+        raise WansimInputError("nodes", "no rotation of the best ring fits the model")
     scored.sort(key=lambda t: (t[0], t[1]))
     best_lap, order, stages, cap, admitted = scored[0]
 
     def lap_of(o):
         try:
-            nodes = [dep.nodes[i] for i in o]
-            st = partition(dep.model, nodes, dep.precision, _load(dep, admitted, k_ref), memo)
+            return lap_ms(dep, o, parts(o, admitted))
         except WansimInputError:
             return None
-        return lap_ms(dep, o, st)
 
     worst = placement.worst_cycle(one_way)
     lap_given, lap_worst = lap_of(given), lap_of(worst)
-    if lap_given is None:
-        lap_given = lap_ms(dep, given, stages_given)
 
-    # K x bits ranked by the analytical engine
+    # candidates ranked by the analytical engine
     load = _load(dep, admitted, k_ref)
-    rows = []
-    for k in dep.ks:
-        for bits in dep.bits:
-            raw = _scenario_raw(dep, order, stages, load, k, bits, admitted)
-            try:
-                sc = load_scenario(data=raw)
-            except WansimInputError as err:
-                rows.append({"k": k, "bits": bits, "skipped": str(err)})
-                continue
-            m = analyze(sc).metrics
-            rows.append({"k": k, "bits": bits, "scenario": sc, "raw": raw, "analytical": m})
-    usable = [r for r in rows if "analytical" in r]
-    if not usable:
-        raise WansimInputError("plan.k", rows[0]["skipped"] if rows else "nothing to search")
     usd_per_hour = sum(n.hardware.usd_per_hour for n in dep.nodes)
-    for r in usable:
-        r["cost"] = _cost(dep, r["analytical"], usd_per_hour, order)
-    sign = 1 if dep.objective == "usd_per_m_tokens" else -1
-    key = (
-        (lambda r: sign * r["cost"][dep.objective])
-        if dep.objective == "usd_per_m_tokens"
-        else (lambda r: sign * r["analytical"][dep.objective])
-    )
-    usable.sort(key=key)
+    rows, skipped = [], []
+    for cand in _candidates(dep, admitted):
+        raw = _scenario_raw(dep, order, stages, load, cand, admitted)
+        try:
+            sc = load_scenario(data=raw, base_dir=dep.base_dir)
+            m = analyze(sc).metrics
+        except WansimInputError as err:
+            skipped.append(f"{raw['name']}: {err}")
+            continue
+        cost = _cost(dep, m, usd_per_hour, order)
+        rows.append({**cand, "scenario": sc, "raw": raw, "analytical": m, "cost": cost})
+    if not rows:
+        raise WansimInputError("plan", skipped[0] if skipped else "nothing to search")
+    if dep.objective == "usd_per_m_tokens":
+
+        def score(r):
+            v = r["cost"]["usd_per_m_tokens"]
+            return math.inf if v is None else v
+    else:
+
+        def score(r):
+            return -r["analytical"][dep.objective]
+
+    lossless = [r for r in rows if r["bits"] >= 16]
+    ranked = sorted(rows if dep.lossy_ok or not lossless else lossless, key=score)
     plans = []
-    for r in usable[: dep.top]:
-        metrics = r["analytical"]
-        engine = "analytical"
+    for r in ranked[: dep.top]:
+        metrics, engine = r["analytical"], "analytical"
         if des:
             from wansim.sim import simulate
 
-            metrics = simulate(r["scenario"]).metrics
-            engine = "des"
+            metrics, engine = simulate(r["scenario"]).metrics, "des"
         cost = _cost(dep, metrics, usd_per_hour, order)
         plans.append(_plan_entry(dep, r, metrics, engine, cost, order, stages, admitted))
-    flags = _flags(dep, usable[0], base_sc, requested, cap)
+    flags = _flags(dep, ranked[0], base_sc, requested, cap)
+    lossy = sorted((r for r in rows if r["bits"] < 16), key=score)
+    if lossy and not dep.lossy_ok and score(lossy[0]) < score(ranked[0]):
+        flags.append(
+            f"{lossy[0]['bits']}-bit activations would rank first"
+            f" ({dep.objective} {abs(score(lossy[0])):.4g} vs {abs(score(ranked[0])):.4g},"
+            " analytical) but their quality cost is not measured: set plan.lossy_ok to rank them"
+        )
     return {
         "deployment": dep.name,
         "model": dep.model.name,
@@ -348,10 +405,14 @@ def plan(dep: Deployment, des: bool = True) -> dict:
         "ring": {
             "method": method,
             "order": [dep.nodes[i].name for i in order],
+            "coordinator_node": dep.nodes[order[0]].name,
+            "drafter_node": dep.nodes[
+                order[-1] if base_sc.drafter.placement == "last_stage" else order[0]
+            ].name,
             "lap_ms": round(best_lap, 3),
-            "lap_ms_given_order": round(lap_given, 3),
+            "lap_ms_given_order": None if lap_given is None else round(lap_given, 3),
             "lap_ms_worst_order": None if lap_worst is None else round(lap_worst, 3),
-            "gain_over_given": round(lap_given / best_lap - 1, 4),
+            "gain_over_given": None if lap_given is None else round(lap_given / best_lap - 1, 4),
             "gain_over_worst": None if lap_worst is None else round(lap_worst / best_lap - 1, 4),
             "latency_sources": list(dep.rtt_sources),
         },
@@ -359,6 +420,8 @@ def plan(dep: Deployment, des: bool = True) -> dict:
         "admitted_concurrency": admitted,
         "requested_concurrency": requested,
         "usd_per_hour": round(usd_per_hour, 2),
+        "searched": len(rows),
+        "skipped": skipped,
         "flags": flags,
     }
 
@@ -402,8 +465,11 @@ def _plan_entry(dep, r, metrics, engine, cost, order, stages, admitted) -> dict:
             }
             for st in stages
         ],
+        "policy": r["policy"],
         "k": r["k"],
+        "tree_budget_nodes": r["budget"],
         "activation_bits": r["bits"],
+        "batching": r["batching"],
         "concurrency": admitted,
         "engine": engine,
         "analytical_tokens_per_s": round(r["analytical"]["tokens_per_s"], 3),
@@ -413,7 +479,10 @@ def _plan_entry(dep, r, metrics, engine, cost, order, stages, admitted) -> dict:
 
 def _flags(dep, best, base_sc, requested, cap) -> list[str]:
     out = []
-    if len(dep.ks) > 1 and best["k"] in (min(dep.ks), max(dep.ks)):
+    if best["policy"] == "tree":
+        if len(dep.trees) > 1 and best["budget"] in (min(dep.trees), max(dep.trees)):
+            out.append(f"best tree budget {best['budget']} is at the edge of {list(dep.trees)}")
+    elif len(dep.ks) > 1 and best["k"] in (min(dep.ks), max(dep.ks)):
         out.append(f"best k={best['k']} is at the edge of the searched range {list(dep.ks)}")
     if len(dep.bits) > 1 and best["bits"] in (min(dep.bits), max(dep.bits)) and best["bits"] != 16:
         out.append(f"best activation_bits={best['bits']} is at the edge of {list(dep.bits)}")
@@ -431,10 +500,43 @@ def _flags(dep, best, base_sc, requested, cap) -> list[str]:
         measured = len(prof.workloads[wl].per_position)
     elif acc.per_position is not None:
         measured = len(acc.per_position)
-    if measured is not None and best["k"] > measured:
+    if measured is not None and best["k"] is not None and best["k"] > measured:
         out.append(
             f"k={best['k']} extrapolates acceptance beyond the {measured} measured positions"
         )
     if requested > cap:
         out.append(f"workload.concurrency {requested} capped at {cap}: the largest batch that fits")
+    return out
+
+
+def deployment_scenario_raw(raw: dict, base_dir: Path) -> dict:
+    """A deployment file run as it stands (``wansim run/validate DEPLOYMENT.yaml``): the nodes
+    in the order given, layers as given or partitioned, the scenario's own K / tree, bits and
+    batching, and ``workload.concurrency`` capped at the largest batch that fits (engines admit
+    no more requests than the memory holds)."""
+    raw = dict(raw)
+    if "plan" in raw:
+        raw.pop("plan")
+    dep = deployment_from_raw(raw, base_dir)
+    sc = load_scenario(data=dep.base_raw, base_dir=base_dir)
+    spec = sc.speculation
+    tree = spec.policy == "tree"
+    k = spec.k if spec.policy != "none" else 0
+    order = tuple(range(len(dep.nodes)))
+    load1 = _load(dep, 1, k)
+    stages = partition(dep.model, list(dep.nodes), dep.precision, load1)
+    cap = largest_batch(dep.model, stages, dep.precision, load1)
+    admitted = max(1, min(sc.workload.concurrency, cap))
+    stages = partition(dep.model, list(dep.nodes), dep.precision, _load(dep, admitted, k))
+    cand = {
+        "policy": "tree" if tree else "chain",
+        "k": None if tree else k,
+        "budget": spec.tree.budget_nodes if tree else None,
+        "bits": sc.payload.activation_bits,
+        "batching": sc.schedule.batching,
+    }
+    out = _scenario_raw(dep, order, stages, _load(dep, admitted, k), cand, admitted)
+    out["speculation"] = {**out["speculation"], "policy": spec.policy}
+    out["workload"]["requests"] = sc.workload.requests
+    out["name"] = str(raw.get("name", dep.name))
     return out

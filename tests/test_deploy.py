@@ -339,3 +339,53 @@ def test_plan_searches_trees_and_reports_the_drafter_node(tmp_path, capsys):
     assert out["searched"] == 2 * (2 + 2)  # (chains k 2, 4 + trees 8, 16) x batching
     assert out["ring"]["drafter_node"] == out["ring"]["order"][-1]
     assert {p["engine"] for p in out["plans"]} == {"analytical"}
+
+
+def test_prices_and_hardware_overrides_are_settable(tmp_path, capsys):
+    text = (
+        SMALL.replace(
+            "hardware: h100-sxm, region: paris",
+            "hardware: {preset: h100-sxm, usd_per_hour: 10}, region: paris",
+        )
+        .replace("top: 2", "top: 1")
+        .replace("plan:", "cost: {egress_usd_per_gb: 0.5}\nplan:")
+    )
+    assert main(["plan", _write(tmp_path, text), "--json", "--no-des"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    p = out["plans"][0]
+    assert out["usd_per_hour"] == pytest.approx(2 * HARDWARE["h100-sxm"].usd_per_hour + 10)
+    gpu = out["usd_per_hour"] / (p["throughput_tokens_per_s"] * 3600) * 1e6
+    assert p["usd_per_m_tokens"] == pytest.approx(gpu + 0.5 * p["egress_gb_per_m_tokens"], rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (("region: london", "region: atlantis, lat: 10, lon: 20"), None),
+        (("uplink_mbps: 10000", "uplink_mbps: -1"), "nodes[0].uplink_mbps: must be a number"),
+        (("weight_dtype: fp8", "weight_dtype: int3"), "model.weight_dtype: must be one of"),
+        (("top: 2", "top: 2, k: [0]"), "plan.k: must be an integer >= 1"),
+        (
+            (
+                "hardware: h100-sxm, region: paris",
+                "hardware: {preset: h100-sxm, tflops: 3}, region: paris",
+            ),
+            "nodes[1].hardware.tflops: unknown hardware field",
+        ),
+    ],
+)
+def test_more_deployment_inputs(tmp_path, capsys, edit, needle):
+    code = main(["plan", _write(tmp_path, SMALL.replace(*edit)), "--json", "--no-des"])
+    err = capsys.readouterr().err.strip()
+    if needle is None:  # an unknown region with coordinates is fine (great-circle fit)
+        assert code == 0, err
+    else:
+        assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_bad_ping_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "p.csv").write_text("a,zz,10\n")
+    text = "ping_file: p.csv\n" + SMALL
+    assert main(["plan", _write(tmp_path, text), "--no-des"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "ping_file line 1: unknown node" in err

@@ -12,9 +12,13 @@ catalog preset (DESIGN contract)::
 
 Search: the ring (exact cycle + the best rotation, :mod:`placement`), the layer partition on it
 (:mod:`partition`), the admitted batch (the workload's concurrency, capped at the largest batch
-that fits), K x activation bits ranked by the analytical engine, and the best ``top`` confirmed
-by the DES (its metrics are the ones reported). Flags: a best K or bit width at the edge of
-the searched range; K beyond the positions the acceptance measured (extrapolated).
+that fits), then chains of K or Sequoia trees of ``plan.trees`` node budgets x activation bits
+x batching (continuous or none when more than one request is admitted), ranked by the
+analytical engine; the best ``top`` are confirmed by the DES (its metrics are the ones
+reported, best first). Widths below 16 bits are ranked only with ``plan.lossy_ok`` (their
+quality cost is not measured); otherwise a flag says what they would gain. Hop i is carried
+at node i's ``uplink_mbps``. Flags: a best K, tree budget or bit width at the edge of the
+searched range; K beyond the positions the acceptance measured (extrapolated); a capped batch.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 
 from wansim.catalog.hardware import hardware_preset
 from wansim.catalog.models import MODELS, model_preset, with_overrides
+from wansim.compute import stage_ms
 from wansim.deploy import geography, placement
 from wansim.deploy.partition import Node, Stage, largest_batch, partition
 from wansim.deploy.stages import Load, Precision, compute_model
@@ -390,6 +395,13 @@ def plan(dep: Deployment, des: bool = True) -> dict:
             metrics, engine = simulate(r["scenario"]).metrics, "des"
         cost = _cost(dep, metrics, usd_per_hour, order)
         plans.append(_plan_entry(dep, r, metrics, engine, cost, order, stages, admitted))
+    # best first by the confirming engine's numbers (the analytical ranking chose the shortlist)
+    if dep.objective == "usd_per_m_tokens":
+        plans.sort(
+            key=lambda p: math.inf if p["usd_per_m_tokens"] is None else p["usd_per_m_tokens"]
+        )
+    else:
+        plans.sort(key=lambda p: -p[dep.objective])
     flags = _flags(dep, ranked[0], base_sc, requested, cap)
     lossy = sorted((r for r in rows if r["bits"] < 16), key=score)
     if lossy and not dep.lossy_ok and score(lossy[0]) < score(ranked[0]):
@@ -446,6 +458,8 @@ def _cost(dep, metrics, usd_per_hour, order) -> dict:
 
 
 def _plan_entry(dep, r, metrics, engine, cost, order, stages, admitted) -> dict:
+    per_seq = (r["budget"] if r["policy"] == "tree" else r["k"]) + 1
+    n = per_seq * (admitted if r["batching"] == "continuous" else 1)  # tokens per pass
     return {
         "tokens_per_s": round(metrics["tokens_per_s"], 3),
         "tpot_ms_p50": round(metrics["tpot_ms_p50"], 3),
@@ -459,11 +473,11 @@ def _plan_entry(dep, r, metrics, engine, cost, order, stages, admitted) -> dict:
                 "node": st.node.name,
                 "hardware": st.node.hardware.name,
                 "layers": [st.slice.first, st.slice.last],
-                "pass_ms": round(st.pass_ms, 3),
+                "pass_ms": round(float(stage_ms(r["scenario"].model.stage_compute[j], n)), 3),
                 "memory_gb": round(st.memory["total"], 2),
                 "memory_headroom_gb": round(st.node.hardware.memory_gb - st.memory["total"], 2),
             }
-            for st in stages
+            for j, st in enumerate(stages)
         ],
         "policy": r["policy"],
         "k": r["k"],

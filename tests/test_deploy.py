@@ -3,6 +3,7 @@ independent computations, placement against brute force, the CLI's contracts and
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -19,6 +20,7 @@ from wansim.compute import stage_ms
 from wansim.deploy import geography, placement
 from wansim.deploy.partition import Node, partition
 from wansim.deploy.stages import Load, Precision, StageSlice, compute_model, memory_gb
+from wansim.errors import WansimInputError
 
 GIB = 2**30
 
@@ -389,3 +391,43 @@ def test_bad_ping_file_is_one_line(tmp_path, capsys):
     assert main(["plan", _write(tmp_path, text), "--no-des"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "ping_file line 1: unknown node" in err
+
+
+def _brute_partition(m, nodes, prec, load, n_tokens):
+    best = None
+    P = len(nodes)
+    for cuts in itertools.combinations(range(1, m.layers), P - 1):
+        bounds = [0, *cuts, m.layers]
+        times, ok = [], True
+        for j in range(P):
+            s = StageSlice(bounds[j], bounds[j + 1] - 1, j == 0, j == P - 1)
+            ok = ok and memory_gb(m, s, prec, load)["total"] <= nodes[j].hardware.memory_gb
+            if not ok:
+                break
+            times.append(
+                float(stage_ms(compute_model(m, nodes[j].hardware, s, prec, load), n_tokens))
+            )
+        if ok and (best is None or (max(times), sum(times)) < best):
+            best = (max(times), sum(times))
+    return best
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["rtx-4090", "l40s", "a100-80gb", "h100-sxm"]), min_size=2, max_size=3
+    ),
+    st.integers(1, 16),
+)
+def test_partition_matches_brute_force_on_random_heterogeneous_nodes(hws, batch):
+    m = dataclasses.replace(MODELS["llama-3.1-70b"], layers=12)  # 12 layers: brute force is small
+    prec = Precision.for_model(m, "fp8", "fp8")
+    load = Load(batch, 1024, 256, 4, None)
+    nodes = [_node(f"n{i}", h) for i, h in enumerate(hws)]
+    best = _brute_partition(m, nodes, prec, load, batch * 4)
+    if best is None:
+        with pytest.raises(WansimInputError, match="short of"):
+            partition(m, nodes, prec, load)
+        return
+    got = partition(m, nodes, prec, load)
+    assert (max(s.pass_ms for s in got), sum(s.pass_ms for s in got)) == pytest.approx(best)

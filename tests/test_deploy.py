@@ -293,6 +293,9 @@ def test_short_node_is_named_with_its_shortfall(tmp_path, capsys):
     assert "short of" in err and "GB" in err and "nodes[" in err
     shortfall = float(err.split("short of ")[1].split(" GB")[0])
     assert shortfall > 0 and math.isfinite(shortfall)
+    # all together: 405B x 2 bytes + embeddings/head/KV... vs 2 x 80 + 24 GB
+    together = float(err.split("together are short of ")[1].split(" GB")[0])
+    assert together > 405.85 * 2 - 184 - 1  # at least the weights beyond the capacity
 
 
 def test_a_deployment_runs_as_a_scenario_and_admits_only_what_fits(tmp_path):

@@ -128,13 +128,16 @@ def _explicit(model, nodes, prec, load) -> list[Stage]:
     return out
 
 
-def _short(j, node, mem, s) -> None:
+def _short(j, node, mem, s, total_short_gb: float | None = None) -> None:
     need, cap = mem["total"], node.hardware.memory_gb
+    tail = ""
+    if total_short_gb is not None and total_short_gb > 0:
+        tail = f"; all nodes together are short of {total_short_gb:.1f} GB"
     raise WansimInputError(
         f"nodes[{j}] ({node.name}, {node.hardware.name})",
         f"short of {need - cap:.1f} GB: layers {s.first}-{s.last} need {need:.1f} GB"
         f" (weights {mem['weights']:.1f}, KV {mem['kv']:.1f}, drafter {mem['drafter']:.1f})"
-        f" but it has {cap:g} GB",
+        f" but it has {cap:g} GB{tail}",
     )
 
 
@@ -155,16 +158,17 @@ def _raise_shortfall(model, nodes, prec, load, get) -> None:
                 cand = max(best[j - 1][k], mem["total"] - cap)
                 if cand < best[j][end]:
                     best[j][end], choice[j][end] = cand, k
-    worst, end = None, L
+    worst, end, total = None, L, 0.0
     for j in range(P, 0, -1):
         k = choice[j][end]
         _, mem, s = get(j - 1, k, end - 1)
         excess = mem["total"] - nodes[j - 1].hardware.memory_gb
+        total += excess
         if worst is None or excess > worst[0]:
             worst = (excess, j - 1, mem, s)
         end = k
     _, j, mem, s = worst
-    _short(j, nodes[j], mem, s)
+    _short(j, nodes[j], mem, s, total)
 
 
 def largest_batch(model, stages: list[Stage], prec: Precision, load: Load) -> int:

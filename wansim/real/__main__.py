@@ -59,6 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--host", default="127.0.0.1")
     r.add_argument("--mtp", default=None, help="draft with this MTP head at the last stage")
+    r.add_argument(
+        "--tree",
+        default=None,
+        help="draft a tree per pass: static:2,2,1 | sequoia:BUDGET:DEPTH:P1,P2,.. | "
+        "dynamic:BUDGET:DEPTH[:WIDTH] (budget: draft nodes, root excluded; replaces --k)",
+    )
+    r.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (stages share the GPU)")
     la = sub.add_parser("link-accuracy", help="measure the link emulator")
     la.add_argument("--latency-ms", type=_floats, default=[0.0, 20.0])
     la.add_argument("--frames", type=int, default=1000)
@@ -104,8 +111,10 @@ def _dispatch(args):
 
     prompts = builtin_prompts(args.workload, args.prompts, args.prompt_tokens)
     if args.cmd == "run":
-        from wansim.real.config import DecodeSpec, PipelineSpec
+        from wansim.real.config import DecodeSpec, PipelineSpec, TreeSpec
         from wansim.real.runner import run_real
+
+        tree = TreeSpec.parse(args.tree) if args.tree else None
 
         link = LinkSpec(
             latency_ms=args.latency_ms,
@@ -115,7 +124,7 @@ def _dispatch(args):
         )
         spec = PipelineSpec(
             target_dir=args.target,
-            drafter_dir=args.drafter if args.k and not args.mtp else None,
+            drafter_dir=args.drafter if (args.k or tree) and not args.mtp else None,
             drafter_kind="mtp" if args.mtp else "draft_model",
             mtp_dir=args.mtp,
             stages=args.stages,
@@ -123,6 +132,7 @@ def _dispatch(args):
             activation_bits=args.bits,
             drafter_noise=args.drafter_noise,
             host=args.host,
+            device=args.device,
         )
         decode = DecodeSpec(
             k=args.k,
@@ -130,6 +140,7 @@ def _dispatch(args):
             temperature=args.temperature,
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
+            tree=tree,
         )
         res = run_real(spec, prompts, decode, run_dir=args.out)
         return {

@@ -6,7 +6,7 @@ Header (little-endian, ``HEADER``)::
     reserved u16 | shape 4 x u32 | payload_len u64 | send_ns u64 | header_crc32 u32
 
 ``kind`` says what the frame is (activations, draft ids, draft probabilities, verdict, job
-config, shutdown, error); ``step`` is the verify step (or pass) it belongs to; ``pos`` is the
+config, shutdown, error, a draft tree's shape); ``step`` is the verify step (or pass) it belongs to; ``pos`` is the
 absolute position of the pass's first token (every stage crops its KV cache to ``pos`` before
 running the pass: that is the rollback); ``send_ns`` is the sender's ``time.monotonic_ns()``
 (system-wide on Linux, so one-way delays are measurable across processes). ``payload_len`` must
@@ -44,6 +44,7 @@ class Kind(enum.IntEnum):
     VERDICT = 5  # int32 [accepted, next_token]: last stage -> stage 0 over the return hop
     SHUTDOWN = 6  # empty: stop after forwarding
     ERROR = 7  # uint8 utf-8 message from a stage that failed
+    TREE = 8  # int32 [n, m, parent_1..parent_{n-1}, keep_1..keep_m]: a tree pass's shape
 
 
 class DType(enum.IntEnum):
@@ -258,3 +259,25 @@ def recv_frame(sock: socket.socket) -> Frame:
     header = decode_header(_recv_exact(sock, HEADER_BYTES, "header"))
     payload = _recv_exact(sock, header.payload_len, "payload") if header.payload_len else b""
     return Frame(header, payload)
+
+
+# ----------------------------------------------------------------------------- tree passes
+def tree_frame(parents: list[int], keep: list[int], step: int = 0, pos: int = 0) -> Frame:
+    """A ``TREE`` frame: the pass's node parents (node 0 the root, ``parents[0] == -1`` not
+    sent) and ``keep``: the previous tree pass's nodes to keep in the KV cache (its root and
+    accepted path; empty when the previous pass was not a tree)."""
+    n = len(parents)
+    arr = np.array([n, len(keep), *parents[1:], *keep], dtype=np.int32)
+    return array_frame(Kind.TREE, arr, step, pos)
+
+
+def read_tree(frame: Frame) -> tuple[list[int], list[int]]:
+    """(parents with the root's -1 first, keep) from a ``TREE`` frame; checks the shape."""
+    a = frame.array().astype(int).tolist()
+    if len(a) < 2 or a[0] < 1 or a[1] < 0 or len(a) != 2 + a[0] - 1 + a[1]:
+        raise FrameError(f"malformed tree frame of {len(a)} values")
+    n, m = a[0], a[1]
+    parents = [-1, *a[2 : 2 + n - 1]]
+    if any(not 0 <= parents[i] < i for i in range(1, n)):
+        raise FrameError("tree frame: every node's parent must be an earlier node")
+    return parents, a[2 + n - 1 : 2 + n - 1 + m]

@@ -7,7 +7,8 @@ through stage i), ``link{h}.csv`` (one row per frame through hop h's relay).
 Per job (``RUN/<name>/``):
 
 - ``trace.csv``: the acceptance trace (``workload, prompt_id, step, k, accepted`` with
-  ``# key: value`` metadata), written and fitted by ``wansim.acceptance.trace``;
+  ``# key: value`` metadata; a tree run adds ``accepted_ranks, walk_children`` and its ``k`` is
+  the tree's depth), written and fitted by ``wansim.acceptance.trace``;
   ``profile.yaml`` the profile fitted from it (k >= 1 only);
 - ``compute_table.csv``: per stage (and ``drafter``), tokens in the pass -> median/p10/p90 ms;
 - ``steps.csv``: stage 0's step rows; ``draft_stage`` says where the step's drafts were made
@@ -91,7 +92,8 @@ def compute_table(raw: dict[str, pd.DataFrame], stages: int, passes: set[int]) -
     steps = raw["steps"]
     if not steps.empty:
         steps = steps[steps["pass"].isin(passes)]
-        for k, g in steps.groupby("k"):
+        by = "nodes" if "nodes" in steps else "k"  # drafted tokens per pass (trees: nodes)
+        for k, g in steps.groupby(by):
             if int(k) == 0:
                 continue
             ms = g["draft_ms"].to_numpy(float)
@@ -210,6 +212,7 @@ def summarize(
         if not rel.empty:
             wire += int(rel[rel["step"].isin(set(steps["pass"]))]["bytes"].sum())
     k = steps["k"].to_numpy(float)
+    drafted = steps["nodes"].to_numpy(float) if "nodes" in steps else k
     acc = steps["accepted"].to_numpy(float)
     util = [round(u, 4) if u is not None else None for u in busy]
     known = [u for u in busy if u is not None]
@@ -231,7 +234,7 @@ def summarize(
         "stage_utilization": util,
         "bubble_fraction": float(1 - np.mean(known)) if known else None,
         "bytes_per_token": float(wire / new.sum()),
-        "wasted_token_fraction": float((k - acc).sum() / (k + 1).sum()),
+        "wasted_token_fraction": float((drafted - acc).sum() / (drafted + 1).sum()),
     }
 
 
@@ -258,7 +261,7 @@ def write_job(
     links: list[dict],
 ) -> RunResult:
     """Assemble and write one job's files (also after a failure: whatever was recorded)."""
-    from wansim.acceptance.trace import fit_profile, write_trace
+    from wansim.acceptance.trace import TREE_COLUMNS, fit_profile, write_trace
 
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = read_raw(raw_dir, stages)
@@ -272,10 +275,13 @@ def write_job(
         if not st.empty:
             passes |= set(st[st["job"] == job]["pass"])
     paths = {}
+    columns = ["workload", "prompt_id", "step", "k", "accepted"]
+    if not steps.empty and meta.get("tree", "none") != "none":
+        columns += list(TREE_COLUMNS)  # a tree run: the sibling ranks of each walk
     trace = (
-        steps.loc[:, ["workload", "prompt_id", "step", "k", "accepted"]].reset_index(drop=True)
+        steps.loc[:, columns].reset_index(drop=True)
         if not steps.empty
-        else pd.DataFrame(columns=["workload", "prompt_id", "step", "k", "accepted"])
+        else pd.DataFrame(columns=columns)
     )
     if len(trace):
         paths["trace"] = str(out_dir / "trace.csv")

@@ -118,12 +118,9 @@ class Drafter:
         self.cached = []
 
     @torch.no_grad()
-    def draft(
-        self, committed: list[int], k: int, temperature: float, gen: torch.Generator
-    ) -> tuple[list[int], torch.Tensor | None]:
-        """K draft tokens after ``committed`` and (T > 0) their distributions q [K, vocab]."""
-        if k == 0:
-            return [], None
+    def prime(self, committed: list[int]) -> torch.Tensor:
+        """Bring the cache to exactly ``committed`` (reusing the longest common prefix) and
+        return the logits after its last token."""
         common = 0
         limit = min(len(self.cached), len(committed) - 1)
         while common < limit and self.cached[common] == committed[common]:
@@ -131,6 +128,16 @@ class Drafter:
         feed = committed[common:]
         logits = self.shard.forward(torch.tensor(feed), common)[-1]
         self.cached = list(committed)
+        return logits.cpu()
+
+    @torch.no_grad()
+    def draft(
+        self, committed: list[int], k: int, temperature: float, gen: torch.Generator
+    ) -> tuple[list[int], torch.Tensor | None]:
+        """K draft tokens after ``committed`` and (T > 0) their distributions q [K, vocab]."""
+        if k == 0:
+            return [], None
+        logits = self.prime(committed)
         drafts: list[int] = []
         qs = []
         for i in range(k):

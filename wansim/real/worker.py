@@ -51,8 +51,10 @@ from wansim.real.frames import (
     array_frame,
     frame_text,
     message_frame,
+    read_tree,
     recv_frame,
     send_frame,
+    tree_frame,
 )
 from wansim.real.model import StageShard, load_lm
 from wansim.real.speculative import (
@@ -98,6 +100,9 @@ STEP_COLUMNS = (
     "lap_ms",
     "send_ns_verdict",
     "draft_stage",
+    "nodes",
+    "accepted_ranks",
+    "walk_children",
 )
 
 
@@ -122,9 +127,19 @@ class StageConfig:
     fail_after_passes: int | None = None
     drafter_kind: str = "draft_model"
     mtp_dir: str | None = None
+    device: str = "cpu"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
+
+
+def _tree_spec(d: dict | None):
+    """The job's TreeSpec (sent as a dict), or None for chains."""
+    if not d:
+        return None
+    from wansim.real.config import TreeSpec
+
+    return TreeSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 class StageFailure(Exception):
@@ -164,7 +179,7 @@ class StageWorker:
         self.i = cfg.index
         self.last = cfg.index == cfg.stages - 1
         torch.set_num_threads(cfg.threads)
-        model = load_lm(cfg.target_dir)
+        model = load_lm(cfg.target_dir, device=cfg.device)
         self.shard = StageShard(model, cfg.layer_lo, cfg.layer_hi)
         self.drafter = None
         self.mtp = None  # the MTP head (drafter_kind 'mtp', last stage only)
@@ -173,6 +188,7 @@ class StageWorker:
             from wansim.real.mtp import load_mtp
 
             self.mtp = load_mtp(cfg.mtp_dir, model)
+            self.mtp.head.to(cfg.device)
         if self.i == 0 and cfg.drafter_dir:
             self.drafter = Drafter(
                 load_lm(
@@ -180,6 +196,7 @@ class StageWorker:
                     field="drafter_dir",
                     noise=cfg.drafter_noise,
                     noise_seed=cfg.noise_seed,
+                    device=cfg.device,
                 )
             )
         self._warm_up()
@@ -197,6 +214,9 @@ class StageWorker:
         self.dgen = None
         self.pending: dict[int, dict] = {}
         self.returned: dict = {}
+        self.trees: dict[int, tuple[list[int], list[int]]] = {}  # pass -> (parents, keep)
+        self.tree_pos: int | None = None  # position of the last tree pass (for its keep list)
+        self.path: list[int] = []  # stage 0: accepted tree nodes of the last verdict
 
     @torch.no_grad()
     def _warm_up(self) -> None:
@@ -215,8 +235,9 @@ class StageWorker:
             self.drafter.reset()
         if self.mtp is not None:
             gen = torch.Generator().manual_seed(0)
-            self.mtp.draft(torch.zeros(self.shard.hidden_size), 0, 4, 1.0, gen)
-            self.mtp.draft(torch.zeros(self.shard.hidden_size), 0, 4, 0.0, gen)
+            h0 = torch.zeros(self.shard.hidden_size, device=self.shard.device)
+            self.mtp.draft(h0, 0, 4, 1.0, gen)
+            self.mtp.draft(h0, 0, 4, 0.0, gen)
 
     # ------------------------------------------------------------------ naming
     def hop_in(self) -> str:
@@ -288,17 +309,15 @@ class StageWorker:
             )
         codec_ns = time.perf_counter_ns() - t_codec0
         start = time.monotonic_ns()
-        try:
-            out = self.shard.forward(x, h.pos)
-        except ValueError as e:
-            raise StageFailure(f"stage {self.i}: pass {h.step}: {e}") from None
+        out = self._forward(x, h.pos, h.step, self.trees.pop(h.step, None))
         end = time.monotonic_ns()
         verify_ms = draft_ms = 0.0
         draft_frames: list[Frame] = []
         if self.last:
             t0 = time.perf_counter_ns()
-            acc, nxt, hrow = self._verdict(h.step, h.pos, out)
-            out_frame = array_frame(Kind.VERDICT, np.array([acc, nxt], dtype=np.int32), step=h.step)
+            acc, nxt, hrow, path = self._verdict(h.step, h.pos, out)
+            verdict = np.array([acc, nxt, *path], dtype=np.int32)
+            out_frame = array_frame(Kind.VERDICT, verdict, step=h.step)
             t1 = time.perf_counter_ns()
             verify_ms = (t1 - t0) / 1e6
             if self.mtp is not None and int(self.job.get("k", 0)) > 0:
@@ -308,7 +327,7 @@ class StageWorker:
             t0 = time.perf_counter_ns()
             out_frame = codec.encode(
                 Kind.HIDDEN,
-                out.numpy(),
+                out.cpu().numpy(),
                 self.cfg.activation_bits,
                 self.cfg.group_size,
                 step=h.step,
@@ -339,6 +358,24 @@ class StageWorker:
             )
         )
 
+    def _forward(self, x: torch.Tensor, pos: int, step: int, tree) -> torch.Tensor:
+        """The stage's layers on one pass: a chain (crop the cache to ``pos``) or a tree (keep
+        the previous tree's accepted path first, then a tree-masked pass)."""
+        try:
+            if tree is None:
+                return self.shard.forward(x, pos)
+            parents, keep = tree
+            if keep:
+                if self.tree_pos is None:
+                    raise ValueError("a keep list without a previous tree pass")
+                self.shard.keep_path(self.tree_pos, keep)
+            self.tree_pos = pos
+            if x.shape[0] != len(parents):
+                raise ValueError(f"{x.shape[0]} rows for a tree of {len(parents)} nodes")
+            return self.shard.forward_tree(x, pos, parents)
+        except ValueError as e:
+            raise StageFailure(f"stage {self.i}: pass {step}: {e}") from None
+
     def _mtp_draft(self, step: int, hidden: torch.Tensor, token: int) -> list[Frame]:
         """The head's K drafts after ``token`` (+ their q for lossless), tagged with ``step``."""
         k = int(self.job["k"])
@@ -350,18 +387,31 @@ class StageWorker:
             frames.append(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
         return frames
 
-    def _verdict(self, step: int, pos: int, logits: torch.Tensor) -> tuple[int, int, torch.Tensor]:
+    def _verdict(self, step: int, pos: int, logits: torch.Tensor) -> tuple:
         """Verify pass ``step``; a pass at position 0 is a prefill (samples the first token).
 
-        Returns (accepted, next token, final-norm hidden state of the last accepted position)."""
+        Returns (accepted, next token, final-norm hidden state of the last accepted position,
+        accepted tree nodes: empty for a chain)."""
         pend = self.pending.pop(step, None)
         if pend is None:
             raise StageFailure(f"stage {self.i}: pass {step} arrived without its draft ids")
         drafts = pend["ids"]
         k = len(drafts)
-        rows = logits[-(k + 1) :]
         verifier = self.job.get("verifier", "greedy")
         temp = float(self.job.get("temperature", 0.0))
+        if "parents" in pend:  # a tree pass: one logits row per node
+            from wansim.real.tree_speculative import DraftTree, shape_from_parents, verify_tree
+
+            shape = shape_from_parents(pend["parents"])
+            if k != shape.nodes or logits.shape[0] != k + 1:
+                raise StageFailure(
+                    f"stage {self.i}: tree pass {step} has {k} drafts, {logits.shape[0]} rows "
+                    f"and {shape.nodes} nodes"
+                )
+            tree = DraftTree(shape, (-1, *drafts), pend.get("q"))
+            v = verify_tree(logits, tree, verifier, temp, self.vgen)
+            return v.accepted, v.next_token, None, list(v.path)
+        rows = logits[-(k + 1) :]
         if pos == 0:
             self.dgen, self.vgen = prompt_generators(int(self.job.get("seed", 0)), self.prefills)
             self.prefills += 1
@@ -372,7 +422,7 @@ class StageWorker:
             v = verify(rows, drafts, q, verifier, temp, self.vgen)
             v_acc, v_next = v.accepted, v.next_token
             hrow = self.shard.hidden[-(k + 1) :][v_acc]
-        return v_acc, v_next, hrow
+        return v_acc, v_next, hrow, []
 
     # ------------------------------------------------------------------ stages >= 1
     def serve(self) -> None:
@@ -384,6 +434,8 @@ class StageWorker:
                 self.job = json.loads(frame_text(f))
                 self.prefills = 0
                 self.pending.clear()
+                self.trees.clear()
+                self.tree_pos = None
                 self.shard.reset()
                 if not self.last:
                     self.send(f)
@@ -402,6 +454,20 @@ class StageWorker:
                     self.pending[f.header.step]["q"] = torch.from_numpy(f.array().copy())
                 else:
                     self.send(f)
+            elif kind == Kind.TREE:
+                try:
+                    parents, keep = read_tree(f)
+                except FrameError as e:
+                    raise StageFailure(f"stage {self.i}: {e} on {self.hop_in()}") from None
+                self.trees[f.header.step] = (parents, keep)
+                if self.last:
+                    if f.header.step not in self.pending:
+                        raise StageFailure(
+                            f"stage {self.i}: tree shape for unknown pass {f.header.step}"
+                        )
+                    self.pending[f.header.step]["parents"] = parents
+                else:
+                    self.send(f)
             elif kind == Kind.HIDDEN:
                 self.run_pass(f, None, recv_ns)
             elif kind == Kind.SHUTDOWN:
@@ -417,7 +483,8 @@ class StageWorker:
     # ------------------------------------------------------------------ stage 0
     def wait_verdict(self, step: int) -> tuple[int, int, int, int]:
         """(accepted, next_token, received_ns, sender's send_ns) for pass ``step``; drafts that
-        rode the verdict (MTP head at the last stage) land in ``self.returned``."""
+        rode the verdict (MTP head at the last stage) land in ``self.returned``, a tree pass's
+        accepted nodes in ``self.path``."""
         timeout = self.cfg.stall_timeout_s
         self.returned = {}
         while True:
@@ -443,8 +510,9 @@ class StageWorker:
                 f"got {f.kind.name} for pass {f.header.step}"
             )
         arr = f.array()
-        if arr.shape != (2,):
+        if arr.ndim != 1 or arr.shape[0] < 2 or arr.shape[0] not in (2, 2 + int(arr[0])):
             raise StageFailure(f"stage 0: verdict of shape {list(arr.shape)} on {self.hop_in()}")
+        self.path = [int(x) for x in arr[2:]]
         return int(arr[0]), int(arr[1]), now, f.header.send_ns
 
     def returned_drafts(self, step: int, k: int, lossless: bool) -> tuple[list[int], object]:
@@ -460,18 +528,19 @@ class StageWorker:
         return ids, (q if lossless else None)
 
     def send_pass(
-        self, ids: list[int], pos: int, drafts: list[int], q, draft_ms: float = 0.0
+        self, ids: list[int], pos: int, drafts: list[int], q, draft_ms: float = 0.0, tree=None
     ) -> tuple:
-        """Stage 0's share of a pass; returns (pass id, compute ms, sent_ns)."""
+        """Stage 0's share of a pass; returns (pass id, compute ms, sent_ns). ``tree``:
+        (parents, keep) of a tree pass (``ids`` are then the tree's node tokens)."""
         step = self.passes
         self._tick_fault()
         start = time.monotonic_ns()
-        out = self.shard.forward(torch.tensor(ids), pos)
+        out = self._forward(torch.tensor(ids), pos, step, tree)
         end = time.monotonic_ns()
         t0 = time.perf_counter_ns()
         hidden = codec.encode(
             Kind.HIDDEN,
-            out.numpy(),
+            out.cpu().numpy(),
             self.cfg.activation_bits,
             self.cfg.group_size,
             step=step,
@@ -482,6 +551,8 @@ class StageWorker:
         nbytes = self.send(ids_frame)
         if q is not None:
             nbytes += self.send(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
+        if tree is not None:
+            nbytes += self.send(tree_frame(tree[0], tree[1], step=step, pos=pos))
         nbytes += self.send(hidden)
         sent = time.monotonic_ns()
         self.log.row(
@@ -507,6 +578,7 @@ class StageWorker:
     def start_job(self, job: dict) -> None:
         self.job = job
         self.prefills = 0
+        self.tree_pos = None
         self.shard.reset()
         self.send(message_frame(Kind.JOB, json.dumps(job)))
 
@@ -516,8 +588,13 @@ class StageWorker:
         verifier = job["verifier"]
         temp = float(job["temperature"])
         max_new = int(job["max_new_tokens"])
-        if k > 0 and self.drafter is None and not self.mtp_mode:
+        tree_spec = _tree_spec(job.get("tree"))
+        if (k > 0 or tree_spec) and self.drafter is None and not self.mtp_mode:
             raise StageFailure("stage 0: k > 0 needs a drafter (drafter_dir)")
+        if tree_spec is not None and self.mtp_mode:
+            raise StageFailure("stage 0: draft trees need the draft model at stage 0")
+        fixed = tree_spec.shape() if tree_spec is not None else None
+        fixed = fixed.canonical() if fixed is not None else None
         lossless = verifier == "lossless"
         draft_stage = self.cfg.stages - 1 if self.mtp_mode else 0
         outputs = {}
@@ -533,27 +610,54 @@ class StageWorker:
             committed = [*tokens, first]
             n_new = 1
             step = 0
+            keep: list[int] = []  # the previous tree pass's root and accepted path
             while n_new < max_new:
                 t_start = time.monotonic_ns()
-                if self.mtp_mode:  # drafted by the last stage, came back with the verdict
+                tree = None
+                if tree_spec is not None:
+                    from wansim.real.tree_speculative import draft_tree
+
+                    tree = draft_tree(self.drafter, committed, tree_spec, fixed, temp, dgen)
+                    drafts, q = list(tree.tokens[1:]), tree.q
+                elif self.mtp_mode:  # drafted by the last stage, came back with the verdict
                     drafts, q = ret
                 else:
                     drafts, q = self.drafter.draft(committed, k, temp, dgen) if k else ([], None)
                 t_draft = time.monotonic_ns()
                 pos = len(committed) - 1
+                if tree is None:
+                    ids, shape = [committed[-1], *drafts], None
+                else:
+                    ids, shape = list(tree.tokens), (list(tree.shape.parent), keep)
                 pid, s0_ms, sent = self.send_pass(
-                    [committed[-1], *drafts],
+                    ids,
                     pos,
                     drafts,
                     q if lossless else None,
                     (t_draft - t_start) / 1e6 if not self.mtp_mode else 0.0,
+                    tree=shape,
                 )
                 acc, nxt, t_verdict, v_send = self.wait_verdict(pid)
                 if self.mtp_mode:
                     ret = self.returned_drafts(pid, k, lossless)
-                if not 0 <= acc <= k:
-                    raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
-                committed.extend(drafts[:acc])
+                ranks = children = ""
+                if tree is None:
+                    if not 0 <= acc <= k or self.path:
+                        raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
+                    committed.extend(drafts[:acc])
+                    nodes = len(drafts)
+                else:
+                    from wansim.real.tree_speculative import walk_record
+
+                    path = tuple(self.path)
+                    if any(not 1 <= n <= tree.nodes for n in path):
+                        raise StageFailure(f"stage 0: verdict path {list(path)} outside the tree")
+                    rec = walk_record(tree.shape, path)
+                    committed.extend(tree.tokens[n] for n in path)
+                    keep = [0, *path]
+                    nodes = tree.nodes
+                    ranks = ";".join(map(str, rec.ranks))
+                    children = ";".join(map(str, rec.children))
                 committed.append(nxt)
                 n_new += acc + 1
                 self.steps.row(
@@ -577,6 +681,9 @@ class StageWorker:
                         f"{(t_verdict - t_start) / 1e6:.4f}",
                         v_send,
                         draft_stage,
+                        nodes,
+                        ranks,
+                        children,
                     )
                 )
                 step += 1

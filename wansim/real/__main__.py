@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         "dynamic:BUDGET:DEPTH[:WIDTH] (budget: draft nodes, root excluded; replaces --k)",
     )
     r.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (stages share the GPU)")
+    r.add_argument("--schedule", default="sync", help="sync | async (in-pipe speculation)")
+    r.add_argument("--max-inflight-blocks", type=int, default=None, help="async window B")
     la = sub.add_parser("link-accuracy", help="measure the link emulator")
     la.add_argument("--latency-ms", type=_floats, default=[0.0, 20.0])
     la.add_argument("--frames", type=int, default=1000)
@@ -141,6 +143,9 @@ def _dispatch(args):
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
             tree=tree,
+            schedule=args.schedule,
+            max_inflight_blocks=args.max_inflight_blocks
+            or (args.stages if args.schedule == "async" else 1),
         )
         res = run_real(spec, prompts, decode, run_dir=args.out)
         return {

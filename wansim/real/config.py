@@ -184,6 +184,7 @@ class PipelineSpec:
 
 
 TREE_KINDS = ("static", "sequoia", "dynamic")
+SCHEDULES = ("sync", "async")
 MAX_TREE_NODES = 256  # draft nodes per pass (root excluded): the mask is nodes x context
 MAX_TREE_DEPTH = 64
 
@@ -311,7 +312,10 @@ class TreeSpec:
 class DecodeSpec:
     """``k`` drafts per pass (0 = no speculation), ``verifier`` greedy|lossless, ``temperature``
     (0 for greedy, > 0 for lossless), ``max_new_tokens`` per prompt, ``seed``. ``tree``: draft a
-    tree per pass instead of a chain; ``k`` is then set to the tree's depth."""
+    tree per pass instead of a chain; ``k`` is then set to the tree's depth. ``schedule``:
+    ``sync`` (one block in flight) or ``async`` (in-pipe speculation: up to
+    ``max_inflight_blocks`` blocks in flight, later ones betting on the earlier; see
+    ``wansim.real.async_schedule``)."""
 
     k: int = 4
     verifier: str = "greedy"
@@ -319,10 +323,27 @@ class DecodeSpec:
     max_new_tokens: int = 64
     seed: int = 0
     tree: TreeSpec | None = None
+    schedule: str = "sync"
+    max_inflight_blocks: int = 1
 
     def __post_init__(self):
         if self.verifier not in VERIFIERS:
             raise RealConfigError("verifier", f"must be one of {list(VERIFIERS)}", self.verifier)
+        if self.schedule not in SCHEDULES:
+            raise RealConfigError("schedule", f"must be one of {list(SCHEDULES)}", self.schedule)
+        b = self.max_inflight_blocks
+        if not isinstance(b, numbers.Integral) or not 1 <= b <= 64:
+            raise RealConfigError("max_inflight_blocks", "must be an integer in 1..64", b)
+        if self.schedule == "sync" and b != 1:
+            raise RealConfigError(
+                "max_inflight_blocks", "is 1 for the sync schedule (use schedule async)", b
+            )
+        if self.schedule == "async" and (self.tree is not None or self.k < 1):
+            raise RealConfigError(
+                "schedule",
+                "async needs a chain of k >= 1 drafts (no tree)",
+                f"k={self.k} tree={self.tree.kind if self.tree else None}",
+            )
         if self.tree is not None:
             if not isinstance(self.tree, TreeSpec):
                 raise RealConfigError("tree", "must be a TreeSpec", type(self.tree).__name__)

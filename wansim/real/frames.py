@@ -45,6 +45,7 @@ class Kind(enum.IntEnum):
     SHUTDOWN = 6  # empty: stop after forwarding
     ERROR = 7  # uint8 utf-8 message from a stage that failed
     TREE = 8  # int32 [n, m, parent_1..parent_{n-1}, keep_1..keep_m]: a tree pass's shape
+    CANCEL = 9  # empty, ``step`` = the last valid pass: later passes sent before it are stale
 
 
 class DType(enum.IntEnum):

@@ -60,7 +60,7 @@ def _read(path: Path) -> pd.DataFrame:
 
 def read_raw(raw_dir: Path, stages: int) -> dict[str, pd.DataFrame]:
     """All raw logs of a pipeline: ``steps``, ``stage{i}``, ``link{h}``."""
-    out = {"steps": _read(raw_dir / "steps.csv")}
+    out = {"steps": _read(raw_dir / "steps.csv"), "cancelled": _read(raw_dir / "cancelled.csv")}
     for i in range(stages):
         out[f"stage{i}"] = _read(raw_dir / f"stage{i}.csv")
         out[f"link{i}"] = _read(raw_dir / f"link{i}.csv")
@@ -238,6 +238,34 @@ def summarize(
     }
 
 
+def cancellation(raw: dict[str, pd.DataFrame], stages: int, job: int) -> dict:
+    """Async jobs: blocks cancelled by a lost bet, and the work they cost: stage-tokens computed
+    for them (n tokens x stages that computed them) and drafter ms spent on them."""
+    c = raw.get("cancelled", pd.DataFrame())
+    c = c[c["job"] == job] if not c.empty else c
+    if c.empty:
+        return {"cancelled_blocks": 0, "cancelled_stage_tokens": 0}
+    stale = set(c["pass"])
+    tokens = 0
+    computed = []
+    for i in range(stages):
+        st = raw[f"stage{i}"]
+        if st.empty:
+            computed.append(0)
+            continue
+        rows = st[(st["job"] == job) & st["pass"].isin(stale)]
+        tokens += int(rows["n_tokens"].sum())
+        computed.append(len(rows))
+    s0 = raw["stage0"]
+    draft_ms = float(s0[(s0["job"] == job) & s0["pass"].isin(stale)]["draft_ms"].sum())
+    return {
+        "cancelled_blocks": len(stale),
+        "cancelled_stage_tokens": tokens,
+        "cancelled_computed_per_stage": computed,
+        "cancelled_draft_ms": draft_ms,
+    }
+
+
 def _last_stage_draft_ms(steps: pd.DataFrame, last: pd.DataFrame, last_index: int) -> None:
     """Steps drafted at the last stage (MTP head): ``draft_ms`` := the last stage's draft time
     for them, logged on its row of the pass before (the drafts were made right after verifying
@@ -305,6 +333,7 @@ def write_job(
     decode_passes = set(steps["pass"]) if not steps.empty else set()
     lt = link_timings(raw, stages, decode_passes or passes, links)
     summary = summarize(steps, raw, stages, decode_passes)
+    summary.update(cancellation(raw, stages, job))
     summary["meta"] = meta
     for fname, df in (("compute_table.csv", ct), ("links.csv", lt), ("steps.csv", steps_out)):
         df.to_csv(out_dir / fname, index=False)

@@ -229,6 +229,8 @@ class Pipeline:
             "max_new_tokens": decode.max_new_tokens,
             "seed": decode.seed,
             "tree": decode.tree.as_dict() if decode.tree is not None else None,
+            "schedule": decode.schedule,
+            "max_inflight_blocks": decode.max_inflight_blocks,
             "prompts": [
                 {"workload": p.workload, "prompt_id": p.prompt_id, "tokens": list(p.tokens)}
                 for p in prompts
@@ -241,6 +243,10 @@ class Pipeline:
         """Everything about a job that can be checked before any process starts."""
         if not prompts:
             raise RealConfigError("prompts", "must be non-empty", [])
+        if decode.schedule == "async" and self.spec.drafter_dir is None:
+            raise RealConfigError(
+                "schedule", "async needs the draft model at stage 0 (drafter_dir)", "async"
+            )
         if decode.k > 0 and not self.spec.can_draft:
             raise RealConfigError("drafter_dir", "is needed when k > 0", None)
         tree = decode.tree
@@ -327,6 +333,8 @@ class Pipeline:
             "max_new_tokens": decode.max_new_tokens,
             "seed": decode.seed,
             "tree": json.dumps(decode.tree.as_dict()) if decode.tree is not None else "none",
+            "schedule": decode.schedule,
+            "max_inflight_blocks": decode.max_inflight_blocks,
             "links": json.dumps([asdict(link) for link in self.links]),
         }
 

@@ -29,11 +29,13 @@ import contextlib
 import csv
 import json
 import os
+import select
 import signal
 import socket
 import sys
 import time
 import traceback
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -104,6 +106,9 @@ STEP_COLUMNS = (
     "accepted_ranks",
     "walk_children",
 )
+
+
+CANCEL_COLUMNS = ("job", "prompt_index", "pass", "n_tokens", "after_pass", "cancel_ns")
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,7 @@ class StageWorker:
         raw.mkdir(parents=True, exist_ok=True)
         self.log = _CsvLog(raw / f"stage{self.i}.csv", STAGE_COLUMNS)
         self.steps = _CsvLog(raw / "steps.csv", STEP_COLUMNS) if self.i == 0 else None
+        self.cancelled = _CsvLog(raw / "cancelled.csv", CANCEL_COLUMNS) if self.i == 0 else None
         self.listener = socket.create_server((cfg.host, 0))
         self.in_sock: socket.socket | None = None
         self.out_sock: socket.socket | None = None
@@ -217,6 +223,9 @@ class StageWorker:
         self.trees: dict[int, tuple[list[int], list[int]]] = {}  # pass -> (parents, keep)
         self.tree_pos: int | None = None  # position of the last tree pass (for its keep list)
         self.path: list[int] = []  # stage 0: accepted tree nodes of the last verdict
+        self.inbox: deque = deque()  # frames read but not yet served (async mailbox)
+        self.dropped = 0  # stale passes dropped from the mailbox before computing them
+        self.expect: tuple[int, int] | None = None  # last stage, async: (pos, root) of a valid pass
 
     @torch.no_grad()
     def _warm_up(self) -> None:
@@ -308,6 +317,12 @@ class StageWorker:
                 f"expected [n, {self.shard.hidden_size}]"
             )
         codec_ns = time.perf_counter_ns() - t_codec0
+        if self.last and self.job.get("schedule") == "async" and h.pos > 0:
+            pend = self.pending.get(h.step)
+            if pend is not None and self.expect != (h.pos, pend["root"]):
+                del self.pending[h.step]  # a stale block (a lost bet): dropped, not computed
+                self.dropped += 1
+                return
         start = time.monotonic_ns()
         out = self._forward(x, h.pos, h.step, self.trees.pop(h.step, None))
         end = time.monotonic_ns()
@@ -316,6 +331,7 @@ class StageWorker:
         if self.last:
             t0 = time.perf_counter_ns()
             acc, nxt, hrow, path = self._verdict(h.step, h.pos, out)
+            self.expect = (h.pos + x.shape[0] if h.pos == 0 else h.pos + acc + 1, nxt)
             verdict = np.array([acc, nxt, *path], dtype=np.int32)
             out_frame = array_frame(Kind.VERDICT, verdict, step=h.step)
             t1 = time.perf_counter_ns()
@@ -425,14 +441,43 @@ class StageWorker:
         return v_acc, v_next, hrow, []
 
     # ------------------------------------------------------------------ stages >= 1
+    # ------------------------------------------------------------------ the mailbox (async)
+    def next_frame(self) -> tuple[Frame, int]:
+        """The next frame in arrival order and when it was read. In async jobs everything the
+        hop has delivered is read into a mailbox first, so that a ``CANCEL`` drops the stale
+        passes still waiting in it (those ahead of it in FIFO order) before they are computed;
+        passes already computed are not undone (their KV is cropped by the next valid pass)."""
+        if not self.inbox:
+            self.inbox.append((self.recv(), time.monotonic_ns()))
+        if self.job.get("schedule") == "async":
+            while (
+                self.inbox[-1][0].kind not in (Kind.SHUTDOWN, Kind.ERROR)
+                and select.select([self.in_sock], [], [], 0)[0]
+            ):
+                f = self.recv()
+                if f.kind == Kind.CANCEL:
+                    self._drop_stale(int(f.header.step))
+                self.inbox.append((f, time.monotonic_ns()))
+        return self.inbox.popleft()
+
+    def _drop_stale(self, last_valid: int) -> None:
+        kinds = (Kind.DRAFT_IDS, Kind.DRAFT_PROBS, Kind.HIDDEN, Kind.TREE)
+        keep = deque()
+        for f, t in self.inbox:
+            if f.kind in kinds and f.header.step > last_valid:
+                self.dropped += f.kind == Kind.HIDDEN
+                continue
+            keep.append((f, t))
+        self.inbox = keep
+
     def serve(self) -> None:
         while True:
-            f = self.recv()
-            recv_ns = time.monotonic_ns()
+            f, recv_ns = self.next_frame()
             kind = f.kind
             if kind == Kind.JOB:
                 self.job = json.loads(frame_text(f))
                 self.prefills = 0
+                self.expect = None
                 self.pending.clear()
                 self.trees.clear()
                 self.tree_pos = None
@@ -442,7 +487,16 @@ class StageWorker:
             elif kind == Kind.DRAFT_IDS:
                 if self.last:
                     ids = f.array().astype(int).tolist()
-                    self.pending[f.header.step] = {"ids": ids}
+                    if self.job.get("schedule") == "async" and ids:  # [root, drafts...]
+                        self.pending[f.header.step] = {"root": ids[0], "ids": ids[1:]}
+                    else:
+                        self.pending[f.header.step] = {"ids": ids}
+                else:
+                    self.send(f)
+            elif kind == Kind.CANCEL:
+                if self.last:  # stale passes whose activations never came (dropped upstream)
+                    for step in [s for s in self.pending if s > f.header.step]:
+                        del self.pending[step]
                 else:
                     self.send(f)
             elif kind == Kind.DRAFT_PROBS:
@@ -583,6 +637,10 @@ class StageWorker:
         self.send(message_frame(Kind.JOB, json.dumps(job)))
 
     def generate(self, job: dict) -> dict:
+        if job.get("schedule") == "async":
+            from wansim.real.async_schedule import generate_async
+
+            return generate_async(self, job)
         self.start_job(job)
         k = int(job["k"])
         verifier = job["verifier"]

@@ -4,6 +4,7 @@
     link-accuracy  the link emulator's achieved-minus-scheduled delay (p50/p99)
     acceptance     tiny-pair acceptance vs drafter weight noise, or of the MTP head (--mtp DIR)
     wire-bits      activation bits on the wire vs accepted length and output
+    wire-quality   compressed activations vs the fp32 target: KL, token agreement, acceptance
     speed          real tokens/s over stages x latency x K
 
 Bad input prints one line ``field: problem, got value`` and exits with code 2.
@@ -79,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("wire-bits", help="activation bits vs acceptance and output")
     _common(w)
     w.add_argument("--bits", type=_ints, default=[32, 16, 8, 4, 3])
+    q = sub.add_parser(
+        "wire-quality", help="compressed activations vs the fp32 target: KL, agreement, acceptance"
+    )
+    _common(q)
+    q.add_argument("--bits", type=_ints, default=[32, 16, 8, 4, 3])
+    q.add_argument("--stages", type=int, default=2)
     s = sub.add_parser("speed", help="tokens/s over stages x latency x K")
     _common(s)
     s.add_argument("--stages", type=_ints, default=[2, 4])
@@ -163,6 +170,21 @@ def _dispatch(args):
     if args.cmd == "acceptance":
         return experiments.acceptance_by_noise(
             args.target, args.drafter, prompts, args.noise, args.k, args.max_new_tokens
+        )
+    if args.cmd == "wire-quality":
+        from wansim.real.codec import check_bits
+        from wansim.real.wire_quality import activation_quality
+
+        for b in args.bits:
+            check_bits(b, "--bits")
+        return activation_quality(
+            args.target,
+            args.drafter,
+            prompts,
+            args.bits,
+            stages=args.stages,
+            k=args.k,
+            max_new_tokens=args.max_new_tokens,
         )
     if args.cmd == "wire-bits":
         return experiments.wire_bits_effect(

@@ -197,14 +197,17 @@ def speculative_decode(
     temperature: float = 0.0,
     seed: int = 0,
     prompt_index: int = 0,
+    shard=None,
 ) -> tuple[list[int], list[int]]:
     """In-process reference of the pipeline's algorithm: (new tokens, accepted per step).
 
     Same drafter, verification rules and random streams as the staged pipeline, with the whole
-    target in one process; used by tests and to measure acceptance quickly.
+    target in one process; used by tests and to measure acceptance quickly. ``shard``: run the
+    target through this object's ``forward(x, pos)`` instead (e.g. a
+    :class:`wansim.real.wire_quality.WiredTarget` with compressed activations between stages).
     """
     check_decoding(verifier, temperature, k)
-    shard = StageShard(target, 0, len(target.model.layers))
+    shard = shard if shard is not None else StageShard(target, 0, len(target.model.layers))
     dgen, vgen = prompt_generators(seed, prompt_index)
     if drafter is not None:
         drafter.reset()

@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (stages share the GPU)")
     r.add_argument("--schedule", default="sync", help="sync | async (in-pipe speculation)")
     r.add_argument("--max-inflight-blocks", type=int, default=None, help="async window B")
+    r.add_argument("--concurrency", type=int, default=1, help="requests in flight at once")
     la = sub.add_parser("link-accuracy", help="measure the link emulator")
     la.add_argument("--latency-ms", type=_floats, default=[0.0, 20.0])
     la.add_argument("--frames", type=int, default=1000)
@@ -153,6 +154,7 @@ def _dispatch(args):
             schedule=args.schedule,
             max_inflight_blocks=args.max_inflight_blocks
             or (args.stages if args.schedule == "async" else 1),
+            concurrency=args.concurrency,
         )
         res = run_real(spec, prompts, decode, run_dir=args.out)
         return {

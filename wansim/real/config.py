@@ -315,7 +315,8 @@ class DecodeSpec:
     tree per pass instead of a chain; ``k`` is then set to the tree's depth. ``schedule``:
     ``sync`` (one block in flight) or ``async`` (in-pipe speculation: up to
     ``max_inflight_blocks`` blocks in flight, later ones betting on the earlier; see
-    ``wansim.real.async_schedule``)."""
+    ``wansim.real.async_schedule``). ``concurrency``: requests in flight at once (each stage
+    FIFO, one KV cache per request; ``wansim.real.concurrent_schedule``)."""
 
     k: int = 4
     verifier: str = "greedy"
@@ -325,6 +326,7 @@ class DecodeSpec:
     tree: TreeSpec | None = None
     schedule: str = "sync"
     max_inflight_blocks: int = 1
+    concurrency: int = 1
 
     def __post_init__(self):
         if self.verifier not in VERIFIERS:
@@ -337,6 +339,15 @@ class DecodeSpec:
         if self.schedule == "sync" and b != 1:
             raise RealConfigError(
                 "max_inflight_blocks", "is 1 for the sync schedule (use schedule async)", b
+            )
+        c = self.concurrency
+        if not isinstance(c, numbers.Integral) or not 1 <= c <= 256:
+            raise RealConfigError("concurrency", "must be an integer in 1..256", c)
+        if c > 1 and (self.schedule != "sync" or self.tree is not None):
+            raise RealConfigError(
+                "concurrency",
+                "> 1 runs chains with the sync schedule (no tree, no async) in this version",
+                c,
             )
         if self.schedule == "async" and (self.tree is not None or self.k < 1):
             raise RealConfigError(

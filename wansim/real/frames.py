@@ -3,10 +3,11 @@
 Header (little-endian, ``HEADER``)::
 
     magic 'WSF1' | kind u8 | dtype u8 | ndim u8 | bits u8 | step u32 | pos u32 | group u16 |
-    reserved u16 | shape 4 x u32 | payload_len u64 | send_ns u64 | header_crc32 u32
+    request u16 | shape 4 x u32 | payload_len u64 | send_ns u64 | header_crc32 u32
 
 ``kind`` says what the frame is (activations, draft ids, draft probabilities, verdict, job
-config, shutdown, error, a draft tree's shape); ``step`` is the verify step (or pass) it belongs to; ``pos`` is the
+config, shutdown, error, a draft tree's shape); ``step`` is the verify step (or pass) it belongs to; ``request`` says which of the requests in flight a pass
+belongs to (each stage keeps a KV cache per request); ``pos`` is the
 absolute position of the pass's first token (every stage crops its KV cache to ``pos`` before
 running the pass: that is the rollback); ``send_ns`` is the sender's ``time.monotonic_ns()``
 (system-wide on Linux, so one-way delays are measurable across processes). ``payload_len`` must
@@ -18,6 +19,7 @@ This module needs numpy only (the link relay parses frames without torch).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import socket
 import struct
@@ -91,6 +93,7 @@ class FrameHeader:
     bits: int = 0
     group: int = 0
     send_ns: int = 0
+    request: int = 0
 
 
 def quant_payload_len(shape: tuple[int, ...], bits: int, group: int) -> int:
@@ -122,7 +125,7 @@ def encode_header(h: FrameHeader) -> bytes:
         h.step,
         h.pos,
         h.group,
-        0,
+        h.request,
         *shape,
         h.payload_len,
         h.send_ns,
@@ -135,7 +138,7 @@ def decode_header(buf: bytes) -> FrameHeader:
     """Unpack and validate a header; raise :class:`FrameError` naming the bad field."""
     if len(buf) != HEADER_BYTES:
         raise FrameError(f"truncated header: {len(buf)} of {HEADER_BYTES} bytes")
-    magic, kind, dtype, ndim, bits, step, pos, group, _res, s0, s1, s2, s3, plen, send_ns, crc = (
+    magic, kind, dtype, ndim, bits, step, pos, group, req, s0, s1, s2, s3, plen, send_ns, crc = (
         HEADER.unpack(buf)
     )
     if magic != MAGIC:
@@ -170,7 +173,7 @@ def decode_header(buf: bytes) -> FrameHeader:
     want = expected_payload_len(dtype, shape, bits, group)
     if plen != want:
         raise FrameError(f"payload_len {plen} != {want} implied by {dtype.name}{list(shape)}")
-    return FrameHeader(kind, dtype, shape, plen, step, pos, bits, group, send_ns)
+    return FrameHeader(kind, dtype, shape, plen, step, pos, bits, group, send_ns, req)
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,13 @@ def array_frame(kind: Kind, arr: np.ndarray, step: int = 0, pos: int = 0) -> Fra
     return Frame(h, payload)
 
 
+def with_request(frame: Frame, request: int) -> Frame:
+    """The same frame tagged with ``request`` (0..65535)."""
+    if not 0 <= request <= 0xFFFF:
+        raise FrameError(f"request id {request} outside 0..65535")
+    return Frame(dataclasses.replace(frame.header, request=request), frame.payload)
+
+
 def message_frame(kind: Kind, text: str, step: int = 0) -> Frame:
     """A frame carrying UTF-8 text (JOB settings as JSON, ERROR messages)."""
     return array_frame(kind, np.frombuffer(text.encode(), dtype=np.uint8), step)
@@ -235,6 +245,7 @@ def send_frame(sock: socket.socket, frame: Frame) -> int:
         h.bits,
         h.group,
         time.monotonic_ns(),
+        h.request,
     )
     data = encode_header(stamped) + frame.payload
     sock.sendall(data)

@@ -162,6 +162,8 @@ class StageShard:
         self.config = cfg
         self.dtype = next(model.parameters()).dtype
         self.cache = DynamicCache(config=cfg)
+        self.request = 0  # whose cache ``cache`` is; the others wait in ``caches``
+        self.caches: dict[int, DynamicCache] = {}
         self.hidden: torch.Tensor | None = (
             None  # last stage: final-norm hidden states of the last pass
         )
@@ -172,6 +174,22 @@ class StageShard:
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.config)
+
+    def reset_all(self) -> None:
+        """Forget every request's cache."""
+        self.caches.clear()
+        self.request = 0
+        self.reset()
+
+    def select(self, request: int) -> None:
+        """Make ``request``'s KV cache the current one (several requests in flight: one cache
+        each, a new request starts empty)."""
+        if request == self.request:
+            return
+        self.caches[self.request] = self.cache
+        cache = self.caches.pop(request, None)
+        self.cache = cache if cache is not None else DynamicCache(config=self.config)
+        self.request = request
 
     def crop_to(self, pos: int) -> None:
         """Drop cached positions >= ``pos`` (rollback of rejected drafts)."""

@@ -334,6 +334,11 @@ def write_job(
     lt = link_timings(raw, stages, decode_passes or passes, links)
     summary = summarize(steps, raw, stages, decode_passes)
     summary.update(cancellation(raw, stages, job))
+    if int(meta.get("concurrency", 1)) > 1 and not steps.empty:
+        # requests overlap: throughput is all tokens over the job's span; tokens_per_s stays
+        # the per-request rate (tokens over the sum of each request's own decode time)
+        span_s = (steps["verdict_ns"].max() - steps["start_ns"].min()) / 1e9
+        summary["throughput_tokens_per_s"] = float(steps["new_tokens"].sum() / span_s)
     summary["meta"] = meta
     for fname, df in (("compute_table.csv", ct), ("links.csv", lt), ("steps.csv", steps_out)):
         df.to_csv(out_dir / fname, index=False)

@@ -231,6 +231,7 @@ class Pipeline:
             "tree": decode.tree.as_dict() if decode.tree is not None else None,
             "schedule": decode.schedule,
             "max_inflight_blocks": decode.max_inflight_blocks,
+            "concurrency": decode.concurrency,
             "prompts": [
                 {"workload": p.workload, "prompt_id": p.prompt_id, "tokens": list(p.tokens)}
                 for p in prompts
@@ -249,6 +250,14 @@ class Pipeline:
             )
         if decode.k > 0 and not self.spec.can_draft:
             raise RealConfigError("drafter_dir", "is needed when k > 0", None)
+        if decode.concurrency > 1 and self.spec.drafter_kind == "mtp":
+            raise RealConfigError(
+                "concurrency",
+                "> 1 needs the draft model at stage 0 (not an MTP head)",
+                decode.concurrency,
+            )
+        if len(prompts) > 0xFFFF:
+            raise RealConfigError("prompts", "at most 65535 per job", len(prompts))
         tree = decode.tree
         if tree is not None and self.spec.drafter_dir is None:
             raise RealConfigError("tree", "needs a draft model at stage 0 (drafter_dir)", tree.kind)
@@ -335,6 +344,7 @@ class Pipeline:
             "tree": json.dumps(decode.tree.as_dict()) if decode.tree is not None else "none",
             "schedule": decode.schedule,
             "max_inflight_blocks": decode.max_inflight_blocks,
+            "concurrency": decode.concurrency,
             "links": json.dumps([asdict(link) for link in self.links]),
         }
 

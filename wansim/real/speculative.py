@@ -112,10 +112,19 @@ class Drafter:
     def __init__(self, model):
         self.shard = StageShard(model, 0, len(model.model.layers))
         self.cached: list[int] = []
+        self._cached_by: dict[int, list[int]] = {}
 
     def reset(self) -> None:
         self.shard.reset()
         self.cached = []
+
+    def select(self, request: int) -> None:
+        """Draft for ``request`` (its own KV cache and cached tokens)."""
+        if request == self.shard.request:
+            return
+        self._cached_by[self.shard.request] = self.cached
+        self.cached = self._cached_by.pop(request, [])
+        self.shard.select(request)
 
     @torch.no_grad()
     def prime(self, committed: list[int]) -> torch.Tensor:

@@ -57,6 +57,7 @@ from wansim.real.frames import (
     recv_frame,
     send_frame,
     tree_frame,
+    with_request,
 )
 from wansim.real.model import StageShard, load_lm
 from wansim.real.speculative import (
@@ -218,6 +219,7 @@ class StageWorker:
         self.prefills = 0
         self.vgen = None
         self.dgen = None
+        self.gens: dict[int, tuple] = {}  # last stage: request -> (dgen, vgen)
         self.pending: dict[int, dict] = {}
         self.returned: dict = {}
         self.trees: dict[int, tuple[list[int], list[int]]] = {}  # pass -> (parents, keep)
@@ -308,6 +310,9 @@ class StageWorker:
         """Stages >= 1: decode, compute, encode, send (or verify, on the last stage)."""
         h = hidden_frame.header
         self._tick_fault()
+        self.shard.select(h.request)
+        if h.request in self.gens:
+            self.dgen, self.vgen = self.gens[h.request]
         t_codec0 = time.perf_counter_ns()
         if x is None:
             x = torch.from_numpy(codec.decode(hidden_frame).copy())
@@ -352,8 +357,8 @@ class StageWorker:
             codec_ns += time.perf_counter_ns() - t0
         nbytes = 0
         for f in draft_frames:  # MTP drafts ride the verdict: ids (+ q), then the verdict
-            nbytes += self.send(f)
-        nbytes += self.send(out_frame)
+            nbytes += self.send(with_request(f, h.request))
+        nbytes += self.send(with_request(out_frame, h.request))
         sent = time.monotonic_ns()
         self.log.row(
             (
@@ -430,6 +435,7 @@ class StageWorker:
         rows = logits[-(k + 1) :]
         if pos == 0:
             self.dgen, self.vgen = prompt_generators(int(self.job.get("seed", 0)), self.prefills)
+            self.gens[self.shard.request] = (self.dgen, self.vgen)
             self.prefills += 1
             v_acc, v_next = 0, sample_first(rows[-1], verifier, temp, self.vgen)
             hrow = self.shard.hidden[-1]
@@ -479,9 +485,10 @@ class StageWorker:
                 self.prefills = 0
                 self.expect = None
                 self.pending.clear()
+                self.gens.clear()
                 self.trees.clear()
                 self.tree_pos = None
-                self.shard.reset()
+                self.shard.reset_all()
                 if not self.last:
                     self.send(f)
             elif kind == Kind.DRAFT_IDS:
@@ -582,12 +589,21 @@ class StageWorker:
         return ids, (q if lossless else None)
 
     def send_pass(
-        self, ids: list[int], pos: int, drafts: list[int], q, draft_ms: float = 0.0, tree=None
+        self,
+        ids: list[int],
+        pos: int,
+        drafts: list[int],
+        q,
+        draft_ms: float = 0.0,
+        tree=None,
+        request: int = 0,
     ) -> tuple:
         """Stage 0's share of a pass; returns (pass id, compute ms, sent_ns). ``tree``:
-        (parents, keep) of a tree pass (``ids`` are then the tree's node tokens)."""
+        (parents, keep) of a tree pass (``ids`` are then the tree's node tokens); ``request``:
+        which request in flight it belongs to (its KV cache at every stage)."""
         step = self.passes
         self._tick_fault()
+        self.shard.select(request)
         start = time.monotonic_ns()
         out = self._forward(torch.tensor(ids), pos, step, tree)
         end = time.monotonic_ns()
@@ -601,13 +617,13 @@ class StageWorker:
             pos=pos,
         )
         codec_ns = time.perf_counter_ns() - t0
-        ids_frame = array_frame(Kind.DRAFT_IDS, np.array(drafts, dtype=np.int32), step=step)
-        nbytes = self.send(ids_frame)
+        frames = [array_frame(Kind.DRAFT_IDS, np.array(drafts, dtype=np.int32), step=step)]
         if q is not None:
-            nbytes += self.send(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
+            frames.append(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
         if tree is not None:
-            nbytes += self.send(tree_frame(tree[0], tree[1], step=step, pos=pos))
-        nbytes += self.send(hidden)
+            frames.append(tree_frame(tree[0], tree[1], step=step, pos=pos))
+        frames.append(hidden)
+        nbytes = sum(self.send(with_request(f, request)) for f in frames)
         sent = time.monotonic_ns()
         self.log.row(
             (
@@ -633,10 +649,16 @@ class StageWorker:
         self.job = job
         self.prefills = 0
         self.tree_pos = None
-        self.shard.reset()
+        self.shard.reset_all()
+        if self.drafter is not None:
+            self.drafter.select(0)
         self.send(message_frame(Kind.JOB, json.dumps(job)))
 
     def generate(self, job: dict) -> dict:
+        if int(job.get("concurrency", 1)) > 1:
+            from wansim.real.concurrent_schedule import generate_concurrent
+
+            return generate_concurrent(self, job)
         if job.get("schedule") == "async":
             from wansim.real.async_schedule import generate_async
 

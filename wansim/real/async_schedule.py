@@ -36,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from wansim.real.frames import Kind, array_frame
+from wansim.real.records import CancelRow, StepRow
 from wansim.real.speculative import prompt_generators
 
 
@@ -110,8 +111,8 @@ def generate_async(worker, job: dict) -> dict:
             committed.extend(front.drafts[:acc])
             committed.append(nxt)
             n_new += acc + 1
-            worker.steps.row(
-                (
+            worker.steps.write(
+                StepRow(
                     job["job"],
                     prompt["workload"],
                     prompt["prompt_id"],
@@ -140,7 +141,9 @@ def generate_async(worker, job: dict) -> dict:
             if window and (window[0].pos, window[0].root) != (len(committed) - 1, committed[-1]):
                 now = time.monotonic_ns()
                 for b in window:
-                    worker.cancelled.row((job["job"], j, b.pass_id, k + 1, front.pass_id, now))
+                    worker.cancelled.write(
+                        CancelRow(job["job"], j, b.pass_id, k + 1, front.pass_id, now)
+                    )
                 window.clear()
                 if worker.cfg.stages > 2:  # stages between S0 and the last drop what waits
                     frame = array_frame(Kind.CANCEL, np.zeros(0, np.uint8), step=front.pass_id)

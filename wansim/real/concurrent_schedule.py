@@ -18,6 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from wansim.real.records import StepRow
 from wansim.real.speculative import prompt_generators
 
 
@@ -91,8 +92,8 @@ def generate_concurrent(worker, job: dict) -> dict:
             req.committed.extend(drafts[:acc])
             req.committed.append(nxt)
             req.n_new += acc + 1
-            worker.steps.row(
-                (
+            worker.steps.write(
+                StepRow(
                     job["job"],
                     req.prompt["workload"],
                     req.prompt["prompt_id"],

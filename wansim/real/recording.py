@@ -1,7 +1,7 @@
 """What a real run records, assembled from the processes' raw per-pass logs (no torch here).
 
 Raw logs (``RUN/raw/``, appended and flushed per row by the processes, so a failed run keeps
-them): ``steps.csv`` (stage 0: one row per verify step), ``stage{i}.csv`` (one row per pass
+them; their columns are the record types of :mod:`wansim.real.records`): ``steps.csv`` (stage 0: one row per verify step), ``stage{i}.csv`` (one row per pass
 through stage i), ``link{h}.csv`` (one row per frame through hop h's relay).
 
 Per job (``RUN/<name>/``):
@@ -29,8 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-HIDDEN_KIND = 2
-VERDICT_KIND = 5
+from wansim.real.frames import Kind  # numpy only: the wire's frame kinds, defined once
+
+HIDDEN_KIND = int(Kind.HIDDEN)
+VERDICT_KIND = int(Kind.VERDICT)
 
 
 @dataclass(frozen=True)

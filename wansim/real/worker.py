@@ -26,7 +26,6 @@ a message naming the stage and hop, sent to the runner and (best effort) down th
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import os
 import select
@@ -60,56 +59,13 @@ from wansim.real.frames import (
     with_request,
 )
 from wansim.real.model import StageShard, load_lm
+from wansim.real.records import CancelRow, RecordLog, StageRow, StepRow
 from wansim.real.speculative import (
     Drafter,
     prompt_generators,
     sample_first,
     verify,
 )
-
-STAGE_COLUMNS = (
-    "job",
-    "pass",
-    "n_tokens",
-    "pos",
-    "recv_ns",
-    "upstream_send_ns",
-    "start_ns",
-    "end_ns",
-    "sent_ns",
-    "compute_ms",
-    "codec_ms",
-    "verify_ms",
-    "out_bytes",
-    "draft_ms",
-)
-STEP_COLUMNS = (
-    "job",
-    "workload",
-    "prompt_id",
-    "prompt_index",
-    "step",
-    "pass",
-    "k",
-    "accepted",
-    "new_tokens",
-    "pos",
-    "start_ns",
-    "draft_end_ns",
-    "sent_ns",
-    "verdict_ns",
-    "draft_ms",
-    "stage0_ms",
-    "lap_ms",
-    "send_ns_verdict",
-    "draft_stage",
-    "nodes",
-    "accepted_ranks",
-    "walk_children",
-)
-
-
-CANCEL_COLUMNS = ("job", "prompt_index", "pass", "n_tokens", "after_pass", "cancel_ns")
 
 
 @dataclass(frozen=True)
@@ -164,20 +120,6 @@ class _Ctrl:
         return json.loads(self.conn.recv_bytes())
 
 
-class _CsvLog:
-    def __init__(self, path: Path, columns):
-        new = not path.exists()
-        self.fh = open(path, "a", newline="")  # noqa: SIM115
-        self.w = csv.writer(self.fh)
-        if new:
-            self.w.writerow(columns)
-            self.fh.flush()
-
-    def row(self, values) -> None:
-        self.w.writerow(values)
-        self.fh.flush()
-
-
 class StageWorker:
     def __init__(self, cfg: StageConfig, conn):
         self.cfg = cfg
@@ -208,9 +150,9 @@ class StageWorker:
         self._warm_up()
         raw = Path(cfg.raw_dir)
         raw.mkdir(parents=True, exist_ok=True)
-        self.log = _CsvLog(raw / f"stage{self.i}.csv", STAGE_COLUMNS)
-        self.steps = _CsvLog(raw / "steps.csv", STEP_COLUMNS) if self.i == 0 else None
-        self.cancelled = _CsvLog(raw / "cancelled.csv", CANCEL_COLUMNS) if self.i == 0 else None
+        self.log = RecordLog(raw / f"stage{self.i}.csv", StageRow)
+        self.steps = RecordLog(raw / "steps.csv", StepRow) if self.i == 0 else None
+        self.cancelled = RecordLog(raw / "cancelled.csv", CancelRow) if self.i == 0 else None
         self.listener = socket.create_server((cfg.host, 0))
         self.in_sock: socket.socket | None = None
         self.out_sock: socket.socket | None = None
@@ -360,8 +302,8 @@ class StageWorker:
             nbytes += self.send(with_request(f, h.request))
         nbytes += self.send(with_request(out_frame, h.request))
         sent = time.monotonic_ns()
-        self.log.row(
-            (
+        self.log.write(
+            StageRow(
                 self.job.get("job", -1),
                 h.step,
                 x.shape[0],
@@ -625,8 +567,8 @@ class StageWorker:
         frames.append(hidden)
         nbytes = sum(self.send(with_request(f, request)) for f in frames)
         sent = time.monotonic_ns()
-        self.log.row(
-            (
+        self.log.write(
+            StageRow(
                 self.job.get("job", -1),
                 step,
                 len(ids),
@@ -740,8 +682,8 @@ class StageWorker:
                     children = ";".join(map(str, rec.children))
                 committed.append(nxt)
                 n_new += acc + 1
-                self.steps.row(
-                    (
+                self.steps.write(
+                    StepRow(
                         job["job"],
                         prompt["workload"],
                         prompt["prompt_id"],

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
 
+from wansim import strict_json
 from wansim.errors import WansimInputError
 
 ENGINES = ("des", "analytical", "both")
@@ -32,6 +32,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise WansimInputError(
             "--perfetto", "needs the DES engine (--engine des or both)", args.engine
         )
+    from wansim.output_paths import writable_dir, writable_file
+
+    if args.out:
+        writable_dir(args.out, "--out")
+    if args.perfetto:
+        writable_file(args.perfetto, "--perfetto")
     results = {e: _run_engine(e, scenario, args) for e in engines}
     if args.perfetto:
         from wansim.sim.perfetto import write_perfetto
@@ -40,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out:
         write_outputs(results, args.out)
     if args.json:
-        print(json.dumps(results_json(results)))
+        print(strict_json.dumps(results_json(results)))
     else:
         print(format_table(results))
         if args.out:
@@ -279,6 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as err:  # an output that became unwritable mid-run (checked before it)
+        if err.filename is None:
+            raise
+        why = (err.strerror or type(err).__name__).lower()
+        print(f"error: {err.filename}: {why}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from wansim import strict_json
 from wansim.metrics import METRICS, ORDER
 from wansim.result import Result, jsonable
 
@@ -83,8 +83,13 @@ def results_json(results: dict[str, Result]) -> dict:
         return next(iter(results.values())).to_json()
     first = next(iter(results.values()))
     out: dict = {"scenario": first.scenario.name, "engine": "both"}
+    undefined = {}
     for engine, res in results.items():
         out[engine] = jsonable(res.metrics)
+        if reasons := res.undefined():
+            undefined[engine] = reasons
+    if undefined:
+        out["undefined"] = undefined
     return out
 
 
@@ -94,7 +99,7 @@ def write_outputs(results: dict[str, Result], out_dir: str | Path) -> list[Path]
     out.mkdir(parents=True, exist_ok=True)
     written = []
     p = out / "metrics.json"
-    p.write_text(json.dumps(results_json(results), indent=2) + "\n")
+    p.write_text(strict_json.dumps(results_json(results), indent=2) + "\n")
     written.append(p)
     p = out / "table.txt"
     p.write_text(format_table(results) + "\n")

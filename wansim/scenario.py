@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from wansim import yaml_read
 from wansim.errors import ScenarioError, WansimInputError
 from wansim.validation import parse, spec
 
@@ -526,7 +527,7 @@ def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict:
     if not p.is_file():
         raise WansimInputError(what, "file not found", str(path))
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yaml_read.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -584,7 +585,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, _, value = text.partition("=")
     key = key.strip()
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
+        parsed = yaml_read.safe_load(value) if value.strip() else ""
     except yaml.YAMLError:
         raise ScenarioError(key, "value is not valid YAML", value) from None
     return key, parsed

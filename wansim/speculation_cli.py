@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import re
 import sys
 from typing import Any
 
+from wansim import strict_json, yaml_read
 from wansim.errors import WansimInputError
 
 LOWER_IS_BETTER = (
@@ -77,7 +77,7 @@ def cmd_trees_best(args: argparse.Namespace) -> int:
         "branching": tree.branching(),
     }
     if args.json:
-        print(json.dumps(out))
+        print(strict_json.dumps(out))
         return 0
     print(
         f"{args.kind} tree for P = {', '.join(f'{p:g}' for p in acceptance)}, budget {budget}"
@@ -95,7 +95,7 @@ def cmd_drafters(args: argparse.Namespace) -> int:
 
     rows = catalog_rows()
     if args.json:
-        print(json.dumps(rows))
+        print(strict_json.dumps(rows))
         return 0
     cols = ["preset", "kind", "placement", "drafting", "draft_ms", "width_ms", "acceptance"]
     widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
@@ -138,7 +138,7 @@ def parse_over(text: str) -> tuple[str, list[Any]]:
         if not item.strip():
             raise WansimInputError(f"--over {field}", "empty value in the list", spec)
         try:
-            values.append(yaml.safe_load(item))
+            values.append(yaml_read.safe_load(item))
         except yaml.YAMLError:
             raise WansimInputError(f"--over {field}", "value is not valid YAML", item) from None
     return field, values
@@ -258,9 +258,11 @@ def confirm_des(path: str, sets: list[str], configs: list[dict], metric: str) ->
         sc = load_scenario(path, sets + [f"{k}={_yaml(v)}" for k, v in cfg.items()])
         res = wansim.simulate(sc)
         entry = {"value": float(res.metrics[metric])}
-        ci = res.metrics.get(f"{metric}_ci95")
-        if ci is not None:
-            entry["ci95"] = [float(ci[0]), float(ci[1])]
+        if f"{metric}_ci95" in res.metrics:
+            ci = res.metrics[f"{metric}_ci95"]
+            entry["ci95"] = None if ci is None else [float(ci[0]), float(ci[1])]
+            if ci is None:  # undefined (too few laps): say why, compare nothing
+                entry["ci95_undefined"] = res.undefined().get(f"{metric}_ci95")
         out.append(entry)
     return out
 
@@ -297,7 +299,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             rows, confirm_des(args.scenario, args.set, configs, metric), strict=True
         ):
             row["des"] = des
-            if "ci95" in des:
+            if des.get("ci95") is not None:
                 lo, hi = des["ci95"]
                 row["des"]["analytical_inside_ci95"] = bool(lo <= row[metric] <= hi)
     out = {
@@ -319,7 +321,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         )
         out["des_best_rank"] = des_best + 1
     if args.json:
-        print(json.dumps(out))
+        print(strict_json.dumps(out))
         return 0
     print(
         f"{res['scenario']}: {res['evaluated']} of {res['points']} points evaluated"

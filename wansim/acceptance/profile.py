@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from wansim import yaml_read
 from wansim.errors import ProfileError, ScenarioError
 from wansim.validation import parse, spec
 
@@ -188,7 +189,7 @@ def load_profile(path: str | os.PathLike) -> Profile:
 @lru_cache(maxsize=64)
 def _load_cached(path: str, mtime_ns: int) -> Profile:
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = yaml_read.safe_load(Path(path).read_text())
     except yaml.YAMLError:
         raise ProfileError(path, "not valid YAML", None) from None
     return profile_from_mapping(raw, path)

@@ -29,8 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from wansim import strict_json
 from wansim.calibrate.cells import DRAFTER_KINDS, PLACEMENT
 from wansim.errors import WansimInputError
+from wansim.hold import checkpoint
 from wansim.real.config import MTP_FILES  # no torch there (settings only)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -320,7 +322,7 @@ def evaluate_cell(
             key: {"value": conf[key], "error": relative_error(conf[key], real.get(key))}
             for key in ("tokens_per_s", "lap_ms_mean")
         }
-    (cell_dir / "cell.json").write_text(json.dumps(cell, indent=1) + "\n")
+    (cell_dir / "cell.json").write_text(strict_json.dumps(cell, indent=1) + "\n")
     return cell
 
 
@@ -397,7 +399,7 @@ def run_calibration(
             "cells": cells,
             "summary": summarize(cells, settings, time.perf_counter() - t0, complete),
         }
-        (out / "calibration.json").write_text(json.dumps(result, indent=1) + "\n")
+        (out / "calibration.json").write_text(strict_json.dumps(result, indent=1) + "\n")
         return result
 
     from wansim.real.prompts import builtin_prompts
@@ -502,7 +504,7 @@ def recalibrate(
     }
     result["summary"]["reused_from"] = str(src)
     Path(raw["out"]).mkdir(parents=True, exist_ok=True)
-    (Path(raw["out"]) / "calibration.json").write_text(json.dumps(result, indent=1) + "\n")
+    (Path(raw["out"]) / "calibration.json").write_text(strict_json.dumps(result, indent=1) + "\n")
     return result
 
 
@@ -574,6 +576,7 @@ def _run_pipeline(settings, target_cfg, prompts, p, lat, cells, total, t0, say, 
             cells.append(cell)
             write(False)
             say(_progress_line(len(cells), total, cell, t_real, time.perf_counter() - t_cell, t0))
+            checkpoint("calibrate-cell", len(cells))
     except KeyboardInterrupt:
         pipe.abort()
         raise

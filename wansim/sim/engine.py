@@ -176,12 +176,15 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     unfinished = int(np.isnan(record.finish_ms).sum())
     if unfinished:  # cannot happen with a correct engine; never report partial metrics
         raise RuntimeError(f"DES ended with {unfinished} unfinished requests")
+    method = ci_method(record)
     details = {
         "record": record,
         "timeline": tl,
         "makespan_ms": record.makespan_ms,
         "events": events,
-        "ci_method": ci_method(wl.concurrency),
+        "ci_method": method,
+        # metric -> why it is null in the JSON (wansim.result.Result.to_json)
+        "undefined": {"tokens_per_s_ci95": method} if method.startswith("undefined") else {},
         "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
         "verify_passes": record.verify_passes,
     }

@@ -15,10 +15,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from wansim import yaml_read
 from wansim.errors import ScenarioError, WansimInputError
+from wansim.user_yaml import load_yaml_text, read_yaml_file
 from wansim.validation import parse, spec
 
 DRAFTER_KINDS = ("mtp", "dspark", "dflash", "eagle", "draft_model", "ngram")
@@ -31,6 +29,7 @@ SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
 ARRIVALS = ("closed", "poisson")
 ACTIVATION_BITS = (3, 4, 8, 16, 32)
+MAX_LOSS_RATE = 0.99
 
 
 # ----------------------------------------------------------------------------- compute models
@@ -180,7 +179,7 @@ class HopOverride:
     latency_ms: float | None = spec(None, ge=0)
     bandwidth_mbps: float | None = spec(None, gt=0)
     jitter: Jitter | None = spec(None)
-    loss_rate: float | None = spec(None, ge=0, lt=1)
+    loss_rate: float | None = spec(None, ge=0, le=MAX_LOSS_RATE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +198,9 @@ class Network:
     latency_ms: float = spec(25.0, ge=0)
     bandwidth_mbps: float = spec(1000.0, gt=0)
     jitter: Jitter = spec(factory=Jitter)
-    loss_rate: float = spec(0.0, ge=0, lt=1)
+    loss_rate: float = spec(
+        0.0, ge=0, le=MAX_LOSS_RATE, doc="per transmission; a link losing more is down"
+    )
     retransmit_ms: float = spec(200.0, ge=0, doc="extra delay per lost transmission (TCP RTO)")
     hops: tuple[HopOverride, ...] = spec(())
 
@@ -358,10 +359,10 @@ class Workload:
     prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
     flight, a new one starts when one finishes; ``poisson``: arrivals at ``rate_per_s``."""
 
-    requests: int = spec(64, ge=1)
-    concurrency: int = spec(1, ge=1)
-    prompt_tokens: int = spec(512, ge=1)
-    output_tokens: int = spec(256, ge=2)
+    requests: int = spec(64, ge=1, le=1_000_000)
+    concurrency: int = spec(1, ge=1, le=65_536)
+    prompt_tokens: int = spec(512, ge=1, le=10_000_000)
+    output_tokens: int = spec(256, ge=2, le=1_000_000)
     arrival: str = spec("closed", choices=ARRIVALS)
     rate_per_s: float = spec(1.0, gt=0)
 
@@ -370,7 +371,7 @@ class Workload:
 @dataclasses.dataclass(frozen=True)
 class Scenario:
     name: str = spec("scenario")
-    seed: int = spec(0, ge=0)
+    seed: int = spec(0, ge=0, le=2**63 - 1)
     stages: int = spec(10, ge=1, le=1024)
     model: Model = spec(factory=Model)
     network: Network = spec(factory=Network)
@@ -483,6 +484,8 @@ def load_scenario(
         base_dir = Path(path).resolve().parent
     else:
         raw = to_plain(data)
+    if not isinstance(raw, Mapping):
+        raise ScenarioError("scenario", "must be a mapping", raw)
     raw = apply_overrides(raw, overrides or ())
     raw = _apply_drafter_preset(raw)
     scenario = parse(Scenario, raw, "")
@@ -523,15 +526,9 @@ def deep_merge(base: dict, top: Mapping) -> dict:
 
 
 def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise WansimInputError(what, "file not found", str(path))
-    try:
-        raw = yaml_read.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise WansimInputError(what, f"not valid YAML{where}", str(path)) from None
+    """A YAML file that must hold a mapping (empty: ``{}``), read within the limits of
+    :mod:`wansim.user_yaml` (UTF-8, depth, alias expansion)."""
+    raw = read_yaml_file(path, what)
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -539,14 +536,24 @@ def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict:
     return raw
 
 
-def to_plain(obj: Any) -> Any:
-    """Dataclasses/tuples -> plain dicts/lists (the YAML shape)."""
+MAX_NESTING = 32  # levels of mappings/lists in a scenario (the schema needs 5)
+
+
+def to_plain(obj: Any, _path: str = "", _depth: int = 0) -> Any:
+    """Dataclasses/tuples -> plain dicts/lists (the YAML shape). Raises a one-line error for
+    data nested more than :data:`MAX_NESTING` deep (or containing itself)."""
+    if _depth > MAX_NESTING:
+        raise ScenarioError(
+            _path or "scenario", f"nested more than {MAX_NESTING} deep (or contains itself)"
+        )
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, Mapping):
-        return {k: to_plain(v) for k, v in obj.items()}
+        return {
+            k: to_plain(v, f"{_path}.{k}" if _path else str(k), _depth + 1) for k, v in obj.items()
+        }
     if isinstance(obj, (list, tuple)):
-        return [to_plain(v) for v in obj]
+        return [to_plain(v, f"{_path}[{i}]", _depth + 1) for i, v in enumerate(obj)]
     return obj
 
 
@@ -584,11 +591,12 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError("--set", "expected field.path=value", text)
     key, _, value = text.partition("=")
     key = key.strip()
+    if not value.strip():
+        return key, ""
     try:
-        parsed = yaml_read.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        raise ScenarioError(key, "value is not valid YAML", value) from None
-    return key, parsed
+        return key, load_yaml_text(value, key)
+    except WansimInputError as err:
+        raise ScenarioError(key, f"value: {err.problem}", value) from None
 
 
 def apply_overrides(raw: dict, overrides: Iterable[str] | Mapping[str, Any]) -> dict:
@@ -671,6 +679,9 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         found = resolve_file(j.samples_file, base_dir)
         if found is None:
             raise ScenarioError(f"{where}.samples_file", "file not found", j.samples_file)
+        from wansim.network import read_samples
+
+        read_samples(found, f"{where}.samples_file")  # its values are checked now, not mid-run
         return dataclasses.replace(j, samples_file=str(found))
 
     net = scenario.network

@@ -23,6 +23,7 @@ from wansim.scenario import Hop
 from wansim.wire import serialise_ms
 
 GRID_POINTS = 1 << 15
+MAX_SHIFTED_POINTS = 1 << 20  # shifted_mixture's grid (coarsened beyond)
 TAIL = 1e-7
 
 
@@ -135,7 +136,8 @@ def shifted_mixture(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The distribution of X + D, D independent of X taking ``shifts_ms`` (>= 0) with
     ``weights`` (the rest of the mass at 0), on X's uniform grid extended to the largest
-    shift (each shift rounded to the grid)."""
+    shift (each shift rounded to the grid); X's grid is coarsened (bins summed) where that
+    would exceed ``MAX_SHIFTED_POINTS``."""
     if len(values) == 1:
         atoms = np.concatenate([[0.0], np.asarray(shifts_ms, dtype=float)]) + values[0]
         mass = np.concatenate([[1.0 - np.sum(weights)], np.asarray(weights, dtype=float)])
@@ -145,6 +147,13 @@ def shifted_mixture(
         np.add.at(out, np.rint((atoms - values[0]) / dt).astype(int), mass)
         return grid, out
     dt = values[1] - values[0]
+    # bounded work: where the largest shift is many grids long, coarsen X's grid first
+    span = len(pmf) + float(np.max(shifts_ms, initial=0.0)) / dt
+    factor = int(np.ceil(span / MAX_SHIFTED_POINTS))
+    if factor > 1:
+        pmf = np.pad(pmf, (0, -len(pmf) % factor)).reshape(-1, factor).sum(axis=1)
+        values = values[0] + (factor - 1) * dt / 2 + factor * dt * np.arange(len(pmf))
+        dt *= factor
     steps = np.rint(np.asarray(shifts_ms, dtype=float) / dt).astype(int)
     top = int(steps.max(initial=0))
     out = np.zeros(len(pmf) + top)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from wansim.compute import stage_ms, stage_ms_each
+from wansim.links.delivery import busy_ms
 from wansim.network import expected_losses
-from wansim.wire import serialise_ms
 
 
 def stage_services_ms(scenario, n_tokens, n_stations: int) -> list[np.ndarray]:
@@ -26,12 +26,13 @@ def stage_services_ms(scenario, n_tokens, n_stations: int) -> list[np.ndarray]:
 
 
 def hop_service_ms(scenario, hop: int, n_bytes) -> np.ndarray:
-    """Serialisation ms of an ``n_bytes`` message on hop ``hop`` (retransmissions included)."""
+    """Expected time an ``n_bytes`` message holds hop ``hop``'s sender (the shared rule's
+    :func:`wansim.links.delivery.busy_ms` at E[losses]: retransmissions included)."""
     net = scenario.network
-    if net.hops:
-        h = scenario.resolved_hops()[hop]
-        return serialise_ms(n_bytes, h.bandwidth_mbps) * (1 + expected_losses(h.loss_rate))
-    return serialise_ms(n_bytes, net.bandwidth_mbps) * (1 + expected_losses(net.loss_rate))
+    h = scenario.resolved_hops()[hop] if net.hops else net
+    n = np.asarray(n_bytes, dtype=float)
+    bw = np.asarray(h.bandwidth_mbps, dtype=float)
+    return busy_ms(n, bw, 0.0, 0.0, expected_losses(h.loss_rate))
 
 
 def ring_sums(scenario, fn, n_bytes_fwd, n_bytes_ret) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,8 @@ hops (hop i carries S_i's output to S_(i+1); hop P-1 is the return hop to S0; wi
 ring is the return hop alone), one :class:`~wansim.sim.verifier.Verifier` at the last stage and
 a :class:`~wansim.sim.request.RequestSource`. The run ends when every request has finished.
 
-Random streams: ``np.random.SeedSequence(scenario.seed).spawn(4 + 2P)`` gives independent
+Random streams: ``np.random.SeedSequence(scenario.seed).spawn(4 + 2P)``
+(:func:`wansim.links.draws.ring_seeds`, which the link emulator shares) gives independent
 generators, by position: 0 acceptance draws, 1 per-request difficulty, 2 arrivals, then for
 each hop i: 3 + 2i propagation jitter, 4 + 2i losses; the last child (3 + 2P) seeds the block
 schedule's bets, one stream per request. Same seed -> identical run.
@@ -25,6 +26,7 @@ import simpy
 
 from wansim.compute import drafter_tree_ms, stage_ms
 from wansim.errors import ScenarioError
+from wansim.links.draws import ring_seeds
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
 from wansim.sim.link import Link
@@ -82,7 +84,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     env = simpy.Environment()
     p_stages = scenario.stages
     # the block schedule's bets come from one more child, after the documented streams
-    seeds = np.random.SeedSequence(scenario.seed).spawn(4 + 2 * p_stages)
+    seeds = ring_seeds(scenario.seed, p_stages)
     streams = [np.random.default_rng(s) for s in seeds[:-1]]
     blocks = uses_blocks(scenario)
     difficulty_copy = copy.deepcopy(streams[1]) if blocks else None

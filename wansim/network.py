@@ -4,7 +4,8 @@
 On an idle hop, with G the lost transmissions (E[G] = q / (1 - q) for a loss rate q), a message
 of b bytes takes
 
-    E[T_hop] = busy(E[G]) + rto * E[G] + E[max(0, L + J)],   busy(g) = (1 + g) * b*8/B
+    E[T_hop] = busy(E[G]) + rto * E[G] + E[max(0, L + J)],
+    busy(g) = per_message_ms + codec_ms_per_mb * b / 1e6 + (1 + g) * b*8/B
 
 (a retransmission pays serialisation again and waits ``rto``). The jitter distributions and
 the loss sampler live in :mod:`wansim.links`; they are re-exported here for existing callers.
@@ -40,15 +41,22 @@ def expected_losses(loss_rate) -> np.ndarray:
 
 
 def hop_mean_ms(
-    latency_ms, bandwidth_mbps, jitter: Jitter, loss_rate, retransmit_ms, n_bytes
+    latency_ms,
+    bandwidth_mbps,
+    jitter: Jitter,
+    loss_rate,
+    retransmit_ms,
+    n_bytes,
+    per_message_ms=0.0,
+    codec_ms_per_mb=0.0,
 ) -> np.ndarray:
-    """Expected one-way time of an ``n_bytes`` message on an idle hop (see module docstring):
-    serialisation + propagation + E[G] (ser + rto)."""
+    """Expected one-way time of an ``n_bytes`` message on an idle hop (module docstring):
+    software + serialisation + propagation + E[G] (ser + rto)."""
     extra = expected_losses(loss_rate)
     propagation = jitter_dist(jitter).mean_propagation_ms(latency_ms)
-    busy = busy_ms(
-        np.asarray(n_bytes, dtype=float), np.asarray(bandwidth_mbps, dtype=float), 0.0, 0.0, extra
-    )
+    n = np.asarray(n_bytes, dtype=float)
+    bw = np.asarray(bandwidth_mbps, dtype=float)
+    busy = busy_ms(n, bw, np.asarray(per_message_ms), np.asarray(codec_ms_per_mb), extra)
     return busy + np.asarray(retransmit_ms) * extra + propagation
 
 
@@ -75,8 +83,16 @@ def loss_terms_ms(loss_rate, retransmit_ms, bandwidth_mbps, n_bytes) -> dict[str
 
 
 def hop_mean(hop: Hop, n_bytes) -> np.ndarray:
+    """:func:`hop_mean_ms` of a resolved ``Hop`` (or the ``Network``: the same field names)."""
     return hop_mean_ms(
-        hop.latency_ms, hop.bandwidth_mbps, hop.jitter, hop.loss_rate, hop.retransmit_ms, n_bytes
+        hop.latency_ms,
+        hop.bandwidth_mbps,
+        hop.jitter,
+        hop.loss_rate,
+        hop.retransmit_ms,
+        n_bytes,
+        hop.per_message_ms,
+        hop.codec_ms_per_mb,
     )
 
 

@@ -122,11 +122,21 @@ ComputeModel = LinearCompute | RooflineCompute | MoeCompute | TableCompute
 class Model:
     """``compute``: every stage's compute model. ``stage_compute``: optional, one entry per stage
     (P entries, each naming its ``kind``) replacing ``compute`` stage by stage, for pipelines
-    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here)."""
+    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here).
+    ``overhead_ms`` (or ``stage_overhead_ms``, P entries): a fixed cost per pass per stage on top
+    of the compute model (a roofline's own ``overhead_ms`` included), times ``host_cpu_factor``
+    (:func:`wansim.compute.stage_overheads_ms`)."""
 
     hidden_size: int = spec(7168, ge=1)
     compute: ComputeModel = spec(factory=LinearCompute, variants=COMPUTE_VARIANTS)
     stage_compute: tuple[ComputeModel, ...] = spec((), variants=COMPUTE_VARIANTS)
+    overhead_ms: float = spec(
+        0.0, ge=0, doc="fixed host-side cost of every pass at every stage (coordinator, launches)"
+    )
+    stage_overhead_ms: tuple[float, ...] = spec((), ge=0, doc="per stage, replaces overhead_ms")
+    host_cpu_factor: float = spec(
+        1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
+    )
 
 
 # ----------------------------------------------------------------------------- network
@@ -180,6 +190,8 @@ class HopOverride:
     bandwidth_mbps: float | None = spec(None, gt=0)
     jitter: Jitter | None = spec(None)
     loss_rate: float | None = spec(None, ge=0, lt=1)
+    per_message_ms: float | None = spec(None, ge=0)
+    codec_ms_per_mb: float | None = spec(None, ge=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +203,8 @@ class Hop:
     jitter: Jitter
     loss_rate: float
     retransmit_ms: float
+    per_message_ms: float = 0.0
+    codec_ms_per_mb: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +214,10 @@ class Network:
     jitter: Jitter = spec(factory=Jitter)
     loss_rate: float = spec(0.0, ge=0, lt=1)
     retransmit_ms: float = spec(200.0, ge=0, doc="extra delay per lost transmission (TCP RTO)")
+    per_message_ms: float = spec(
+        0.0, ge=0, doc="sender software cost per message (framing, sidecar), paid once"
+    )
+    codec_ms_per_mb: float = spec(0.0, ge=0, doc="sender codec cost per 10^6 bytes, paid once")
     hops: tuple[HopOverride, ...] = spec(())
 
 
@@ -395,6 +413,13 @@ class Scenario:
                 f"needs {self.stages} entries (one compute model per stage)",
                 f"{len(per_stage)} entries",
             )
+        overheads = self.model.stage_overhead_ms
+        if overheads and len(overheads) != self.stages:
+            raise ScenarioError(
+                "model.stage_overhead_ms",
+                f"needs {self.stages} entries (one per stage; or use model.overhead_ms)",
+                f"{len(overheads)} entries",
+            )
 
     def _check_schedule(self) -> None:
         """Async in-pipe speculation bets on drafts S0 drafted itself (module Schedule)."""
@@ -448,6 +473,12 @@ class Scenario:
                     jitter=net.jitter if o.jitter is None else o.jitter,
                     loss_rate=net.loss_rate if o.loss_rate is None else o.loss_rate,
                     retransmit_ms=net.retransmit_ms,
+                    per_message_ms=net.per_message_ms
+                    if o.per_message_ms is None
+                    else o.per_message_ms,
+                    codec_ms_per_mb=net.codec_ms_per_mb
+                    if o.codec_ms_per_mb is None
+                    else o.codec_ms_per_mb,
                 )
             )
         return tuple(out)

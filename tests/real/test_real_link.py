@@ -107,6 +107,8 @@ HOPS = [
     (5.0, 10.0, {"jitter_kind": "normal", "jitter_std_ms": 8.0}, 0.3, 60.0),
     (30.0, 100.0, {"jitter_kind": "pareto", "jitter_std_ms": 3.0, "jitter_shape": 3.5}, 0.1, 90.0),
     (10.0, 1000.0, {"jitter_kind": "empirical", "jitter_samples_ms": (-12.0, 0.0, 4.0)}, 0.0, 0),
+    # per-message software costs: 4 ms a message and 3 ms per MB at 40 Mbit/s, with loss
+    (15.0, 40.0, {"per_message_ms": 4.0, "codec_ms_per_mb": 3.0}, 0.1, 120.0),
 ]
 
 
@@ -124,7 +126,15 @@ def _des_deliveries(spec: LinkSpec, offers_ms, sizes) -> list[float]:
         shape=spec.jitter_shape,
         samples_ms=spec.jitter_samples_ms,
     )
-    hop = Hop(spec.latency_ms, spec.bandwidth_mbps, jitter, spec.loss_rate, spec.retransmit_ms)
+    hop = Hop(
+        spec.latency_ms,
+        spec.bandwidth_mbps,
+        jitter,
+        spec.loss_rate,
+        spec.retransmit_ms,
+        spec.per_message_ms,
+        spec.codec_ms_per_mb,
+    )
     log: list = []
     streams = hop_streams(ring_seeds(spec.seed, spec.ring_stages), spec.hop)
     link = Link(simpy.Environment(), spec.hop, hop, lambda _p: None, *streams, log)
@@ -144,7 +154,7 @@ def test_emulator_schedules_exactly_what_the_des_schedules(case):
         loss_rate=loss,
         retransmit_ms=rto,
         seed=11 + case,
-        ring_stages=4,
+        ring_stages=len(HOPS),
         hop=case,
         **jit,
     )

@@ -3,8 +3,9 @@
 Model: the one the engines use, by the same code. The relay groups frames into messages (a
 pass's draft ids and probabilities ride with the activations or verdict that end the message:
 :data:`LEADING_KINDS`) and schedules each message with :func:`wansim.links.delivery.deliver`:
-it starts at ``max(arrival, link free)``, holds the link for ``busy = (1 + G) * bytes * 8 /
-bandwidth`` (a lost transmission is sent again and pays serialisation again), and is delivered
+it starts at ``max(arrival, link free)``, holds the link for ``busy = per_message_ms +
+codec_ms_per_mb * bytes / 1e6 + (1 + G) * bytes * 8 / bandwidth`` (the sender's software cost,
+paid once; a lost transmission is sent again and pays serialisation again), and is delivered
 at ``max(free + G * retransmit_ms + max(0, latency + jitter), previous delivery)``. Jitter J and
 lost transmissions G are drawn once per message (not per frame) by
 :class:`wansim.links.draws.LinkDraws` from the DES's streams for this hop: a ``LinkSpec`` with
@@ -98,6 +99,8 @@ class LinkSpec:
     jitter_samples_ms: tuple[float, ...] = ()
     loss_rate: float = 0.0
     retransmit_ms: float = 200.0
+    per_message_ms: float = 0.0
+    codec_ms_per_mb: float = 0.0
     seed: int = 0
     ring_stages: int = 1
     hop: int = 0
@@ -130,6 +133,10 @@ class LinkSpec:
             bad("loss_rate", "must be in [0, 1)")
         if self.retransmit_ms < 0:
             bad("retransmit_ms", "must be >= 0")
+        for name in ("per_message_ms", "codec_ms_per_mb"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                bad(name, "must be a finite number >= 0")
         if not 1 <= self.ring_stages <= 1024:
             bad("ring_stages", "must be in 1..1024")
         if not 0 <= self.hop < self.ring_stages:
@@ -152,6 +159,8 @@ class LinkSpec:
             jitter_samples_ms=tuple(j.samples_ms),
             loss_rate=hop.loss_rate,
             retransmit_ms=hop.retransmit_ms,
+            per_message_ms=hop.per_message_ms,
+            codec_ms_per_mb=hop.codec_ms_per_mb,
             seed=seed,
             ring_stages=ring_stages,
             hop=index,
@@ -220,7 +229,7 @@ class LinkScheduler:
         g = self.draws.losses()
         propagation = self.draws.propagation_ms()
         bw = math.inf if spec.bandwidth_mbps is None else spec.bandwidth_mbps
-        busy = busy_ms(nbytes, bw, 0.0, 0.0, g)
+        busy = busy_ms(nbytes, bw, spec.per_message_ms, spec.codec_ms_per_mb, g)
         _, self.free_ms, delivery = deliver(
             offer_ms, self.free_ms, self.last_delivery_ms, busy, g, spec.retransmit_ms, propagation
         )

@@ -24,7 +24,7 @@ import functools
 import numpy as np
 import simpy
 
-from wansim.compute import drafter_tree_ms, stage_ms
+from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.errors import ScenarioError
 from wansim.links.draws import ring_seeds
 from wansim.result import Result
@@ -106,7 +106,10 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     draft_per_sequence = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 1)) - draft
     first_stage = scenario.drafter.placement == "first_stage"
     overlap = blocks and scenario.drafter.overlap  # drafting on its own device (schedule.py)
-    computes = [functools.partial(stage_ms, m) for m in scenario.stage_compute_models()]
+    computes = [
+        functools.partial(stage_pass_ms, m, o)
+        for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
+    ]
     fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
     stages = [
         Stage(

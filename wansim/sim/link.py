@@ -88,12 +88,13 @@ class Link:
         if offer_ms is None:
             offer_ms = now
         draws = self.draws
+        hop = self.hop
         g = draws.losses()
         start, self.free_ms, delivery = deliver(
             offer_ms,
             self.free_ms,
             self.last_delivery_ms,
-            busy_ms(n_bytes, self.bandwidth_mbps, 0.0, 0.0, g),
+            busy_ms(n_bytes, self.bandwidth_mbps, hop.per_message_ms, hop.codec_ms_per_mb, g),
             g,
             self.rto_ms,
             draws.propagation_ms(),

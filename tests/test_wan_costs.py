@@ -32,7 +32,7 @@ def ring(**over) -> dict:
         "workload": {"requests": 3, "prompt_tokens": 8, "output_tokens": 20},
     }
     for key, value in over.items():
-        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
     return data
 
 
@@ -120,3 +120,19 @@ def test_per_hop_override_is_validated():
     data = ring(network={"hops": [{"per_message_ms": -2.0}, {}, {}]})
     with pytest.raises(ScenarioError, match=r"network.hops\[0\].per_message_ms: must be >= 0"):
         load_scenario(data=data)
+
+
+@pytest.mark.parametrize("kind", ["mtp", "dspark", "dflash", "eagle"])
+def test_hidden_state_head_cannot_draft_ahead_at_s0(kind):
+    data = ring(
+        drafter={"kind": kind, "placement": "first_stage", "acceptance": {"alpha": 0.8}},
+        speculation={"policy": "chain", "k": 3},
+        schedule={"kind": "async", "max_inflight_blocks": 2},
+    )
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(data=data)
+    text = str(err.value)
+    assert text.startswith("drafter.kind: reads the last stage's hidden state") and "\n" not in text
+    assert text.endswith(f"got '{kind}'")
+    for ok in ("draft_model", "ngram"):  # token-id drafters may draft ahead
+        load_scenario(data={**data, "drafter": {**data["drafter"], "kind": ok}})

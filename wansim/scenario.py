@@ -22,6 +22,10 @@ from wansim.validation import parse, spec
 
 DRAFTER_KINDS = ("mtp", "dspark", "dflash", "eagle", "draft_model", "ngram")
 PLACEMENTS = ("first_stage", "last_stage")
+# drafters that read the target's last-stage hidden state (review Part V: MTP/DSpark blocks,
+# EAGLE heads, DFlash conditioned on target hidden states); a draft model or n-gram lookup
+# needs only token ids
+HIDDEN_STATE_DRAFTERS = ("mtp", "dspark", "dflash", "eagle")
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
 POLICIES = ("none", "chain", "tree")
 VERIFIERS = ("lossless", "greedy", "typical")
@@ -446,6 +450,13 @@ class Scenario:
                 "async launches draft blocks ahead of their verdicts: it needs speculation"
                 " (policy chain)",
                 "none",
+            )
+        if self.drafter.kind in HIDDEN_STATE_DRAFTERS:
+            raise ScenarioError(
+                "drafter.kind",
+                "reads the last stage's hidden state, which S0 does not have for drafts still in"
+                " flight: async at first_stage needs a drafter of token ids (draft_model | ngram)",
+                self.drafter.kind,
             )
 
     @property

@@ -35,7 +35,6 @@ BASE = {
     "drafter": {
         "kind": "draft_model",
         "placement": "first_stage",
-        "kind": "draft_model",
         "parallel": False,
         "draft_ms": 1.0,
         "acceptance": {"alpha": 0.7},

@@ -106,7 +106,7 @@ ASSUMPTIONS = {
 
 def _points(group: str, fast: bool) -> list[dict]:
     """The grid of one group (overrides of the reference scenario)."""
-    first = {"drafter.placement": "first_stage"}
+    first = {"drafter.placement": "first_stage", "drafter.kind": "draft_model"}
     pts: list[dict] = []
     if group == "async":
         grid = itertools.product(

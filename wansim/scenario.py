@@ -21,6 +21,10 @@ from wansim.validation import parse, spec
 
 DRAFTER_KINDS = ("mtp", "dspark", "dflash", "eagle", "draft_model", "ngram")
 PLACEMENTS = ("first_stage", "last_stage")
+# drafters that read the target's last-stage hidden state (review Part V: MTP/DSpark blocks,
+# EAGLE heads, DFlash conditioned on target hidden states); a draft model or n-gram lookup
+# needs only token ids
+HIDDEN_STATE_DRAFTERS = ("mtp", "dspark", "dflash", "eagle")
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
 POLICIES = ("none", "chain", "tree")
 VERIFIERS = ("lossless", "greedy", "typical")
@@ -122,11 +126,21 @@ ComputeModel = LinearCompute | RooflineCompute | MoeCompute | TableCompute
 class Model:
     """``compute``: every stage's compute model. ``stage_compute``: optional, one entry per stage
     (P entries, each naming its ``kind``) replacing ``compute`` stage by stage, for pipelines
-    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here)."""
+    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here).
+    ``overhead_ms`` (or ``stage_overhead_ms``, P entries): a fixed cost per pass per stage on top
+    of the compute model (a roofline's own ``overhead_ms`` included), times ``host_cpu_factor``
+    (:func:`wansim.compute.stage_overheads_ms`)."""
 
     hidden_size: int = spec(7168, ge=1)
     compute: ComputeModel = spec(factory=LinearCompute, variants=COMPUTE_VARIANTS)
     stage_compute: tuple[ComputeModel, ...] = spec((), variants=COMPUTE_VARIANTS)
+    overhead_ms: float = spec(
+        0.0, ge=0, doc="fixed host-side cost of every pass at every stage (coordinator, launches)"
+    )
+    stage_overhead_ms: tuple[float, ...] = spec((), ge=0, doc="per stage, replaces overhead_ms")
+    host_cpu_factor: float = spec(
+        1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
+    )
 
 
 # ----------------------------------------------------------------------------- network
@@ -180,6 +194,8 @@ class HopOverride:
     bandwidth_mbps: float | None = spec(None, gt=0)
     jitter: Jitter | None = spec(None)
     loss_rate: float | None = spec(None, ge=0, le=MAX_LOSS_RATE)
+    per_message_ms: float | None = spec(None, ge=0)
+    codec_ms_per_mb: float | None = spec(None, ge=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +207,8 @@ class Hop:
     jitter: Jitter
     loss_rate: float
     retransmit_ms: float
+    per_message_ms: float = 0.0
+    codec_ms_per_mb: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +220,10 @@ class Network:
         0.0, ge=0, le=MAX_LOSS_RATE, doc="per transmission; a link losing more is down"
     )
     retransmit_ms: float = spec(200.0, ge=0, doc="extra delay per lost transmission (TCP RTO)")
+    per_message_ms: float = spec(
+        0.0, ge=0, doc="sender software cost per message (framing, sidecar), paid once"
+    )
+    codec_ms_per_mb: float = spec(0.0, ge=0, doc="sender codec cost per 10^6 bytes, paid once")
     hops: tuple[HopOverride, ...] = spec(())
 
 
@@ -397,6 +419,13 @@ class Scenario:
                 f"needs {self.stages} entries (one compute model per stage)",
                 f"{len(per_stage)} entries",
             )
+        overheads = self.model.stage_overhead_ms
+        if overheads and len(overheads) != self.stages:
+            raise ScenarioError(
+                "model.stage_overhead_ms",
+                f"needs {self.stages} entries (one per stage; or use model.overhead_ms)",
+                f"{len(overheads)} entries",
+            )
 
     def _check_schedule(self) -> None:
         """Async in-pipe speculation bets on drafts S0 drafted itself (module Schedule)."""
@@ -424,6 +453,13 @@ class Scenario:
                 " (policy chain)",
                 "none",
             )
+        if self.drafter.kind in HIDDEN_STATE_DRAFTERS:
+            raise ScenarioError(
+                "drafter.kind",
+                "reads the last stage's hidden state, which S0 does not have for drafts still in"
+                " flight: async at first_stage needs a drafter of token ids (draft_model | ngram)",
+                self.drafter.kind,
+            )
 
     @property
     def k(self) -> int:
@@ -450,6 +486,12 @@ class Scenario:
                     jitter=net.jitter if o.jitter is None else o.jitter,
                     loss_rate=net.loss_rate if o.loss_rate is None else o.loss_rate,
                     retransmit_ms=net.retransmit_ms,
+                    per_message_ms=net.per_message_ms
+                    if o.per_message_ms is None
+                    else o.per_message_ms,
+                    codec_ms_per_mb=net.codec_ms_per_mb
+                    if o.codec_ms_per_mb is None
+                    else o.codec_ms_per_mb,
                 )
             )
         return tuple(out)

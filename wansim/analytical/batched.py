@@ -62,7 +62,7 @@ from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
 from wansim.analytical.path import hop_service_ms, ring_sums, stage_services_ms
 from wansim.compute import mean_stage_ms, stage_ms_each
-from wansim.network import hop_mean_ms
+from wansim.network import hop_mean
 from wansim.wire import forward_bytes
 
 TAIL_SD = 10.0  # admissions per verdict: k up to mean + TAIL_SD sd (+ 10), at most b
@@ -103,7 +103,7 @@ def convoy_delay_ms(prefill_services, batch_services, live, gap_ms) -> np.ndarra
 
 def _forward_hops_ms(scenario, n_bytes) -> np.ndarray:
     """Sum of the forward hops' mean times for an ``n_bytes`` message."""
-    return ring_sums(scenario, lambda link, n: hop_mean_ms(*link, n), n_bytes, n_bytes)[0]
+    return ring_sums(scenario, hop_mean, n_bytes, n_bytes)[0]
 
 
 def admissions(scenario, lockstep: dict, parts: dict, waves: list) -> dict:

@@ -6,7 +6,8 @@ hops (hop i carries S_i's output to S_(i+1); hop P-1 is the return hop to S0; wi
 ring is the return hop alone), one :class:`~wansim.sim.verifier.Verifier` at the last stage and
 a :class:`~wansim.sim.request.RequestSource`. The run ends when every request has finished.
 
-Random streams: ``np.random.SeedSequence(scenario.seed).spawn(4 + 2P)`` gives independent
+Random streams: ``np.random.SeedSequence(scenario.seed).spawn(4 + 2P)``
+(:func:`wansim.links.draws.ring_seeds`, which the link emulator shares) gives independent
 generators, by position: 0 acceptance draws, 1 per-request difficulty, 2 arrivals, then for
 each hop i: 3 + 2i propagation jitter, 4 + 2i losses; the last child (3 + 2P) seeds the block
 schedule's bets, one stream per request. Same seed -> identical run.
@@ -23,8 +24,9 @@ import functools
 import numpy as np
 import simpy
 
-from wansim.compute import drafter_tree_ms, stage_ms
+from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.errors import ScenarioError
+from wansim.links.draws import ring_seeds
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
 from wansim.sim.link import Link
@@ -82,7 +84,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     env = simpy.Environment()
     p_stages = scenario.stages
     # the block schedule's bets come from one more child, after the documented streams
-    seeds = np.random.SeedSequence(scenario.seed).spawn(4 + 2 * p_stages)
+    seeds = ring_seeds(scenario.seed, p_stages)
     streams = [np.random.default_rng(s) for s in seeds[:-1]]
     blocks = uses_blocks(scenario)
     difficulty_copy = copy.deepcopy(streams[1]) if blocks else None
@@ -104,7 +106,10 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     draft_per_sequence = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 1)) - draft
     first_stage = scenario.drafter.placement == "first_stage"
     overlap = blocks and scenario.drafter.overlap  # drafting on its own device (schedule.py)
-    computes = [functools.partial(stage_ms, m) for m in scenario.stage_compute_models()]
+    computes = [
+        functools.partial(stage_pass_ms, m, o)
+        for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
+    ]
     fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
     stages = [
         Stage(

@@ -164,7 +164,12 @@ def optimize(
     from wansim.analytical import check_supported, evaluate_grid
     from wansim.analytical.grid import VECTOR_FIELDS
     from wansim.metrics import METRICS
-    from wansim.scenario import load_scenario, scenario_to_dict
+    from wansim.scenario import (
+        PER_STAGE_PATHS,
+        has_per_stage_lists,
+        load_scenario,
+        scenario_to_dict,
+    )
 
     names = [f for f, _ in overs]
     if len(set(names)) != len(names):
@@ -175,11 +180,15 @@ def optimize(
         direction = "min" if metric in LOWER_IS_BETTER else "max"
     sets = list(sets or [])
     base = load_scenario(path, sets)
+    per_stage = has_per_stage_lists(scenario_to_dict(base)) or any(
+        f.startswith(PER_STAGE_PATHS) for f, _ in overs
+    )
     vec = [
         (f, v)
         for f, v in overs
         if f in VECTOR_FIELDS
         and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+        and not (f == "stages" and per_stage)
     ]
     other = [(f, v) for f, v in overs if (f, v) not in vec]
     skipped: list[dict] = []

@@ -1,6 +1,6 @@
 """Scenario YAML -> frozen dataclasses, with defaults, overrides and strict validation.
 
-The schema is DESIGN.md section 3. Every field has a default; a partial mapping keeps the
+The schema is README.md's scenario section. Every field has a default; a partial mapping keeps the
 defaults of what it omits; unknown keys, wrong types and out-of-range values are errors naming the
 dotted field path. ``--set a.b=v`` overrides are applied to the raw YAML before validation, so
 they are typed and checked exactly like the file.
@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from wansim import yaml_read
+from wansim.data import on_disk_or_shipped, shipped
 from wansim.errors import ScenarioError, WansimInputError
 from wansim.validation import parse, spec
 
@@ -483,7 +484,7 @@ def load_scenario(
         if path is None:
             raise ScenarioError("scenario", "give a path or data", None)
         raw = read_scenario_raw(path)
-        base_dir = Path(path).resolve().parent
+        base_dir = on_disk_or_shipped(path).resolve().parent
     else:
         raw = to_plain(data)
     raw = apply_overrides(raw, overrides or ())
@@ -504,7 +505,7 @@ def read_scenario_raw(path: str | os.PathLike, _seen: tuple = ()) -> dict:
     ``per_position``) given by the extending file replaces the inherited one (see
     :func:`merge_acceptance`). An empty file is an error (``{}`` means "all defaults").
     """
-    resolved = Path(path).resolve()
+    resolved = on_disk_or_shipped(path).resolve()
     if resolved in _seen:
         raise ScenarioError("extends", "cycle of scenarios extending each other", str(path))
     raw = read_yaml_mapping(path, "scenario")
@@ -597,8 +598,9 @@ def deep_merge(base: Mapping, top: Mapping) -> dict:
 
 
 def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict | None:
-    """The file's YAML mapping; None for an empty file (each caller decides what that means)."""
-    p = Path(path)
+    """The file's YAML mapping; None for an empty file (each caller decides what that means).
+    A missing relative path that names a shipped file (``scenarios/...``) reads that file."""
+    p = on_disk_or_shipped(path)
     if not p.is_file():
         raise WansimInputError(what, "file not found", str(path))
     try:
@@ -841,7 +843,7 @@ def resolve_file(value: str, base_dir: Path, *, search_cwd: bool = True) -> Path
     for c in candidates:
         if c.exists():
             return c.resolve()
-    return None
+    return shipped(p)  # a shipped name (traces/reference/..., scenarios/...) from anywhere
 
 
 def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:

@@ -1,4 +1,8 @@
-"""``wansim`` command line. Bad input exits 2 with one line naming the field; never a traceback."""
+"""``wansim`` command line: the parser and ``main`` (bad input exits 2 with one line naming the
+field; never a traceback). One module per command group: :mod:`wansim.cli.run` (run,
+validate), :mod:`wansim.cli.traces`, :mod:`wansim.cli.speculation` (trees, drafters, optimize),
+:mod:`wansim.cli.figures`; sweeps and calibration keep their commands beside their code
+(:mod:`wansim.sweep.cli`, :mod:`wansim.calibrate.cli`)."""
 
 from __future__ import annotations
 
@@ -6,153 +10,9 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from wansim import strict_json
+from wansim.cli.run import ENGINES, cmd_run, cmd_validate
+from wansim.cli.traces import cmd_traces_fit, cmd_traces_import, cmd_traces_show
 from wansim.errors import WansimInputError
-
-ENGINES = ("des", "analytical", "both")
-
-
-def _run_engine(engine: str, scenario, args):
-    if engine == "analytical":
-        from wansim.analytical import analyze
-
-        return analyze(scenario)
-    from wansim.sim import simulate
-
-    return simulate(scenario, timeline=bool(args.perfetto))
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from wansim.report import format_table, results_json, write_outputs
-    from wansim.scenario import load_scenario
-
-    scenario = load_scenario(args.scenario, args.set)
-    engines = ["des", "analytical"] if args.engine == "both" else [args.engine]
-    if args.perfetto and "des" not in engines:
-        raise WansimInputError(
-            "--perfetto", "needs the DES engine (--engine des or both)", args.engine
-        )
-    from wansim.output_paths import writable_dir, writable_file
-
-    if args.out:
-        writable_dir(args.out, "--out")
-    if args.perfetto:
-        writable_file(args.perfetto, "--perfetto")
-    results = {e: _run_engine(e, scenario, args) for e in engines}
-    if args.perfetto:
-        from wansim.sim.perfetto import write_perfetto
-
-        write_perfetto(results["des"], args.perfetto)
-    if args.out:
-        write_outputs(results, args.out)
-    if args.json:
-        print(strict_json.dumps(results_json(results)))
-    else:
-        print(format_table(results))
-        if args.out:
-            print(f"\nwrote {args.out}/")
-    return 0
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    from wansim.scenario import load_scenario
-
-    scenario = load_scenario(args.scenario, args.set)
-    print(
-        f"{args.scenario}: ok ({scenario.name}, {scenario.stages} stages, policy {scenario.speculation.policy})"
-    )
-    return 0
-
-
-def cmd_traces_show(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from wansim.acceptance.closed_form import implied_tau
-    from wansim.acceptance.profile import load_profile
-
-    prof = load_profile(args.profile)
-    h = prof.header
-    print(
-        f"{args.profile}: {h.drafter} on {h.target}, K={h.k}, T={h.temperature:g}, {h.verifier}, source: {h.source}"
-    )
-    names = list(prof.workloads)
-    kmax = max(len(w.per_position) for w in prof.workloads.values())
-    print("tau(K) (implied at shorter blocks)")
-    print("K    " + "".join(f"{n:>10}" for n in names))
-    for k in range(1, kmax + 1):
-        cells = []
-        for n in names:
-            p = np.asarray(prof.workloads[n].per_position)
-            cells.append(f"{implied_tau(p)[k - 1]:>10.3f}" if k <= len(p) else f"{'-':>10}")
-        print(f"{k:<5}" + "".join(cells))
-    print("dispersion " + "".join(f"{prof.workloads[n].dispersion:>10.2f}" for n in names))
-    return 0
-
-
-def cmd_traces_fit(args: argparse.Namespace) -> int:
-    from wansim.acceptance.profile import write_profile
-    from wansim.acceptance.trace import fit_profile, read_trace
-
-    frame, meta = read_trace(args.trace)
-    # the rule the trace was measured under (the real path's traces say so in their metadata)
-    verifier = meta.get("verifier", "lossless")
-    if verifier not in ("lossless", "greedy", "typical"):
-        raise WansimInputError(
-            f"{args.trace}: verifier", "must be lossless | greedy | typical", verifier
-        )
-    try:
-        temperature = float(meta.get("temperature", 1.0))
-    except ValueError:
-        raise WansimInputError(
-            f"{args.trace}: temperature", "must be a number", meta["temperature"]
-        ) from None
-    profile = fit_profile(
-        frame,
-        drafter=meta.get("drafter", "unknown"),
-        target=meta.get("target", "unknown"),
-        temperature=temperature,
-        verifier=verifier,
-        provenance=f"fitted from the trace {args.trace}",
-        source="measured",
-    )
-    write_profile(
-        profile, args.out, f"Fitted by `wansim traces fit` from {args.trace} ({len(frame)} steps)."
-    )
-    _print_profile_summary(profile, args.out)
-    return 0
-
-
-def cmd_traces_import(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from wansim.acceptance import importers
-    from wansim.acceptance.profile import write_profile
-
-    if args.source == "vllm":
-        path = Path(args.file)
-        if not path.is_file():
-            raise WansimInputError("FILE", "file not found", args.file)
-        profile = importers.profile_from_vllm(
-            path.read_text(), workload=args.workload, model=args.model, where=args.file
-        )
-    else:
-        if args.k is None:
-            raise WansimInputError(
-                "--k", "required for sglang (the run's --speculative-num-steps)", None
-            )
-        profile = importers.profile_from_sglang(args.file, args.k, workload=args.workload)
-    write_profile(
-        profile, args.out, f"Imported by `wansim traces import {args.source}` from {args.file}."
-    )
-    _print_profile_summary(profile, args.out)
-    return 0
-
-
-def _print_profile_summary(profile, out) -> None:
-    for name, wl in profile.workloads.items():
-        print(
-            f"{out}: {name}: K={len(wl.per_position)} tau={wl.tau:.3f} dispersion={wl.dispersion:.2f}"
-        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,8 +76,8 @@ EXTRA_COMMANDS: list[Callable] = []
 
 
 def _speculation_commands(sub) -> None:
-    """``trees``, ``drafters``, ``optimize`` (wansim.speculation_cli; imported when parsing)."""
-    from wansim.speculation_cli import register
+    """``trees``, ``drafters``, ``optimize`` (wansim.cli.speculation)."""
+    from wansim.cli.speculation import register
 
     register(sub)
 
@@ -234,29 +94,10 @@ def _register_sweep(sub) -> None:
 EXTRA_COMMANDS.append(_register_sweep)
 
 
-def cmd_figures(args: argparse.Namespace) -> int:
-    from wansim.report import figure_caption, figure_scripts, run_figures
-
-    if args.list:
-        for name, script in figure_scripts().items():
-            print(f"{name}: {figure_caption(script).splitlines()[0]}")
-        return 0
-    failed = 0
-    for name, ok, seconds, tail in run_figures(args.names, out=args.out, fast=args.fast):
-        print(f"{name}: {'ok' if ok else 'FAILED'} ({seconds:.1f} s)")
-        if not ok:
-            failed += 1
-            print("  " + tail.replace("\n", "\n  "), file=sys.stderr)
-    return 1 if failed else 0
-
-
 def _register_figures(sub) -> None:
-    p = sub.add_parser("figures", help="regenerate paper_figures/ (PNG + PDF)")
-    p.add_argument("names", nargs="*", help="figures to make (default: all; see --list)")
-    p.add_argument("--out", metavar="DIR", help="output folder (default paper_figures/out)")
-    p.add_argument("--fast", action="store_true", help="coarse grids, short DES runs")
-    p.add_argument("--list", action="store_true", help="list the figures and their questions")
-    p.set_defaults(func=cmd_figures)
+    from wansim.cli.figures import register
+
+    register(sub)
 
 
 EXTRA_COMMANDS.append(_register_figures)

@@ -667,7 +667,15 @@ def test_ctrl_c_keeps_finished_cells(tmp_path):
     # arrives, so it cannot finish first under load; the deadline only guards against a hang
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANSIM_HOLD_AFTER": "calibrate-cell:1"}
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # a suite started in the background (nohup, `&` without job control) passes SIGINT
+        # on as ignored: give the child the default, so Python turns it into Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 300
     cal = out / "calibration.json"

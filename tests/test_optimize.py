@@ -11,7 +11,7 @@ from tests.conftest import REFERENCE
 from wansim.acceptance import trees as tr
 from wansim.analytical import analyze
 from wansim.scenario import load_scenario
-from wansim.speculation_cli import optimize, parse_over
+from wansim.studies.optimize import optimize, parse_over
 
 BUDGETS = [4, 6, 8, 12, 16, 24, 32, 48, 64]
 

@@ -122,8 +122,10 @@ def write_run_details(results: dict[str, Result], out: Path) -> list[Path]:
 
 # ----------------------------------------------------------------------------- paper figures
 def figures_dir() -> Path | None:
-    """``paper_figures/`` of this source checkout (or of the working directory)."""
-    for candidate in (Path(__file__).resolve().parents[1], Path.cwd()):
+    """``paper_figures/`` of the source checkout holding the working directory (the working
+    directory or a folder above it)."""
+    here = Path.cwd()
+    for candidate in (here, *here.parents):
         if (candidate / "paper_figures").is_dir():
             return candidate / "paper_figures"
     return None

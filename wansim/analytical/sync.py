@@ -1,7 +1,7 @@
 """Closed forms for the sync schedule, vectorised.
 
 Every numeric scenario field read here may be a numpy array (all broadcast to one shape), so one
-call evaluates a whole grid. The model (DESIGN.md section 2). The speculation policy (none,
+call evaluates a whole grid. The model: docs/architecture.md ("The physics in one lap"). The speculation policy (none,
 chain, tree, verifier rule) enters only through :mod:`wansim.speculation`: per sequence a pass
 verifies n = K + 1 (chain), N + 1 (tree of N nodes) or 1 token(s), and the accepted length has
 survival S_d per difficulty node. A batch of b sequences (``workload.concurrency`` with

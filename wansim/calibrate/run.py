@@ -31,14 +31,19 @@ import numpy as np
 
 from wansim import strict_json
 from wansim.calibrate.cells import DRAFTER_KINDS, PLACEMENT
+from wansim.data import models_dir
 from wansim.errors import WansimInputError
 from wansim.hold import checkpoint
 from wansim.real.config import MTP_FILES  # no torch there (settings only)
 
-ROOT = Path(__file__).resolve().parents[2]
-TARGET = ROOT / "models" / "tiny-target"
-DRAFTER = ROOT / "models" / "tiny-drafter"
-MTP = ROOT / "models" / "tiny-mtp"
+
+def tiny_model(name: str) -> str:
+    """A tiny model of the source checkout (wansim.data.models_dir), else ``models/NAME``
+    (which the settings check then reports as missing, in one line)."""
+    found = models_dir(name)
+    return str(found if found is not None else Path("models") / name)
+
+
 VERIFIERS = ("greedy", "lossless")
 LINK_MODES = ("measured", "configured")
 BITS = (32, 16, 8, 4, 3)
@@ -72,10 +77,10 @@ class Settings:
     temperature: float = 0.0
     bandwidth_mbps: float = 1000.0
     activation_bits: int = 32
-    target_dir: str = str(TARGET)
-    drafter_dir: str = str(DRAFTER)
+    target_dir: str = dataclasses.field(default_factory=lambda: tiny_model("tiny-target"))
+    drafter_dir: str = dataclasses.field(default_factory=lambda: tiny_model("tiny-drafter"))
     drafter_kind: str = "draft_model"
-    mtp_dir: str = str(MTP)
+    mtp_dir: str = dataclasses.field(default_factory=lambda: tiny_model("tiny-mtp"))
     des_requests: int = 2000
     seed: int = 0
     links: str = "measured"

@@ -18,6 +18,7 @@ import pandas as pd
 
 from wansim.errors import WansimInputError
 from wansim.hold import checkpoint
+from wansim.scenario import has_per_stage_lists
 from wansim.sweep.executors import (
     Executor,
     SweepRunError,
@@ -181,7 +182,7 @@ def _run_vectorised(plan, store, done_mask, bar) -> None:
     from wansim.scenario import load_scenario
 
     sweep = plan.sweep
-    vec, cat = split_fields(plan.fields, plan.values)
+    vec, cat = split_fields(plan.fields, plan.values, has_per_stage_lists(plan.base_raw))
     for group in category_groups(cat, plan.values, plan.index):
         missing = ~done_mask[group.points]
         if not missing.any():

@@ -117,7 +117,7 @@ _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
 
 def parse_over(text: str) -> tuple[str, list[Any]]:
     """'speculation.k=1..16' -> ('speculation.k', [1..16]); 'a.b=4,8,16' -> list of scalars."""
-    import yaml
+    from wansim.user_yaml import load_yaml_text
 
     if "=" not in text:
         raise WansimInputError("--over", "expected FIELD=a..b or FIELD=v1,v2,...", text)
@@ -138,9 +138,9 @@ def parse_over(text: str) -> tuple[str, list[Any]]:
         if not item.strip():
             raise WansimInputError(f"--over {field}", "empty value in the list", spec)
         try:
-            values.append(yaml.safe_load(item))
-        except yaml.YAMLError:
-            raise WansimInputError(f"--over {field}", "value is not valid YAML", item) from None
+            values.append(load_yaml_text(item, f"--over {field}"))
+        except WansimInputError as err:
+            raise WansimInputError(f"--over {field}", f"value: {err.problem}", item) from None
     return field, values
 
 

@@ -9,8 +9,8 @@ hostile or broken file fails fast with one line instead of hanging or exhausting
   "billion laughs" file expands to 9**9; it is rejected after reading its ~90 events);
 - an alias may not refer to a collection that contains it (a self-referencing structure).
 
-Numbers: YAML 1.1 reads ``1e3`` (no decimal point) as a string; here it is the float 1000.0,
-as a user means it (``1E-5``, ``-2e+3`` likewise).
+Numbers: YAML 1.2's float syntax; YAML 1.1 (PyYAML) reads ``1e3`` (no decimal point) and
+``1.5e308`` (no exponent sign) as strings, here they are floats, as a user means them.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*|[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+)$"),
+    list("-+0123456789."),
 )
 
 

@@ -36,6 +36,7 @@ BATCHING = ("none", "continuous")
 ARRIVALS = ("closed", "poisson")
 ACTIVATION_BITS = (3, 4, 8, 16, 32)
 MAX_LOSS_RATE = 0.99
+MAX_STAGES = 1024
 
 
 # ----------------------------------------------------------------------------- compute models
@@ -103,7 +104,7 @@ class TableCompute:
     segment's slope is extended (what ``wansim calibrate`` writes)."""
 
     kind: str = spec("table", choices=("table",))
-    points: tuple[tuple[float, float], ...] = spec(((1.0, 6.0), (64.0, 7.3)))
+    points: tuple[tuple[float, float], ...] = spec(((1.0, 6.0), (64.0, 7.3)), max_items=10_000)
 
     def check(self, path: str) -> None:
         ns = [n for n, _ in self.points]
@@ -135,11 +136,15 @@ class Model:
 
     hidden_size: int = spec(7168, ge=1)
     compute: ComputeModel = spec(factory=LinearCompute, variants=COMPUTE_VARIANTS)
-    stage_compute: tuple[ComputeModel, ...] = spec((), variants=COMPUTE_VARIANTS)
+    stage_compute: tuple[ComputeModel, ...] = spec(
+        (), variants=COMPUTE_VARIANTS, max_items=MAX_STAGES
+    )
     overhead_ms: float = spec(
         0.0, ge=0, doc="fixed host-side cost of every pass at every stage (coordinator, launches)"
     )
-    stage_overhead_ms: tuple[float, ...] = spec((), ge=0, doc="per stage, replaces overhead_ms")
+    stage_overhead_ms: tuple[float, ...] = spec(
+        (), ge=0, max_items=MAX_STAGES, doc="per stage, replaces overhead_ms"
+    )
     host_cpu_factor: float = spec(
         1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
     )
@@ -162,7 +167,7 @@ class Jitter:
     std_ms: float = spec(0.0, ge=0)
     mean_ms: float | None = spec(None)
     shape: float = spec(3.0, gt=2)
-    samples_ms: tuple[float, ...] = spec(())
+    samples_ms: tuple[float, ...] = spec((), max_items=100_000)
     samples_file: str | None = spec(None)
 
     def check(self, path: str) -> None:
@@ -228,7 +233,7 @@ class Network:
         0.0, ge=0, doc="sender software cost per message (framing, sidecar), paid once"
     )
     codec_ms_per_mb: float = spec(0.0, ge=0, doc="sender codec cost per 10^6 bytes, paid once")
-    hops: tuple[HopOverride, ...] = spec(())
+    hops: tuple[HopOverride, ...] = spec((), max_items=MAX_STAGES)
 
 
 # ----------------------------------------------------------------------------- payload
@@ -264,11 +269,11 @@ class AcceptanceSpec:
     profile: str | None = spec(None)
     workload: str | None = spec(None)
     alpha: float | None = spec(None, gt=0, lt=1)
-    per_position: tuple[float, ...] | None = spec(None, ge=0, le=1)
+    per_position: tuple[float, ...] | None = spec(None, ge=0, le=1, max_items=4096)
     domain_shift: float = spec(1.0, gt=0, le=1)
     dispersion: float | None = spec(None, ge=0, lt=1)
     extrapolate: bool = spec(False)
-    sibling_logit_offsets: tuple[float, ...] | None = spec(None)
+    sibling_logit_offsets: tuple[float, ...] | None = spec(None, max_items=4096)
 
     def check(self, path: str) -> None:
         if self.sibling_logit_offsets is not None and not self.sibling_logit_offsets:
@@ -331,8 +336,10 @@ class Tree:
 
     kind: str = spec("sequoia", choices=TREE_KINDS)
     budget_nodes: int = spec(32, ge=1, le=4096, doc="draft nodes, the root excluded")
-    branching: tuple[int, ...] = spec((), ge=1, doc="static trees: children per node per depth")
-    max_depth: int | None = spec(None, ge=1)
+    branching: tuple[int, ...] = spec(
+        (), ge=1, le=4096, max_items=4096, doc="static trees: children per node per depth"
+    )
+    max_depth: int | None = spec(None, ge=1, le=4096)
 
     def check(self, path: str) -> None:
         if self.kind == "static" and not self.branching:
@@ -388,7 +395,7 @@ class Workload:
     requests: int = spec(64, ge=1, le=1_000_000)
     concurrency: int = spec(1, ge=1, le=65_536)
     prompt_tokens: int = spec(512, ge=1, le=10_000_000)
-    output_tokens: int = spec(256, ge=2, le=1_000_000)
+    output_tokens: int = spec(256, ge=2)
     arrival: str = spec("closed", choices=ARRIVALS)
     rate_per_s: float = spec(1.0, gt=0)
 
@@ -398,7 +405,7 @@ class Workload:
 class Scenario:
     name: str = spec("scenario")
     seed: int = spec(0, ge=0, le=2**63 - 1)
-    stages: int = spec(10, ge=1, le=1024)
+    stages: int = spec(10, ge=1, le=MAX_STAGES)
     model: Model = spec(factory=Model)
     network: Network = spec(factory=Network)
     payload: Payload = spec(factory=Payload)
@@ -658,22 +665,36 @@ def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict | None:
 MAX_NESTING = 32  # levels of mappings/lists in a scenario (the schema needs 5)
 
 
-def to_plain(obj: Any, _path: str = "", _depth: int = 0) -> Any:
+def to_plain(obj: Any) -> Any:
     """Dataclasses/tuples -> plain dicts/lists (the YAML shape). Raises a one-line error for
     data nested more than :data:`MAX_NESTING` deep (or containing itself)."""
-    if _depth > MAX_NESTING:
-        raise ScenarioError(
-            _path or "scenario", f"nested more than {MAX_NESTING} deep (or contains itself)"
-        )
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Mapping):
-        return {
-            k: to_plain(v, f"{_path}.{k}" if _path else str(k), _depth + 1) for k, v in obj.items()
-        }
-    if isinstance(obj, (list, tuple)):
-        return [to_plain(v, f"{_path}[{i}]", _depth + 1) for i, v in enumerate(obj)]
-    return obj
+    trail: list[str | int] = []  # the path to the current value (joined only for the error)
+
+    def plain(obj: Any) -> Any:
+        if len(trail) > MAX_NESTING:
+            raise ScenarioError(
+                join_path(trail[:4]) + "...",
+                f"nested more than {MAX_NESTING} deep (or contains itself)",
+            )
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        if isinstance(obj, Mapping):
+            out = {}
+            for k, v in obj.items():
+                trail.append(str(k))
+                out[k] = plain(v)
+                trail.pop()
+            return out
+        if isinstance(obj, (list, tuple)):
+            out_list = []
+            for i, v in enumerate(obj):
+                trail.append(i)
+                out_list.append(plain(v))
+                trail.pop()
+            return out_list
+        return obj
+
+    return plain(obj)
 
 
 def scenario_to_dict(scenario: Scenario) -> dict:

@@ -9,8 +9,8 @@ hostile or broken file fails fast with one line instead of hanging or exhausting
   "billion laughs" file expands to 9**9; it is rejected after reading its ~90 events);
 - an alias may not refer to a collection that contains it (a self-referencing structure).
 
-Numbers: YAML 1.1 reads ``1e3`` and ``2.5e4`` (an exponent without a
-sign or a dot) as strings; here every YAML 1.2 float is a float, as a user means it.
+Numbers: YAML 1.2's float syntax; YAML 1.1 (PyYAML) reads ``1e3`` (no decimal point) and
+``1.5e308`` (no exponent sign) as strings, here they are floats, as a user means them.
 """
 
 from __future__ import annotations

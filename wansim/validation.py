@@ -12,7 +12,8 @@ overflows and no input makes the engines allocate or loop without bound):
 - numbers are finite, and at most :data:`MAX_MAGNITUDE` (1e9) in magnitude unless the field
   declares its own ``le``/``lt`` bound; a nonzero float is at least :data:`MIN_MAGNITUDE`
   (1e-9) in magnitude (write 0 for zero);
-- lists hold at most :data:`MAX_ITEMS` items.
+- lists hold at most :data:`MAX_ITEMS` items (``max_items`` in :func:`spec` for fewer), counted
+  before their items are parsed.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from wansim.errors import ScenarioError
 _NOTHING = dataclasses.MISSING
 MAX_MAGNITUDE = 1e9
 MIN_MAGNITUDE = 1e-9
-MAX_ITEMS = 1_000_000
+MAX_ITEMS = 100_000
 
 
 def spec(
@@ -44,6 +45,7 @@ def spec(
     lt: float | None = None,
     le: float | None = None,
     variants: Mapping[str, type] | None = None,
+    max_items: int | None = None,
     doc: str = "",
 ) -> Any:
     """A dataclass field with validation metadata.
@@ -58,6 +60,7 @@ def spec(
         "lt": lt,
         "le": le,
         "variants": dict(variants) if variants else None,
+        "max_items": max_items,
         "doc": doc,
     }
     if factory is not _NOTHING:
@@ -145,8 +148,9 @@ def _convert_variant(variants: Mapping[str, type], value: Any, path: str, defaul
 def _convert_tuple(tp: Any, value: Any, path: str, meta: Mapping) -> tuple:
     if not isinstance(value, (list, tuple)):
         raise ScenarioError(path, "must be a list", value)
-    if len(value) > MAX_ITEMS:
-        raise ScenarioError(path, f"must have at most {MAX_ITEMS:,} items", f"{len(value):,} items")
+    limit = meta.get("max_items") or MAX_ITEMS
+    if len(value) > limit:
+        raise ScenarioError(path, f"must have at most {limit:,} items", f"{len(value):,} items")
     args = typing.get_args(tp)
     if len(args) == 2 and args[1] is Ellipsis:
         item_types = [args[0]] * len(value)

@@ -234,6 +234,17 @@ class Tcp:
 
 
 @dataclasses.dataclass(frozen=True)
+class Drift:
+    """A slow drift of every hop (:func:`wansim.links.delivery.drift_factors`): from the start
+    of the run the latency grows linearly to ``latency_factor`` x its value and the bandwidth to
+    ``bandwidth_factor`` x over ``over_ms`` of simulated time, then both hold. Factors of 1: off."""
+
+    latency_factor: float = spec(1.0, gt=0)
+    bandwidth_factor: float = spec(1.0, gt=0)
+    over_ms: float = spec(7_200_000.0, gt=0, doc="ms of simulated time to reach the factors")
+
+
+@dataclasses.dataclass(frozen=True)
 class Network:
     latency_ms: float = spec(25.0, ge=0)
     bandwidth_mbps: float = spec(1000.0, gt=0)
@@ -246,6 +257,7 @@ class Network:
     codec_ms_per_mb: float = spec(0.0, ge=0, doc="sender codec cost per 10^6 bytes, paid once")
     transport: str = spec("ideal", choices=TRANSPORTS)
     tcp: Tcp = spec(factory=Tcp)
+    drift: Drift = spec(factory=Drift)
     hops: tuple[HopOverride, ...] = spec(())
 
 

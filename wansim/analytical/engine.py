@@ -76,6 +76,15 @@ def check_supported(scenario: Scenario) -> None:
                 "tcp beyond one lossless request in the sync schedule (one point at a time) is",
             )
         )
+    d = net.drift
+    unsupported.append(
+        (
+            "network.drift",
+            f"latency_factor {d.latency_factor}, bandwidth_factor {d.bandwidth_factor}",
+            (d.latency_factor, d.bandwidth_factor) == (1.0, 1.0),
+            "a drifting ring is",
+        )
+    )
     for path, value, ok, what in unsupported:
         if not ok:
             why = f"{what} not modelled by the analytical engine" if what else "not modelled by"

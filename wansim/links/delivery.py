@@ -58,6 +58,17 @@ def busy_ms(n_bytes, bandwidth_mbps, per_message_ms, codec_ms_per_mb, losses):
     ) * (1.0 + losses)
 
 
+def drift_factors(t_ms: float, drift) -> tuple[float, float]:
+    """(latency, bandwidth) multipliers at simulated time ``t_ms`` for a ``Drift`` (None: off):
+    1 + (factor - 1) * min(t / over_ms, 1) each."""
+    if drift is None:
+        return 1.0, 1.0
+    x = t_ms / drift.over_ms
+    if x > 1.0:
+        x = 1.0
+    return 1.0 + (drift.latency_factor - 1.0) * x, 1.0 + (drift.bandwidth_factor - 1.0) * x
+
+
 class HopSender:
     """One hop's sender state and the rule above, one call per message: ``free_ms`` (when the
     sender may start the next message), ``last_delivery_ms`` (no overtaking), and with
@@ -67,7 +78,9 @@ class HopSender:
     __slots__ = (
         "bandwidth_mbps",
         "codec_ms_per_mb",
+        "drift",
         "free_ms",
+        "latency_ms",
         "last_delivery_ms",
         "per_message_ms",
         "retransmit_ms",
@@ -82,8 +95,11 @@ class HopSender:
         retransmit_ms: float,
         latency_ms: float,
         tcp=None,
+        drift=None,
     ):
         self.bandwidth_mbps = bandwidth_mbps
+        self.latency_ms = latency_ms
+        self.drift = drift  # a Drift with factors != 1, or None
         self.per_message_ms = per_message_ms
         self.codec_ms_per_mb = codec_ms_per_mb
         self.retransmit_ms = retransmit_ms
@@ -96,22 +112,27 @@ class HopSender:
             self.tcp = TcpSender(tcp, bandwidth_mbps, latency_ms, retransmit_ms)
 
     def send(
-        self, offer_ms: float, n_bytes: float, losses: int, propagation_ms: float
+        self, offer_ms: float, n_bytes: float, losses: int, propagation: float
     ) -> tuple[float, float, float]:
         """(start, free, delivery) of a message offered at ``offer_ms`` with ``losses`` lost
-        transmissions and propagation max(0, L + J) = ``propagation_ms``."""
+        transmissions and propagation max(0, L + J) = ``propagation`` (ms). A drift adds
+        L * (latency factor - 1) to it and scales the bandwidth, at the message's start (the
+        TCP window keeps the bandwidth it was built with: drift with tcp changes latency)."""
         start = self.free_ms if self.free_ms > offer_ms else offer_ms
+        bandwidth = self.bandwidth_mbps
+        if self.drift is not None:  # the hop as it is when the message starts
+            lat_f, bw_f = drift_factors(start, self.drift)
+            propagation += self.latency_ms * (lat_f - 1.0)
+            bandwidth *= bw_f
         if self.tcp is None:
-            busy = busy_ms(
-                n_bytes, self.bandwidth_mbps, self.per_message_ms, self.codec_ms_per_mb, losses
-            )
+            busy = busy_ms(n_bytes, bandwidth, self.per_message_ms, self.codec_ms_per_mb, losses)
             repair = losses * self.retransmit_ms if losses else 0.0
         else:
             software = software_ms(n_bytes, self.per_message_ms, self.codec_ms_per_mb)
             sent, repair = self.tcp.send(start + software, n_bytes, losses)
             busy = software + sent
         free = start + busy
-        delivery = free + propagation_ms + repair
+        delivery = free + propagation + repair
         if delivery < self.last_delivery_ms:
             delivery = self.last_delivery_ms
         self.free_ms = free

@@ -148,6 +148,8 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
         for stage in stages:
             stage.hooks = scheduler
     tcp = tcp_params(scenario.network)
+    d = scenario.network.drift
+    drift = d if (d.latency_factor, d.bandwidth_factor) != (1.0, 1.0) else None
     links = [
         Link(
             env,
@@ -157,6 +159,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
             *hop_streams(seeds, i),
             tl.transfers if tl else None,
             tcp,
+            drift,
         )
         for i, hop in enumerate(scenario.resolved_hops())
     ]

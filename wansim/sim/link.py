@@ -52,12 +52,13 @@ class Link:
         loss_rng: np.random.Generator,
         timeline: list | None = None,
         tcp=None,
+        drift=None,
     ):
         self.env = env
         self.index = index
         self.hop = hop
         self.deliver = deliver
-        self.sender = hop_sender(hop, tcp)
+        self.sender = hop_sender(hop, tcp, drift)
         self.draws = LinkDraws(
             hop.latency_ms, jitter_dist(hop.jitter), hop.loss_rate, prop_rng, loss_rng
         )
@@ -98,8 +99,9 @@ class Link:
         self.deliver(self.in_flight.popleft())
 
 
-def hop_sender(hop: Hop, tcp=None) -> HopSender:
-    """The shared per-hop sender for a resolved hop (``tcp``: TcpParams, or None: ideal)."""
+def hop_sender(hop: Hop, tcp=None, drift=None) -> HopSender:
+    """The shared per-hop sender for a resolved hop (``tcp``: TcpParams, or None: ideal;
+    ``drift``: the network's Drift, or None)."""
     return HopSender(
         hop.bandwidth_mbps,
         hop.per_message_ms,
@@ -107,6 +109,7 @@ def hop_sender(hop: Hop, tcp=None) -> HopSender:
         hop.retransmit_ms,
         hop.latency_ms,
         tcp,
+        drift,
     )
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import simpy
 
-from wansim.links.delivery import busy_ms, deliver, software_ms, wire_ms
+from wansim.links.delivery import HopSender, busy_ms, software_ms, wire_ms
 from wansim.links.draws import hop_streams, ring_seeds
 from wansim.network import hop_mean_ms
 from wansim.scenario import Hop, Jitter
@@ -19,10 +19,14 @@ def test_a_retransmission_pays_serialisation_again_hand_worked():
     assert wire_ms(1250, 1.0) == pytest.approx(10.0)
     busy = busy_ms(1250, 1.0, 0.0, 0.0, 2)
     assert busy == pytest.approx(30.0)  # three transmissions occupy the link
-    start, free, delivery = deliver(5.0, 8.0, 0.0, busy, 2, 100.0, 50.0)
+    hop = HopSender(1.0, 0.0, 0.0, 100.0, 50.0)
+    hop.free_ms = 8.0  # a message before it holds the sender until 8 ms
+    start, free, delivery = hop.send(5.0, 1250, 2, 50.0)
     assert (start, free, delivery) == pytest.approx((8.0, 38.0, 38.0 + 200.0 + 50.0))
-    # FIFO: never before the previous delivery on the hop
-    assert deliver(5.0, 8.0, 400.0, busy, 2, 100.0, 50.0)[2] == 400.0
+    assert hop.wire_bytes(1250, 2) == 3 * 1250
+    # FIFO: a message offered next, without loss and with no latency, is not delivered before
+    start, free, delivery = hop.send(5.0, 1250, 0, 0.0)
+    assert (start, free, delivery) == pytest.approx((38.0, 48.0, 288.0))
 
 
 def test_software_cost_is_paid_once_and_holds_the_sender():

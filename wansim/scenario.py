@@ -28,6 +28,7 @@ PLACEMENTS = ("first_stage", "last_stage")
 # needs only token ids
 HIDDEN_STATE_DRAFTERS = ("mtp", "dspark", "dflash", "eagle")
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
+TRANSPORTS = ("ideal", "tcp")
 POLICIES = ("none", "chain", "tree")
 VERIFIERS = ("lossless", "greedy", "typical")
 TREE_KINDS = ("static", "sequoia", "dynamic")
@@ -221,6 +222,38 @@ class Hop:
 
 
 @dataclasses.dataclass(frozen=True)
+class Tcp:
+    """``network.transport: tcp`` (:mod:`wansim.links.tcp`): segments of ``mss_bytes``, an
+    initial window of ``initial_window_segments`` segments, the receiver's window
+    ``max_window_bytes``, and the window's restart after an idle period longer than
+    ``network.retransmit_ms`` (``restart_after_idle``; Linux's tcp_slow_start_after_idle)."""
+
+    mss_bytes: int = spec(1448, ge=64, le=65535)
+    initial_window_segments: int = spec(10, ge=1, le=1000)
+    max_window_bytes: float = spec(4194304.0, gt=0)
+    restart_after_idle: bool = spec(True)
+
+    def check(self, path: str) -> None:
+        if self.max_window_bytes < self.mss_bytes:
+            raise ScenarioError(
+                f"{path}.max_window_bytes",
+                f"must hold at least one segment (mss_bytes {self.mss_bytes})",
+                self.max_window_bytes,
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Drift:
+    """A slow drift of every hop (:func:`wansim.links.delivery.drift_factors`): from the start
+    of the run the latency grows linearly to ``latency_factor`` x its value and the bandwidth to
+    ``bandwidth_factor`` x over ``over_ms`` of simulated time, then both hold. Factors of 1: off."""
+
+    latency_factor: float = spec(1.0, gt=0)
+    bandwidth_factor: float = spec(1.0, gt=0)
+    over_ms: float = spec(7_200_000.0, gt=0, doc="ms of simulated time to reach the factors")
+
+
+@dataclasses.dataclass(frozen=True)
 class Network:
     latency_ms: float = spec(25.0, ge=0)
     bandwidth_mbps: float = spec(1000.0, gt=0)
@@ -233,6 +266,9 @@ class Network:
         0.0, ge=0, doc="sender software cost per message (framing, sidecar), paid once"
     )
     codec_ms_per_mb: float = spec(0.0, ge=0, doc="sender codec cost per 10^6 bytes, paid once")
+    transport: str = spec("ideal", choices=TRANSPORTS)
+    tcp: Tcp = spec(factory=Tcp)
+    drift: Drift = spec(factory=Drift)
     hops: tuple[HopOverride, ...] = spec((), max_items=MAX_STAGES)
 
 

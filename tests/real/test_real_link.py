@@ -109,6 +109,9 @@ HOPS = [
     (10.0, 1000.0, {"jitter_kind": "empirical", "jitter_samples_ms": (-12.0, 0.0, 4.0)}, 0.0, 0),
     # per-message software costs: 4 ms a message and 3 ms per MB at 40 Mbit/s, with loss
     (15.0, 40.0, {"per_message_ms": 4.0, "codec_ms_per_mb": 3.0}, 0.1, 120.0),
+    # TCP: window-limited sender with restart after idle, and without
+    (12.0, 200.0, {"transport": "tcp", "jitter_kind": "normal", "jitter_std_ms": 2.0}, 0.02, 200),
+    (12.0, 200.0, {"transport": "tcp", "tcp_restart_after_idle": False}, 0.05, 200.0),
 ]
 
 
@@ -137,7 +140,10 @@ def _des_deliveries(spec: LinkSpec, offers_ms, sizes) -> list[float]:
     )
     log: list = []
     streams = hop_streams(ring_seeds(spec.seed, spec.ring_stages), spec.hop)
-    link = Link(simpy.Environment(), spec.hop, hop, lambda _p: None, *streams, log)
+    tcp = LinkScheduler(spec).sender.tcp
+    link = Link(
+        simpy.Environment(), spec.hop, hop, lambda _p: None, *streams, log, tcp and tcp.params
+    )
     for t, b in zip(offers_ms, sizes, strict=True):
         link.send([], float(b), 0.0, offer_ms=float(t))
     return [r[4] for r in log]

@@ -58,22 +58,90 @@ def busy_ms(n_bytes, bandwidth_mbps, per_message_ms, codec_ms_per_mb, losses):
     ) * (1.0 + losses)
 
 
-def deliver(
-    offer_ms: float,
-    free_ms: float,
-    last_delivery_ms: float,
-    busy: float,
-    losses: int,
-    retransmit_ms: float,
-    propagation_ms: float,
-) -> tuple[float, float, float]:
-    """(start, free, delivery) of one message (module docstring); ``busy`` from
-    :func:`busy_ms` with the message's own loss count, ``propagation_ms`` = max(0, L + J)."""
-    start = free_ms if free_ms > offer_ms else offer_ms
-    free = start + busy
-    delivery = free + propagation_ms
-    if losses:
-        delivery += losses * retransmit_ms
-    if delivery < last_delivery_ms:
-        delivery = last_delivery_ms
-    return start, free, delivery
+def drift_factors(t_ms: float, drift) -> tuple[float, float]:
+    """(latency, bandwidth) multipliers at simulated time ``t_ms`` for a ``Drift`` (None: off):
+    1 + (factor - 1) * min(t / over_ms, 1) each."""
+    if drift is None:
+        return 1.0, 1.0
+    x = t_ms / drift.over_ms
+    if x > 1.0:
+        x = 1.0
+    return 1.0 + (drift.latency_factor - 1.0) * x, 1.0 + (drift.bandwidth_factor - 1.0) * x
+
+
+class HopSender:
+    """One hop's sender state and the rule above, one call per message: ``free_ms`` (when the
+    sender may start the next message), ``last_delivery_ms`` (no overtaking), and with
+    ``tcp`` (:class:`wansim.links.tcp.TcpParams`) a congestion window that replaces the ideal
+    transport's ``(1 + G) * wire`` and ``G * rto`` (:mod:`wansim.links.tcp`)."""
+
+    __slots__ = (
+        "bandwidth_mbps",
+        "codec_ms_per_mb",
+        "drift",
+        "free_ms",
+        "last_delivery_ms",
+        "latency_ms",
+        "per_message_ms",
+        "retransmit_ms",
+        "tcp",
+    )
+
+    def __init__(
+        self,
+        bandwidth_mbps: float,
+        per_message_ms: float,
+        codec_ms_per_mb: float,
+        retransmit_ms: float,
+        latency_ms: float,
+        tcp=None,
+        drift=None,
+    ):
+        self.bandwidth_mbps = bandwidth_mbps
+        self.latency_ms = latency_ms
+        self.drift = drift  # a Drift with factors != 1, or None
+        self.per_message_ms = per_message_ms
+        self.codec_ms_per_mb = codec_ms_per_mb
+        self.retransmit_ms = retransmit_ms
+        self.free_ms = 0.0
+        self.last_delivery_ms = 0.0
+        self.tcp = None
+        if tcp is not None:
+            from wansim.links.tcp import TcpSender
+
+            self.tcp = TcpSender(tcp, bandwidth_mbps, latency_ms, retransmit_ms)
+
+    def send(
+        self, offer_ms: float, n_bytes: float, losses: int, propagation: float
+    ) -> tuple[float, float, float]:
+        """(start, free, delivery) of a message offered at ``offer_ms`` with ``losses`` lost
+        transmissions and propagation max(0, L + J) = ``propagation`` (ms). A drift adds
+        L * (latency factor - 1) to it and scales the bandwidth, at the message's start (the
+        TCP window keeps the bandwidth it was built with: drift with tcp changes latency)."""
+        start = self.free_ms if self.free_ms > offer_ms else offer_ms
+        bandwidth = self.bandwidth_mbps
+        if self.drift is not None:  # the hop as it is when the message starts
+            lat_f, bw_f = drift_factors(start, self.drift)
+            propagation += self.latency_ms * (lat_f - 1.0)
+            bandwidth *= bw_f
+        if self.tcp is None:
+            busy = busy_ms(n_bytes, bandwidth, self.per_message_ms, self.codec_ms_per_mb, losses)
+            repair = losses * self.retransmit_ms if losses else 0.0
+        else:
+            software = software_ms(n_bytes, self.per_message_ms, self.codec_ms_per_mb)
+            sent, repair = self.tcp.send(start + software, n_bytes, losses)
+            busy = software + sent
+        free = start + busy
+        delivery = free + propagation + repair
+        if delivery < self.last_delivery_ms:
+            delivery = self.last_delivery_ms
+        self.free_ms = free
+        self.last_delivery_ms = delivery
+        return start, free, delivery
+
+    def wire_bytes(self, n_bytes: float, losses: int) -> float:
+        """Bytes put on the wire: every transmission of the message (ideal), or the message and
+        one re-sent segment per loss (tcp)."""
+        if self.tcp is None:
+            return n_bytes * (1 + losses)
+        return n_bytes + losses * min(self.tcp.params.mss_bytes, n_bytes)

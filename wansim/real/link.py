@@ -43,9 +43,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from wansim.links.delivery import busy_ms, deliver
+from wansim.links.delivery import HopSender
 from wansim.links.draws import LinkDraws, hop_streams, ring_seeds
 from wansim.links.jitter import jitter_dist
+from wansim.links.tcp import TcpParams
 from wansim.real.errors import RealConfigError
 from wansim.real.frames import (
     HEADER_BYTES,
@@ -101,6 +102,11 @@ class LinkSpec:
     retransmit_ms: float = 200.0
     per_message_ms: float = 0.0
     codec_ms_per_mb: float = 0.0
+    transport: str = "ideal"
+    tcp_mss_bytes: int = 1448
+    tcp_initial_window_segments: int = 10
+    tcp_max_window_bytes: float = 4194304.0
+    tcp_restart_after_idle: bool = True
     seed: int = 0
     ring_stages: int = 1
     hop: int = 0
@@ -137,6 +143,14 @@ class LinkSpec:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 bad(name, "must be a finite number >= 0")
+        if self.transport not in ("ideal", "tcp"):
+            bad("transport", "must be one of ['ideal', 'tcp']")
+        if not 64 <= self.tcp_mss_bytes <= 65535:
+            bad("tcp_mss_bytes", "must be in 64..65535")
+        if not self.tcp_initial_window_segments >= 1:
+            bad("tcp_initial_window_segments", "must be >= 1")
+        if not self.tcp_max_window_bytes >= self.tcp_mss_bytes:
+            bad("tcp_max_window_bytes", "must be >= tcp_mss_bytes")
         if not 1 <= self.ring_stages <= 1024:
             bad("ring_stages", "must be in 1..1024")
         if not 0 <= self.hop < self.ring_stages:
@@ -145,10 +159,22 @@ class LinkSpec:
             bad("busy_wait_ms", "must be in [0, 20]")
 
     @classmethod
-    def from_hop(cls, hop, seed: int = 0, ring_stages: int = 1, index: int = 0) -> LinkSpec:
-        """From a resolved ``wansim.scenario.Hop`` (latency, bandwidth, jitter, loss), hop
-        ``index`` of a ring of ``ring_stages`` (the DES's draws for that hop and seed)."""
+    def from_hop(
+        cls, hop, seed: int = 0, ring_stages: int = 1, index: int = 0, tcp=None
+    ) -> LinkSpec:
+        """From a resolved ``wansim.scenario.Hop`` (latency, bandwidth, jitter, loss, software
+        costs), hop ``index`` of a ring of ``ring_stages`` (the DES's draws for that hop and
+        seed); ``tcp``: ``wansim.links.tcp.TcpParams`` for ``transport: tcp``."""
         j = hop.jitter
+        tcp_fields = {}
+        if tcp is not None:
+            tcp_fields = {
+                "transport": "tcp",
+                "tcp_mss_bytes": tcp.mss_bytes,
+                "tcp_initial_window_segments": tcp.initial_window_segments,
+                "tcp_max_window_bytes": tcp.max_window_bytes,
+                "tcp_restart_after_idle": tcp.restart_after_idle,
+            }
         return cls(
             latency_ms=hop.latency_ms,
             bandwidth_mbps=hop.bandwidth_mbps,
@@ -164,6 +190,7 @@ class LinkSpec:
             seed=seed,
             ring_stages=ring_stages,
             hop=index,
+            **tcp_fields,
         )
 
     def to_json(self) -> str:
@@ -205,38 +232,48 @@ class _JitterFields:
 
 @dataclass
 class LinkScheduler:
-    """The shared delivery rule (:func:`wansim.links.delivery.deliver`) on this hop, one call
-    per message; times in ns of ``time.monotonic_ns``, computed in ms from the first message's
-    arrival (the DES's clock starts there too in the emulator-against-DES test)."""
+    """The shared per-hop sender (:class:`wansim.links.delivery.HopSender`) on this hop, one
+    call per message; times in ns of ``time.monotonic_ns``, computed in ms from the first
+    message's arrival (the DES's clock starts there too in the emulator-against-DES test)."""
 
     spec: LinkSpec
     draws: LinkDraws = field(init=False)
+    sender: HopSender = field(init=False)
     origin_ns: int | None = None
-    free_ms: float = 0.0
-    last_delivery_ms: float = 0.0
 
     def __post_init__(self):
-        self.draws = link_draws(self.spec)
+        spec = self.spec
+        self.draws = link_draws(spec)
+        tcp = None
+        if spec.transport == "tcp":
+            tcp = TcpParams(
+                spec.tcp_mss_bytes,
+                spec.tcp_initial_window_segments,
+                spec.tcp_max_window_bytes,
+                spec.tcp_restart_after_idle,
+            )
+        bw = math.inf if spec.bandwidth_mbps is None else spec.bandwidth_mbps
+        self.sender = HopSender(
+            bw, spec.per_message_ms, spec.codec_ms_per_mb, spec.retransmit_ms, spec.latency_ms, tcp
+        )
+
+    @property
+    def free_ms(self) -> float:
+        return self.sender.free_ms
 
     def schedule(self, arrival_ns: int, nbytes: int) -> tuple[int, float, float, float, int]:
         """(delivery_ns, busy_ms, prop_ms, jitter_ms, losses) for a message of ``nbytes``
-        complete at ``arrival_ns``: ``busy_ms`` holds the link (every transmission),
-        ``prop_ms`` = max(0, L + J) + losses * retransmit_ms, ``jitter_ms`` = max(0, L + J) - L."""
-        spec = self.spec
+        complete at ``arrival_ns``: ``busy_ms`` holds the link, ``prop_ms`` is the rest of the
+        way (max(0, L + J) plus any loss repair), ``jitter_ms`` = max(0, L + J) - L."""
         if self.origin_ns is None:
             self.origin_ns = arrival_ns
         offer_ms = (arrival_ns - self.origin_ns) / 1e6
         g = self.draws.losses()
         propagation = self.draws.propagation_ms()
-        bw = math.inf if spec.bandwidth_mbps is None else spec.bandwidth_mbps
-        busy = busy_ms(nbytes, bw, spec.per_message_ms, spec.codec_ms_per_mb, g)
-        _, self.free_ms, delivery = deliver(
-            offer_ms, self.free_ms, self.last_delivery_ms, busy, g, spec.retransmit_ms, propagation
-        )
-        self.last_delivery_ms = delivery
+        start, free, delivery = self.sender.send(offer_ms, nbytes, g, propagation)
         delivery_ns = self.origin_ns + round(delivery * 1e6)
-        prop = propagation + g * spec.retransmit_ms
-        return delivery_ns, busy, prop, propagation - spec.latency_ms, g
+        busy = free - start
+        return delivery_ns, busy, delivery - free, propagation - self.spec.latency_ms, g
 
 
 # ----------------------------------------------------------------------------- the relay

@@ -26,7 +26,8 @@ import simpy
 
 from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.errors import ScenarioError
-from wansim.links.draws import ring_seeds
+from wansim.links.draws import hop_streams, ring_seeds
+from wansim.links.tcp import tcp_params
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
 from wansim.sim.link import Link
@@ -159,15 +160,19 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
         )
         for stage in stages:
             stage.hooks = scheduler
+    tcp = tcp_params(scenario.network)
+    d = scenario.network.drift
+    drift = d if (d.latency_factor, d.bandwidth_factor) != (1.0, 1.0) else None
     links = [
         Link(
             env,
             i,
             hop,
             scheduler.deliver((i + 1) % p_stages) if blocks else stages[(i + 1) % p_stages].receive,
-            streams[3 + 2 * i],
-            streams[4 + 2 * i],
+            *hop_streams(seeds, i),
             tl.transfers if tl else None,
+            tcp,
+            drift,
         )
         for i, hop in enumerate(scenario.resolved_hops())
     ]

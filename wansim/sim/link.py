@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 from simpy.events import Timeout
 
-from wansim.links.delivery import busy_ms, deliver
+from wansim.links.delivery import HopSender
 from wansim.links.draws import LinkDraws
 from wansim.network import jitter_dist
 from wansim.scenario import Hop
@@ -29,19 +29,16 @@ class Link:
 
     __slots__ = (
         "_arrive_cb",
-        "bandwidth_mbps",
         "bytes_decode",
         "bytes_total",
         "deliver",
         "draws",
         "env",
-        "free_ms",
         "hop",
         "in_flight",
         "index",
-        "last_delivery_ms",
         "messages",
-        "rto_ms",
+        "sender",
         "timeline",
     )
 
@@ -54,18 +51,17 @@ class Link:
         prop_rng: np.random.Generator,
         loss_rng: np.random.Generator,
         timeline: list | None = None,
+        tcp=None,
+        drift=None,
     ):
         self.env = env
         self.index = index
         self.hop = hop
         self.deliver = deliver
-        self.bandwidth_mbps = hop.bandwidth_mbps
-        self.rto_ms = hop.retransmit_ms
+        self.sender = hop_sender(hop, tcp, drift)
         self.draws = LinkDraws(
             hop.latency_ms, jitter_dist(hop.jitter), hop.loss_rate, prop_rng, loss_rng
         )
-        self.free_ms = 0.0
-        self.last_delivery_ms = 0.0
         self.in_flight: deque[list[Pass]] = deque()
         self.messages = 0
         self.bytes_total = 0.0  # including retransmissions
@@ -88,31 +84,33 @@ class Link:
         if offer_ms is None:
             offer_ms = now
         draws = self.draws
-        hop = self.hop
         g = draws.losses()
-        start, self.free_ms, delivery = deliver(
-            offer_ms,
-            self.free_ms,
-            self.last_delivery_ms,
-            busy_ms(n_bytes, self.bandwidth_mbps, hop.per_message_ms, hop.codec_ms_per_mb, g),
-            g,
-            self.rto_ms,
-            draws.propagation_ms(),
-        )
-        self.last_delivery_ms = delivery
+        start, free, delivery = self.sender.send(offer_ms, n_bytes, g, draws.propagation_ms())
         self.in_flight.append(passes)
         Timeout(env, delivery - now).callbacks.append(self._arrive_cb)
-        wire = n_bytes * (1 + g)
+        wire = self.sender.wire_bytes(n_bytes, g) if g else n_bytes
         self.messages += 1
         self.bytes_total += wire
         self.bytes_decode += wire * decode_share
         if self.timeline is not None:
-            self.timeline.append(
-                (self.index, offer_ms, start, self.free_ms, delivery, n_bytes, g, passes)
-            )
+            self.timeline.append((self.index, offer_ms, start, free, delivery, n_bytes, g, passes))
 
     def _arrive(self, _event: object) -> None:
         self.deliver(self.in_flight.popleft())
+
+
+def hop_sender(hop: Hop, tcp=None, drift=None) -> HopSender:
+    """The shared per-hop sender for a resolved hop (``tcp``: TcpParams, or None: ideal;
+    ``drift``: the network's Drift, or None)."""
+    return HopSender(
+        hop.bandwidth_mbps,
+        hop.per_message_ms,
+        hop.codec_ms_per_mb,
+        hop.retransmit_ms,
+        hop.latency_ms,
+        tcp,
+        drift,
+    )
 
 
 def decode_share(passes: list[Pass]) -> float:

@@ -85,6 +85,8 @@ def results_json(results: dict[str, Result]) -> dict:
     out: dict = {"scenario": first.scenario.name, "engine": "both"}
     for engine, res in results.items():
         out[engine] = jsonable(res.metrics)
+        if res.approximation is not None:
+            out["approximation"] = jsonable(res.approximation)
     return out
 
 

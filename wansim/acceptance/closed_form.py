@@ -127,3 +127,40 @@ def passes_moments(surv: np.ndarray, m_tokens: float) -> tuple[np.ndarray, np.nd
         mean[i] = e[-1]
         var[i] = max(s2[-1] - e[-1] ** 2, 0.0)
     return mean.reshape(lead), var.reshape(lead)
+
+
+EXACT_INVERSE_MAX_TOKENS = 256  # beyond it the delta expansion's error is below 0.1%
+
+
+def inverse_pass_moments(surv: np.ndarray, m_tokens: float):
+    """(E[1 / N(M)], E[1 / N(M)^2]) per row of survival S_1..S_D, exactly, or None when M
+    exceeds ``EXACT_INVERSE_MAX_TOKENS`` (then the delta expansion around E[N] serves).
+
+    A request's decode rate is M / (N lap): for short outputs E[1/N] differs from
+    (1 + Var N / E[N]^2) / E[N] by several percent (4 tokens: -4.7%). The distribution of N
+    by dynamic programming over the tokens committed so far: each pass commits X tokens,
+    P(X = x) for x = 1..D+1, and N is the first pass that reaches M."""
+    surv = np.asarray(surv, dtype=float)
+    m = round(float(m_tokens))
+    if m > EXACT_INVERSE_MAX_TOKENS:
+        return None
+    lead = surv.shape[:-1]
+    depth = surv.shape[-1]
+    rows = surv.reshape(-1, depth)
+    inv = np.zeros(len(rows))
+    inv2 = np.zeros(len(rows))
+    for i, row in enumerate(rows):
+        pmf_x = -np.diff(np.concatenate([[1.0], row, [0.0]]))  # P(X = 1..D+1)
+        live = np.zeros(m)  # P(t tokens committed, t < M) after n passes
+        live[0] = 1.0
+        for n in range(1, m + 1):
+            nxt = np.zeros(m + 1 + depth)
+            for x, px in enumerate(pmf_x, start=1):
+                nxt[x : x + m] += px * live
+            done = nxt[m:].sum()
+            inv[i] += done / n
+            inv2[i] += done / n**2
+            live = nxt[:m]
+            if live.sum() < 1e-15:
+                break
+    return inv.reshape(lead), inv2.reshape(lead)

@@ -184,3 +184,37 @@ def test_short_outputs_match_the_des(output_tokens):
     ana = analyze(sc).metrics["tokens_per_s"]
     low, high = simulate(sc).metrics["tokens_per_s_ci95"]
     assert low <= ana <= high
+
+
+# --------------------------------------------------------------------------- 7: decision
+@pytest.mark.parametrize(("draft_ms", "overlap_costs_more"), [(20.0, False), (200.0, True)])
+def test_overlap_lost_bet_costs_max_lap_draft_plus_draft(draft_ms, overlap_costs_more):
+    """Every bet lost (acceptance 0), no jitter, lap without drafting 32.17 ms: a step costs
+    max(lap, draft) + draft with overlap (the draft in progress is finished, not aborted:
+    docs/schedules.md), lap + draft without. Both engines agree; with draft 200 ms overlap
+    makes decoding slower (389 vs 232 ms per lap), with 20 ms it changes nothing."""
+    laps = {}
+    for overlap in (False, True):
+        sc = _small(
+            **{
+                "drafter.draft_ms": draft_ms,
+                "drafter.overlap": overlap,
+                "drafter.acceptance.alpha": None,
+                "drafter.acceptance.per_position": [0.0],
+                "speculation.k": 1,
+                "workload.requests": 4,
+                "workload.prompt_tokens": 16,
+                "workload.output_tokens": 32,
+            }
+        )
+        ana, des = analyze(sc).metrics, simulate(sc).metrics
+        assert ana["lap_ms_mean"] == pytest.approx(des["lap_ms_mean"], rel=0.01)
+        laps[overlap] = des["lap_ms_mean"]
+    lap0 = laps[False] - draft_ms
+    assert lap0 == pytest.approx(32.17, abs=0.01)
+    if overlap_costs_more:
+        # the first lap is drafted from the prompt (lap0 + draft); the rest cost 2 x draft
+        assert laps[True] > 1.6 * laps[False]
+        assert laps[True] == pytest.approx(2 * draft_ms, rel=0.05)
+    else:
+        assert laps[True] == pytest.approx(laps[False], rel=1e-9)

@@ -90,7 +90,7 @@ ASSUMPTIONS = {
     "geometric chains of won bets (r = S_K p_{K+1}), restart after the block in progress, "
     "room rule at the request's end (wansim/analytical/blocks.py)",
     "overlap": "sync schedule with the drafter on its own device (max(.) law): "
-    "won bets cost max(draft, lap), lost ones lap + draft (wansim/analytical/blocks.py)",
+    "won bets cost max(draft, lap), lost ones max(lap, draft) + draft (wansim/analytical/blocks.py)",
     "async+overlap": "both: S0 issues a block every max(draft, compute) (blocks.py)",
     "concurrent": "N requests without batching: closed ring of FIFO stations, deterministic "
     "service, M/D/1 waits with the arrival theorem, prefill convoys, the bottleneck's cap, slot "

@@ -375,6 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--group", action="append", choices=list(BOUNDS))
     ap.add_argument(
+        "--hunt",
+        help="append the agreement hunt's section from its table (python -m"
+        " wansim.agreement_hunt --out CSV)",
+    )
+    ap.add_argument(
+        "--hunt-before", help="one line comparing the hunt with the code before, verbatim"
+    )
+    ap.add_argument(
         "--from-table",
         help="re-render the document (and check the bounds) from a table an earlier run wrote",
     )
@@ -388,7 +396,14 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - start
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(markdown(table, float(table["des_s"].sum()), args.fast))
+    text = markdown(table, float(table["des_s"].sum()), args.fast)
+    if args.hunt:
+        from wansim import agreement_hunt
+
+        hunt = pd.read_csv(args.hunt, keep_default_na=False, na_values=[""])
+        hunt["refused"] = hunt["refused"].fillna("")
+        text += "\n" + agreement_hunt.markdown(hunt, args.hunt_before)
+    out.write_text(text)
     if not args.from_table or Path(args.from_table).resolve() != out.with_suffix(".csv").resolve():
         table.to_csv(out.with_suffix(".csv"), index=False, float_format="%.6g")
     summ = summary(table)

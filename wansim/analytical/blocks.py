@@ -49,6 +49,7 @@ import numpy as np
 
 from wansim import speculation
 from wansim.acceptance import closed_form
+from wansim.acceptance.bet import bet_win_probability, guess_acceptance
 from wansim.analytical.resequencing import ring_hol_ms
 from wansim.compute import mean_stage_ms, stage_ms_each
 from wansim.scenario import Scenario
@@ -205,10 +206,8 @@ def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
         depth = surv.shape[1]
         if depth:
             n_mean, n_var = closed_form.passes_moments(surv, m)
-            acc = pol.acceptance
-            held = dataclasses.replace(acc, model=dataclasses.replace(acc.model, extrapolate=True))
-            _, rates = held.nodes(depth + 1)
-            r = surv[:, -1] * rates[:, depth, 0]
+            _, rates = guess_acceptance(pol.acceptance).nodes(depth + 1)
+            r = bet_win_probability(surv[:, -1], rates[:, depth, 0])
         else:
             n_mean, n_var, r = np.full(len(w), float(m)), np.zeros(len(w)), np.zeros(len(w))
         found.append((w, n_mean, n_var, r, float(m) / n_mean))

@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from wansim.metrics import stage_utilization
 from wansim.sim.record import RunRecord
 
 MAX_BATCHES = 20
@@ -115,7 +116,7 @@ def compute_metrics(record: RunRecord) -> dict:
     tpot = (record.decode_ms / record.decode_tokens)[mask]
     ttft = (record.first_token_ms - record.arrival_ms)[mask]
     makespan = record.makespan_ms
-    utilisation = record.stage_busy_ms / makespan
+    utilisation = np.asarray(stage_utilization(record.stage_busy_ms, makespan))
     low, high = rate_interval(record)
     lap_p50, lap_p99 = np.quantile(laps, [0.5, 0.99])
     tpot_p50, tpot_p99 = np.quantile(tpot, [0.5, 0.99])

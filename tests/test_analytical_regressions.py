@@ -218,3 +218,63 @@ def test_overlap_lost_bet_costs_max_lap_draft_plus_draft(draft_ms, overlap_costs
         assert laps[True] == pytest.approx(2 * draft_ms, rel=0.05)
     else:
         assert laps[True] == pytest.approx(laps[False], rel=1e-9)
+
+
+# --------------------------------------------------------------------------- 8, 9: decisions
+@pytest.mark.slow
+def test_fifo_convoy_case():
+    """Item 8 (docs/schedules.md): 100 Mbit/s, 8 requests; a never-accepting drafter does not
+    beat no speculation beyond the DES's intervals, and the analytical engine (-54% here)
+    does not vouch for the slow-link ring."""
+    from tests.conftest import REFERENCE
+
+    base = {
+        "network.bandwidth_mbps": 100.0,
+        "workload.concurrency": 8,
+        "workload.requests": 32,
+        "workload.output_tokens": 64,
+    }
+    none = load_scenario(REFERENCE, {**base, "speculation.policy": "none"})
+    never = load_scenario(
+        REFERENCE,
+        {
+            **base,
+            "drafter.acceptance.profile": None,
+            "drafter.acceptance.workload": None,
+            "drafter.acceptance.per_position": [0.0],
+            "drafter.acceptance.extrapolate": True,
+            "speculation.k": 4,
+        },
+    )
+    hi_none = simulate(none).metrics["tokens_per_s_ci95"][1]
+    lo_never = simulate(never).metrics["tokens_per_s_ci95"][0]
+    assert lo_never <= hi_none  # no advantage beyond noise
+    assert analyze(none).approximation["validated"] is False
+
+
+@pytest.mark.slow
+def test_async_sixteen_users_single_mode():
+    """Item 9 (docs/schedules.md): async, 16 users, 4 seeds at 2 and 5 Gbit/s: every DES
+    interval overlaps every other (one mode), and the analytical rate lies inside them."""
+    from tests.conftest import REFERENCE
+
+    intervals = []
+    for bw in (2000.0, 5000.0):
+        for seed in range(4):
+            over = {
+                "drafter.placement": "first_stage",
+                "schedule.kind": "async",
+                "schedule.max_inflight_blocks": 4,
+                "speculation.k": 3,
+                "drafter.acceptance.workload": "chat",
+                "workload.concurrency": 16,
+                "workload.requests": 48,
+                "workload.output_tokens": 128,
+                "network.bandwidth_mbps": bw,
+                "seed": seed,
+            }
+            sc = load_scenario(REFERENCE, over)
+            intervals.append(simulate(sc).metrics["tokens_per_s_ci95"])
+    lows, highs = zip(*intervals, strict=True)
+    assert max(lows) <= min(highs)
+    assert min(highs) >= analyze(sc).metrics["tokens_per_s"] >= max(lows)

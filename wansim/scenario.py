@@ -346,7 +346,7 @@ class Drafter:
     stage): drafting no longer occupies the stage, and the drafter drafts the next block from
     its own drafts while the current block is verified, betting that the block is accepted
     whole. A won bet makes a step cost max(draft, lap) instead of draft + lap; a lost one
-    redrafts from the correction (lap + draft). Chains only; nothing to overlap with policy
+    finishes the draft in progress and redrafts from the correction (max(lap, draft) + draft). Chains only; nothing to overlap with policy
     none."""
 
     kind: str = spec("dspark", choices=DRAFTER_KINDS)

@@ -170,6 +170,16 @@ def scalar(value: Any) -> Any:
     return value
 
 
+def trust(path: str, sets: list[str], config: dict) -> dict:
+    """The analytical engine's approximation for one configuration (regime, validated,
+    error band: :mod:`wansim.analytical.regime`)."""
+    from wansim.analytical.regime import approximation
+    from wansim.scenario import load_scenario
+
+    sc = load_scenario(path, sets + [f"{k}={_yaml(v)}" for k, v in config.items()])
+    return approximation(sc).to_json()
+
+
 def confirm_des(path: str, sets: list[str], configs: list[dict], metric: str) -> list[dict]:
     """Re-run configurations with the DES; each entry gets the DES metric and its interval."""
     import wansim

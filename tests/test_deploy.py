@@ -302,7 +302,7 @@ def test_a_deployment_runs_as_a_scenario_and_admits_only_what_fits(tmp_path):
     from wansim.deploy.partition import largest_batch as lb
     from wansim.scenario import load_scenario
 
-    text = SMALL.replace("concurrency: 2", "concurrency: 100000")
+    text = SMALL.replace("concurrency: 2", "concurrency: 60000")
     sc = load_scenario(_write(tmp_path, text))
     assert sc.stages == 3 and len(sc.model.stage_compute) == 3
     # the cap equals the largest batch the given order's partition holds
@@ -311,7 +311,7 @@ def test_a_deployment_runs_as_a_scenario_and_admits_only_what_fits(tmp_path):
     nodes = [_node(n, "h100-sxm") for n in "abc"]
     load = Load(1, 256, 64, sc.speculation.k + 1, "eagle3")
     cap = lb(m, partition(m, nodes, prec, load), prec, load)
-    assert sc.workload.concurrency == cap < 100000
+    assert sc.workload.concurrency == cap < 60000
 
 
 def test_ping_file_coordinates_and_explicit_layers(tmp_path):

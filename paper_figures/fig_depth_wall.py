@@ -30,7 +30,7 @@ KS = [1, 2, 3, 7]
 DEPTHS = fast(list(range(2, 33)), [2, 4, 8, 12, 16, 24, 32])
 DES_K = 2
 DES_DEPTHS = fast([4, 8, 16], [4])
-ON_S0 = {"drafter.placement": "first_stage"}
+ON_S0 = {"drafter.placement": "first_stage", "drafter.kind": "draft_model"}
 
 
 def curves() -> pd.DataFrame:

@@ -84,6 +84,7 @@ def async_scenarios(draw) -> dict:
         },
         "drafter": {
             "placement": "first_stage",
+            "kind": "draft_model",
             "draft_ms": draw(st.sampled_from([1.0, 4.0, 15.0])),
             "overlap": draw(st.booleans()),
             "acceptance": {
@@ -112,7 +113,7 @@ def test_block_schedule_agrees_with_the_des_within_the_documented_bound(data):
 
 
 def test_window_of_one_is_the_sync_closed_form():
-    base = ["drafter.placement=first_stage"]
+    base = ["drafter.placement=first_stage", "drafter.kind=draft_model"]
     sync = analyze(load_scenario(REFERENCE, base)).metrics
     one = analyze(load_scenario(REFERENCE, [*base, "schedule.kind=async"])).metrics
     for key in ("tokens_per_s", "lap_ms_mean", "throughput_tokens_per_s", "bytes_per_token"):
@@ -132,6 +133,7 @@ def _certain(**over):
         "drafter": {
             "draft_ms": 3.0,
             "placement": "first_stage",
+            "kind": "draft_model",
             "acceptance": {"per_position": [1.0], "extrapolate": True},
         },
         "speculation": {"policy": "chain", "k": 3},
@@ -189,7 +191,12 @@ def test_async_issue_rate_is_exact_when_every_bet_wins():
 def test_grid_evaluation_equals_analyze_point_by_point():
     base = load_scenario(
         REFERENCE,
-        ["drafter.placement=first_stage", "schedule.kind=async", "speculation.k=2"],
+        [
+            "drafter.placement=first_stage",
+            "drafter.kind=draft_model",
+            "schedule.kind=async",
+            "speculation.k=2",
+        ],
     )
     stages = np.array([2, 5, 9, 14])
     frame = evaluate_grid(
@@ -200,6 +207,7 @@ def test_grid_evaluation_equals_analyze_point_by_point():
             REFERENCE,
             [
                 "drafter.placement=first_stage",
+                "drafter.kind=draft_model",
                 "schedule.kind=async",
                 "speculation.k=2",
                 f"stages={p}",

@@ -22,7 +22,7 @@ from wansim.scenario import load_scenario
 from wansim.sim import simulate
 
 DEPTHS = np.arange(2, 33)
-ON_S0 = ["drafter.placement=first_stage"]
+ON_S0 = ["drafter.placement=first_stage", "drafter.kind=draft_model"]
 
 
 def gain_curve(workload: str, k: int, depths=DEPTHS) -> np.ndarray:
@@ -70,6 +70,7 @@ def test_des_confirms_the_depth_wall():
     for p in (4, 13, 26):
         over = {
             "drafter.placement": "first_stage",
+            "drafter.kind": "draft_model",
             "speculation.k": 2,
             "stages": p,
             "workload.requests": 48,
@@ -89,7 +90,7 @@ def _bubble(over: dict, engine) -> float:
 
 
 def test_bubbles_fall_with_concurrency_and_async_not_with_batching():
-    base = {"drafter.placement": "first_stage"}
+    base = {"drafter.placement": "first_stage", "drafter.kind": "draft_model"}
     ns = [1, 4, 16, 64]
     sync = [_bubble({**base, "workload.concurrency": n}, analyze) for n in ns]
     asyn = [

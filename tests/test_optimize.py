@@ -232,3 +232,25 @@ def test_optimize_confirm_des(run_cli):
     assert res["des_best_rank"] == 1
     worst = res["top"][-1]
     assert worst["des"]["ci95"][1] < res["top"][0]["des"]["ci95"][0]  # N = 2 clearly slower
+
+
+def test_optimize_rechecks_an_unvalidated_winner_with_the_des_by_default(run_cli):
+    """Loss with 4 concurrent requests lies outside every measured regime: the default
+    (--confirm auto) re-runs the winner with the DES; a validated point is not re-run."""
+    base = ["--set", "workload.requests=8", "--set", "workload.output_tokens=32"]
+    over = ["--over", "speculation.k=3,5", "--top", "1", "--json"]
+    lossy = ["--set", "workload.concurrency=4", "--set", "network.loss_rate=0.01"]
+    code, out, err = run_cli("optimize", REFERENCE, *base, *lossy, *over)
+    assert code == 0, err
+    best = json.loads(out)["best"]
+    assert best["approximation"]["validated"] is False
+    assert best["des"]["value"] > 0
+    code, out, err = run_cli("optimize", REFERENCE, *base, *over)
+    assert code == 0, err
+    best = json.loads(out)["best"]
+    assert best["approximation"] == {
+        "regime": "sync",
+        "validated": True,
+        "error_band": best["approximation"]["error_band"],
+    }
+    assert "des" not in best

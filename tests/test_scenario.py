@@ -81,7 +81,7 @@ BAD = [
     ),
     (["drafter.acceptance.workload=poetry"], "drafter.acceptance.workload", "not in profile"),
     (["speculation.k=9"], "speculation.k", "profile measured positions 1..7"),
-    (["network.loss_rate=1.0"], "network.loss_rate", "must be < 1"),
+    (["network.loss_rate=1.0"], "network.loss_rate", "must be <= 0.99"),
     (["drafter.acceptance.domain_shift=0"], "drafter.acceptance.domain_shift", "must be > 0"),
     (["workload.output_tokens=1"], "workload.output_tokens", "must be >= 2"),
     (["drafter.parallel=maybe"], "drafter.parallel", "must be true or false"),

@@ -57,3 +57,10 @@ def scalar_metrics(metrics: dict) -> dict[str, float]:
         elif value is not None:
             out[key] = value if isinstance(value, (bool, str)) else float(value)
     return out
+
+
+def stage_utilization(busy_ms, span_ms: float) -> list[float]:
+    """Per stage: busy ms (compute and drafting on that stage, prefill included) over the span
+    they share (a run's makespan, or one request's duration when nothing else runs). Both
+    engines report it so; ``bubble_fraction`` is 1 - its mean."""
+    return [float(b) / float(span_ms) for b in busy_ms]

@@ -86,6 +86,8 @@ def results_json(results: dict[str, Result]) -> dict:
     undefined = {}
     for engine, res in results.items():
         out[engine] = jsonable(res.metrics)
+        if res.approximation is not None:
+            out["approximation"] = jsonable(res.approximation)
         if reasons := res.undefined():
             undefined[engine] = reasons
     if undefined:

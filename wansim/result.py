@@ -18,6 +18,10 @@ class Result:
     engine: str  # "des" | "analytical"
     metrics: dict[str, Any]
     details: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False, compare=False)
+    # analytical results: {"regime", "validated", "error_band"} (wansim.analytical.regime)
+    approximation: dict[str, Any] | None = dataclasses.field(
+        default=None, hash=False, compare=False
+    )
 
     def to_frame(self) -> pd.DataFrame:
         """One row: the scenario name, the engine and every metric as a scalar column."""
@@ -45,6 +49,8 @@ class Result:
         }
         if undefined := self.undefined():
             out["undefined"] = undefined
+        if self.approximation is not None:
+            out["approximation"] = jsonable(self.approximation)
         return out
 
 

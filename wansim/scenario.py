@@ -16,16 +16,19 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from wansim import yaml_read
 from wansim.data import on_disk_or_shipped, shipped
 from wansim.errors import ScenarioError, WansimInputError
+from wansim.user_yaml import load_yaml_text, read_yaml_file
 from wansim.validation import parse, spec
 
 DRAFTER_KINDS = ("mtp", "dspark", "dflash", "eagle", "draft_model", "ngram")
 PLACEMENTS = ("first_stage", "last_stage")
+# drafters that read the target's last-stage hidden state (review Part V: MTP/DSpark blocks,
+# EAGLE heads, DFlash conditioned on target hidden states); a draft model or n-gram lookup
+# needs only token ids
+HIDDEN_STATE_DRAFTERS = ("mtp", "dspark", "dflash", "eagle")
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
+TRANSPORTS = ("ideal", "tcp")
 POLICIES = ("none", "chain", "tree")
 VERIFIERS = ("lossless", "greedy", "typical")
 TREE_KINDS = ("static", "sequoia", "dynamic")
@@ -33,6 +36,8 @@ SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
 ARRIVALS = ("closed", "poisson")
 ACTIVATION_BITS = (3, 4, 8, 16, 32)
+MAX_LOSS_RATE = 0.99
+MAX_STAGES = 1024
 
 
 # ----------------------------------------------------------------------------- compute models
@@ -100,7 +105,7 @@ class TableCompute:
     segment's slope is extended (what ``wansim calibrate`` writes)."""
 
     kind: str = spec("table", choices=("table",))
-    points: tuple[tuple[float, float], ...] = spec(((1.0, 6.0), (64.0, 7.3)))
+    points: tuple[tuple[float, float], ...] = spec(((1.0, 6.0), (64.0, 7.3)), max_items=10_000)
 
     def check(self, path: str) -> None:
         ns = [n for n, _ in self.points]
@@ -125,11 +130,25 @@ ComputeModel = LinearCompute | RooflineCompute | MoeCompute | TableCompute
 class Model:
     """``compute``: every stage's compute model. ``stage_compute``: optional, one entry per stage
     (P entries, each naming its ``kind``) replacing ``compute`` stage by stage, for pipelines
-    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here)."""
+    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here).
+    ``overhead_ms`` (or ``stage_overhead_ms``, P entries): a fixed cost per pass per stage on top
+    of the compute model (a roofline's own ``overhead_ms`` included), times ``host_cpu_factor``
+    (:func:`wansim.compute.stage_overheads_ms`)."""
 
     hidden_size: int = spec(7168, ge=1)
     compute: ComputeModel = spec(factory=LinearCompute, variants=COMPUTE_VARIANTS)
-    stage_compute: tuple[ComputeModel, ...] = spec((), variants=COMPUTE_VARIANTS)
+    stage_compute: tuple[ComputeModel, ...] = spec(
+        (), variants=COMPUTE_VARIANTS, max_items=MAX_STAGES
+    )
+    overhead_ms: float = spec(
+        0.0, ge=0, doc="fixed host-side cost of every pass at every stage (coordinator, launches)"
+    )
+    stage_overhead_ms: tuple[float, ...] = spec(
+        (), ge=0, max_items=MAX_STAGES, doc="per stage, replaces overhead_ms"
+    )
+    host_cpu_factor: float = spec(
+        1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
+    )
 
 
 # ----------------------------------------------------------------------------- network
@@ -149,7 +168,7 @@ class Jitter:
     std_ms: float = spec(0.0, ge=0)
     mean_ms: float | None = spec(None)
     shape: float = spec(3.0, gt=2)
-    samples_ms: tuple[float, ...] = spec(())
+    samples_ms: tuple[float, ...] = spec((), max_items=100_000)
     samples_file: str | None = spec(None)
 
     def check(self, path: str) -> None:
@@ -184,7 +203,9 @@ class HopOverride:
     latency_ms: float | None = spec(None, ge=0)
     bandwidth_mbps: float | None = spec(None, gt=0)
     jitter: Jitter | None = spec(None)
-    loss_rate: float | None = spec(None, ge=0, lt=1)
+    loss_rate: float | None = spec(None, ge=0, le=MAX_LOSS_RATE)
+    per_message_ms: float | None = spec(None, ge=0)
+    codec_ms_per_mb: float | None = spec(None, ge=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +217,40 @@ class Hop:
     jitter: Jitter
     loss_rate: float
     retransmit_ms: float
+    per_message_ms: float = 0.0
+    codec_ms_per_mb: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Tcp:
+    """``network.transport: tcp`` (:mod:`wansim.links.tcp`): segments of ``mss_bytes``, an
+    initial window of ``initial_window_segments`` segments, the receiver's window
+    ``max_window_bytes``, and the window's restart after an idle period longer than
+    ``network.retransmit_ms`` (``restart_after_idle``; Linux's tcp_slow_start_after_idle)."""
+
+    mss_bytes: int = spec(1448, ge=64, le=65535)
+    initial_window_segments: int = spec(10, ge=1, le=1000)
+    max_window_bytes: float = spec(4194304.0, gt=0)
+    restart_after_idle: bool = spec(True)
+
+    def check(self, path: str) -> None:
+        if self.max_window_bytes < self.mss_bytes:
+            raise ScenarioError(
+                f"{path}.max_window_bytes",
+                f"must hold at least one segment (mss_bytes {self.mss_bytes})",
+                self.max_window_bytes,
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Drift:
+    """A slow drift of every hop (:func:`wansim.links.delivery.drift_factors`): from the start
+    of the run the latency grows linearly to ``latency_factor`` x its value and the bandwidth to
+    ``bandwidth_factor`` x over ``over_ms`` of simulated time, then both hold. Factors of 1: off."""
+
+    latency_factor: float = spec(1.0, gt=0)
+    bandwidth_factor: float = spec(1.0, gt=0)
+    over_ms: float = spec(7_200_000.0, gt=0, doc="ms of simulated time to reach the factors")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,9 +258,18 @@ class Network:
     latency_ms: float = spec(25.0, ge=0)
     bandwidth_mbps: float = spec(1000.0, gt=0)
     jitter: Jitter = spec(factory=Jitter)
-    loss_rate: float = spec(0.0, ge=0, lt=1)
+    loss_rate: float = spec(
+        0.0, ge=0, le=MAX_LOSS_RATE, doc="per transmission; a link losing more is down"
+    )
     retransmit_ms: float = spec(200.0, ge=0, doc="extra delay per lost transmission (TCP RTO)")
-    hops: tuple[HopOverride, ...] = spec(())
+    per_message_ms: float = spec(
+        0.0, ge=0, doc="sender software cost per message (framing, sidecar), paid once"
+    )
+    codec_ms_per_mb: float = spec(0.0, ge=0, doc="sender codec cost per 10^6 bytes, paid once")
+    transport: str = spec("ideal", choices=TRANSPORTS)
+    tcp: Tcp = spec(factory=Tcp)
+    drift: Drift = spec(factory=Drift)
+    hops: tuple[HopOverride, ...] = spec((), max_items=MAX_STAGES)
 
 
 # ----------------------------------------------------------------------------- payload
@@ -241,11 +305,11 @@ class AcceptanceSpec:
     profile: str | None = spec(None)
     workload: str | None = spec(None)
     alpha: float | None = spec(None, gt=0, lt=1)
-    per_position: tuple[float, ...] | None = spec(None, ge=0, le=1)
+    per_position: tuple[float, ...] | None = spec(None, ge=0, le=1, max_items=4096)
     domain_shift: float = spec(1.0, gt=0, le=1)
     dispersion: float | None = spec(None, ge=0, lt=1)
     extrapolate: bool = spec(False)
-    sibling_logit_offsets: tuple[float, ...] | None = spec(None)
+    sibling_logit_offsets: tuple[float, ...] | None = spec(None, max_items=4096)
 
     def check(self, path: str) -> None:
         if self.sibling_logit_offsets is not None and not self.sibling_logit_offsets:
@@ -282,7 +346,7 @@ class Drafter:
     stage): drafting no longer occupies the stage, and the drafter drafts the next block from
     its own drafts while the current block is verified, betting that the block is accepted
     whole. A won bet makes a step cost max(draft, lap) instead of draft + lap; a lost one
-    redrafts from the correction (lap + draft). Chains only; nothing to overlap with policy
+    finishes the draft in progress and redrafts from the correction (max(lap, draft) + draft). Chains only; nothing to overlap with policy
     none."""
 
     kind: str = spec("dspark", choices=DRAFTER_KINDS)
@@ -308,8 +372,10 @@ class Tree:
 
     kind: str = spec("sequoia", choices=TREE_KINDS)
     budget_nodes: int = spec(32, ge=1, le=4096, doc="draft nodes, the root excluded")
-    branching: tuple[int, ...] = spec((), ge=1, doc="static trees: children per node per depth")
-    max_depth: int | None = spec(None, ge=1)
+    branching: tuple[int, ...] = spec(
+        (), ge=1, le=4096, max_items=4096, doc="static trees: children per node per depth"
+    )
+    max_depth: int | None = spec(None, ge=1, le=4096)
 
     def check(self, path: str) -> None:
         if self.kind == "static" and not self.branching:
@@ -362,9 +428,9 @@ class Workload:
     prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
     flight, a new one starts when one finishes; ``poisson``: arrivals at ``rate_per_s``."""
 
-    requests: int = spec(64, ge=1)
-    concurrency: int = spec(1, ge=1)
-    prompt_tokens: int = spec(512, ge=1)
+    requests: int = spec(64, ge=1, le=1_000_000)
+    concurrency: int = spec(1, ge=1, le=65_536)
+    prompt_tokens: int = spec(512, ge=1, le=10_000_000)
     output_tokens: int = spec(256, ge=2)
     arrival: str = spec("closed", choices=ARRIVALS)
     rate_per_s: float = spec(1.0, gt=0)
@@ -374,8 +440,8 @@ class Workload:
 @dataclasses.dataclass(frozen=True)
 class Scenario:
     name: str = spec("scenario")
-    seed: int = spec(0, ge=0)
-    stages: int = spec(10, ge=1, le=1024)
+    seed: int = spec(0, ge=0, le=2**63 - 1)
+    stages: int = spec(10, ge=1, le=MAX_STAGES)
     model: Model = spec(factory=Model)
     network: Network = spec(factory=Network)
     payload: Payload = spec(factory=Payload)
@@ -399,6 +465,13 @@ class Scenario:
                 "model.stage_compute",
                 f"needs {self.stages} entries (one compute model per stage)",
                 f"{len(per_stage)} entries",
+            )
+        overheads = self.model.stage_overhead_ms
+        if overheads and len(overheads) != self.stages:
+            raise ScenarioError(
+                "model.stage_overhead_ms",
+                f"needs {self.stages} entries (one per stage; or use model.overhead_ms)",
+                f"{len(overheads)} entries",
             )
 
     def _check_schedule(self) -> None:
@@ -427,6 +500,13 @@ class Scenario:
                 " (policy chain)",
                 "none",
             )
+        if self.drafter.kind in HIDDEN_STATE_DRAFTERS:
+            raise ScenarioError(
+                "drafter.kind",
+                "reads the last stage's hidden state, which S0 does not have for drafts still in"
+                " flight: async at first_stage needs a drafter of token ids (draft_model | ngram)",
+                self.drafter.kind,
+            )
 
     @property
     def k(self) -> int:
@@ -453,6 +533,12 @@ class Scenario:
                     jitter=net.jitter if o.jitter is None else o.jitter,
                     loss_rate=net.loss_rate if o.loss_rate is None else o.loss_rate,
                     retransmit_ms=net.retransmit_ms,
+                    per_message_ms=net.per_message_ms
+                    if o.per_message_ms is None
+                    else o.per_message_ms,
+                    codec_ms_per_mb=net.codec_ms_per_mb
+                    if o.codec_ms_per_mb is None
+                    else o.codec_ms_per_mb,
                 )
             )
         return tuple(out)
@@ -487,6 +573,8 @@ def load_scenario(
         base_dir = on_disk_or_shipped(path).resolve().parent
     else:
         raw = to_plain(data)
+    if not isinstance(raw, Mapping):
+        raise ScenarioError("scenario", "must be a mapping", raw)
     raw = apply_overrides(raw, overrides or ())
     raw = _apply_drafter_preset(raw)
     scenario = parse(Scenario, raw, "")
@@ -598,31 +686,51 @@ def deep_merge(base: Mapping, top: Mapping) -> dict:
 
 
 def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict | None:
-    """The file's YAML mapping; None for an empty file (each caller decides what that means).
+    """The file's YAML mapping, read within the limits of :mod:`wansim.user_yaml` (UTF-8,
+    depth, alias expansion); None for an empty file (each caller decides what that means).
     A missing relative path that names a shipped file (``scenarios/...``) reads that file."""
     p = on_disk_or_shipped(path)
     if not p.is_file():
         raise WansimInputError(what, "file not found", str(path))
-    try:
-        raw = yaml_read.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise WansimInputError(what, f"not valid YAML{where}", str(path)) from None
+    raw = read_yaml_file(p, what)
     if raw is not None and not isinstance(raw, dict):
         raise WansimInputError(what, "must be a YAML mapping", str(path))
     return raw
 
 
+MAX_NESTING = 32  # levels of mappings/lists in a scenario (the schema needs 5)
+
+
 def to_plain(obj: Any) -> Any:
-    """Dataclasses/tuples -> plain dicts/lists (the YAML shape)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Mapping):
-        return {k: to_plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_plain(v) for v in obj]
-    return obj
+    """Dataclasses/tuples -> plain dicts/lists (the YAML shape). Raises a one-line error for
+    data nested more than :data:`MAX_NESTING` deep (or containing itself)."""
+    trail: list[str | int] = []  # the path to the current value (joined only for the error)
+
+    def plain(obj: Any) -> Any:
+        if len(trail) > MAX_NESTING:
+            raise ScenarioError(
+                join_path(trail[:4]) + "...",
+                f"nested more than {MAX_NESTING} deep (or contains itself)",
+            )
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        if isinstance(obj, Mapping):
+            out = {}
+            for k, v in obj.items():
+                trail.append(str(k))
+                out[k] = plain(v)
+                trail.pop()
+            return out
+        if isinstance(obj, (list, tuple)):
+            out_list = []
+            for i, v in enumerate(obj):
+                trail.append(i)
+                out_list.append(plain(v))
+                trail.pop()
+            return out_list
+        return obj
+
+    return plain(obj)
 
 
 def scenario_to_dict(scenario: Scenario) -> dict:
@@ -659,11 +767,12 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError("--set", "expected field.path=value", text)
     key, _, value = text.partition("=")
     key = key.strip()
+    if not value.strip():
+        return key, ""
     try:
-        parsed = yaml_read.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        raise ScenarioError(key, "value is not valid YAML", value) from None
-    return key, parsed
+        return key, load_yaml_text(value, key)
+    except WansimInputError as err:
+        raise ScenarioError(key, f"value: {err.problem}", value) from None
 
 
 def apply_overrides(raw: dict, overrides: Iterable[str] | Mapping[str, Any]) -> dict:
@@ -863,6 +972,9 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         found = resolve_file(j.samples_file, base_dir)
         if found is None:
             raise ScenarioError(f"{where}.samples_file", "file not found", j.samples_file)
+        from wansim.network import read_samples
+
+        read_samples(found, f"{where}.samples_file")  # its values are checked now, not mid-run
         return dataclasses.replace(j, samples_file=str(found))
 
     net = scenario.network

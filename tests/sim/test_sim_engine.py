@@ -130,7 +130,11 @@ def test_streams_are_independent_by_purpose():
 
 def test_deterministic_case_equals_closed_forms_exactly():
     """No jitter, no loss, no speculation: every metric is a number both engines must hit."""
-    for extra in ({}, {"stages": 1}, {"drafter.placement": "first_stage"}):
+    for extra in (
+        {},
+        {"stages": 1},
+        {"drafter.placement": "first_stage", "drafter.kind": "draft_model"},
+    ):
         sc = small(
             **{
                 "network.jitter": {"kind": "none"},

@@ -44,9 +44,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from wansim import yaml_read
 from wansim.data import on_disk_or_shipped
-from wansim.errors import ProfileError, ScenarioError
+from wansim.errors import ProfileError, ScenarioError, WansimInputError
 from wansim.validation import parse, spec
 
 FORMAT = "wansim-profile/1"
@@ -190,10 +189,12 @@ def load_profile(path: str | os.PathLike) -> Profile:
 
 @lru_cache(maxsize=64)
 def _load_cached(path: str, mtime_ns: int) -> Profile:
+    from wansim.user_yaml import read_yaml_file
+
     try:
-        raw = yaml_read.safe_load(Path(path).read_text())
-    except yaml.YAMLError:
-        raise ProfileError(path, "not valid YAML", None) from None
+        raw = read_yaml_file(path, "profile")
+    except WansimInputError as err:
+        raise ProfileError(err.path, err.problem, err.value) from None
     return profile_from_mapping(raw, path)
 
 

@@ -97,14 +97,14 @@ def cmd_drafters(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- optimize
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from wansim.studies.optimize import confirm_des, optimize, parse_over, scalar
+    from wansim.studies.optimize import confirm_des, optimize, parse_over, scalar, trust
 
     if not args.over:
         raise WansimInputError("--over", "give at least one FIELD=a..b or FIELD=v1,v2", None)
     overs = [parse_over(o) for o in args.over]
     top = _int_flag("--top", args.top, 1)
-    if args.confirm not in ("des", "none"):
-        raise WansimInputError("--confirm", "must be des or none", args.confirm)
+    if args.confirm not in ("auto", "des", "none"):
+        raise WansimInputError("--confirm", "must be auto, des or none", args.confirm)
     if args.direction not in (None, "max", "min"):
         raise WansimInputError("--direction", "must be max or min", args.direction)
     res = optimize(
@@ -125,12 +125,21 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         }
         for cfg, (_, row) in zip(configs, head.iterrows(), strict=True)
     ]
-    if args.confirm == "des":
-        for row, des in zip(
-            rows, confirm_des(args.scenario, args.set, configs, metric), strict=True
-        ):
+    for row in rows:
+        row["approximation"] = trust(args.scenario, args.set, row["config"])
+    # auto: the DES re-checks every top configuration the analytical engine cannot vouch for
+    recheck = [
+        i
+        for i, row in enumerate(rows)
+        if args.confirm == "des"
+        or (args.confirm == "auto" and not row["approximation"]["validated"])
+    ]
+    if recheck:
+        found = confirm_des(args.scenario, args.set, [configs[i] for i in recheck], metric)
+        for i, des in zip(recheck, found, strict=True):
+            row = rows[i]
             row["des"] = des
-            if des.get("ci95") is not None:
+            if des.get("ci95") is not None and None not in des["ci95"]:
                 lo, hi = des["ci95"]
                 row["des"]["analytical_inside_ci95"] = bool(lo <= row[metric] <= hi)
     out = {
@@ -144,7 +153,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         "top": rows,
         "confirm": args.confirm,
     }
-    if args.confirm == "des":
+    if args.confirm == "des":  # every top row re-run: the DES's own ranking of them
         des_best = (
             max(range(len(rows)), key=lambda i: rows[i]["des"]["value"])
             if (res["direction"] == "max")
@@ -209,6 +218,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", default="tokens_per_s")
     p.add_argument("--direction", default=None, metavar="max|min")
     p.add_argument("--top", default="3", metavar="T")
-    p.add_argument("--confirm", default="none", metavar="des|none")
+    p.add_argument(
+        "--confirm",
+        default="auto",
+        metavar="auto|des|none",
+        help="auto (default): re-run with the DES every top configuration whose analytical"
+        " result is not validated; des: all of them; none: never",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_optimize)

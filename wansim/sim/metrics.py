@@ -55,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from wansim.metrics import stage_utilization
 from wansim.sim.record import RunRecord
 
 MAX_BATCHES = 20
@@ -173,7 +174,7 @@ def compute_metrics(record: RunRecord) -> dict:
     tpot = (record.decode_ms / record.decode_tokens)[mask]
     ttft = (record.first_token_ms - record.arrival_ms)[mask]
     makespan = record.makespan_ms
-    utilisation = record.stage_busy_ms / makespan
+    utilisation = np.asarray(stage_utilization(record.stage_busy_ms, makespan))
     low, high = rate_interval(record)
     interval = None if np.isnan(low) else [low, high]
     lap_p50, lap_p99 = np.quantile(laps, [0.5, 0.99])

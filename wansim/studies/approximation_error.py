@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from wansim.analytical.regime import REGIMES
 from wansim.data import reference_scenario
 
 REFERENCE = reference_scenario()
@@ -38,76 +39,19 @@ RELATIVE = ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean")
 ABSOLUTE = ("bubble_fraction", "wasted_token_fraction")
 METRICS = RELATIVE + ABSOLUTE
 
-# group -> metric -> bound (relative for RELATIVE, absolute for ABSOLUTE)
+# group -> metric -> bound (relative for RELATIVE, absolute for ABSOLUTE): the error bands the
+# analytical results carry (wansim.analytical.regime), one table for both. The steady-state
+# batching model replaced a plain lockstep batch whose measured errors were +100% on tokens/s
+# and ~20x on TTFT (it missed the refills).
 BOUNDS: dict[str, dict[str, float]] = {
-    "async": {
-        "tokens_per_s": 0.10,
-        "throughput_tokens_per_s": 0.10,
-        "ttft_ms_mean": 0.03,
-        "bubble_fraction": 0.03,
-        "wasted_token_fraction": 0.04,
-    },
-    "overlap": {
-        "tokens_per_s": 0.05,
-        "throughput_tokens_per_s": 0.06,
-        "ttft_ms_mean": 0.01,
-        "bubble_fraction": 0.01,
-        "wasted_token_fraction": 0.03,
-    },
-    "async+overlap": {
-        "tokens_per_s": 0.08,
-        "throughput_tokens_per_s": 0.08,
-        "ttft_ms_mean": 0.01,
-        "bubble_fraction": 0.01,
-        "wasted_token_fraction": 0.04,
-    },
-    "concurrent": {
-        "tokens_per_s": 0.15,
-        "throughput_tokens_per_s": 0.18,
-        "ttft_ms_mean": 0.40,
-        "bubble_fraction": 0.10,
-        "wasted_token_fraction": 0.02,
-    },
-    "async+concurrent": {
-        "tokens_per_s": 0.20,
-        "throughput_tokens_per_s": 0.15,
-        "ttft_ms_mean": 0.30,
-        "bubble_fraction": 0.10,
-        "wasted_token_fraction": 0.10,
-    },
-    # the steady-state model (wansim/analytical/batched.py) replaced a plain lockstep batch
-    # whose measured errors were +100% on tokens/s and ~20x on TTFT (it missed the refills)
-    "continuous batching": {
-        "tokens_per_s": 0.08,
-        "throughput_tokens_per_s": 0.08,
-        "ttft_ms_mean": 0.15,
-        "bubble_fraction": 0.04,
-        "wasted_token_fraction": 0.02,
-    },
+    name: dict(r.error_band) for name, r in REGIMES.items() if name != "sync"
 }
-
-ASSUMPTIONS = {
-    "async": "async in-pipe speculation, one request: issue recursion at the mean lap, "
-    "geometric chains of won bets (r = S_K p_{K+1}), restart after the block in progress, "
-    "room rule at the request's end (wansim/analytical/blocks.py)",
-    "overlap": "sync schedule with the drafter on its own device (max(.) law): "
-    "won bets cost max(draft, lap), lost ones lap + draft (wansim/analytical/blocks.py)",
-    "async+overlap": "both: S0 issues a block every max(draft, compute) (blocks.py)",
-    "concurrent": "N requests without batching: closed ring of FIFO stations, deterministic "
-    "service, M/D/1 waits with the arrival theorem, prefill convoys, the bottleneck's cap, slot "
-    "makespan (wansim/analytical/concurrent.py)",
-    "async+concurrent": "the block schedule's passes and stale blocks as the ring's load; "
-    "a request's stale blocks recomputed with S0's queueing (concurrent.py)",
-    "continuous batching": "continuous batching in steady state: the lockstep batch of N "
-    "sequences, Binomial admissions per verdict whose prefill convoys the batch (max-plus "
-    "tandem delay), TTFT of the replacements' shared prefill, cold start and drain in the "
-    "makespan (wansim/analytical/batched.py)",
-}
+ASSUMPTIONS = {name: r.model for name, r in REGIMES.items()}
 
 
 def _points(group: str, fast: bool) -> list[dict]:
     """The grid of one group (overrides of the reference scenario)."""
-    first = {"drafter.placement": "first_stage"}
+    first = {"drafter.placement": "first_stage", "drafter.kind": "draft_model"}
     pts: list[dict] = []
     if group == "async":
         grid = itertools.product(
@@ -376,6 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--group", action="append", choices=list(BOUNDS))
     ap.add_argument(
+        "--hunt",
+        help="append the agreement hunt's section from its table (python -m"
+        " wansim.agreement_hunt --out CSV)",
+    )
+    ap.add_argument(
+        "--hunt-before", help="one line comparing the hunt with the code before, verbatim"
+    )
+    ap.add_argument(
         "--from-table",
         help="re-render the document (and check the bounds) from a table an earlier run wrote",
     )
@@ -389,7 +341,14 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - start
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(markdown(table, float(table["des_s"].sum()), args.fast))
+    text = markdown(table, float(table["des_s"].sum()), args.fast)
+    if args.hunt:
+        from wansim import agreement_hunt
+
+        hunt = pd.read_csv(args.hunt, keep_default_na=False, na_values=[""])
+        hunt["refused"] = hunt["refused"].fillna("")
+        text += "\n" + agreement_hunt.markdown(hunt, args.hunt_before)
+    out.write_text(text)
     if not args.from_table or Path(args.from_table).resolve() != out.with_suffix(".csv").resolve():
         table.to_csv(out.with_suffix(".csv"), index=False, float_format="%.6g")
     summ = summary(table)

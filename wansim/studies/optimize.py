@@ -11,8 +11,8 @@ import math
 import re
 from typing import Any
 
-from wansim import yaml_read
 from wansim.errors import WansimInputError
+from wansim.user_yaml import load_yaml_text
 
 LOWER_IS_BETTER = (
     "lap_ms_mean",
@@ -32,8 +32,6 @@ _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
 
 def parse_over(text: str) -> tuple[str, list[Any]]:
     """'speculation.k=1..16' -> ('speculation.k', [1..16]); 'a.b=4,8,16' -> list of scalars."""
-    import yaml
-
     if "=" not in text:
         raise WansimInputError("--over", "expected FIELD=a..b or FIELD=v1,v2,...", text)
     field, _, spec = text.partition("=")
@@ -53,9 +51,9 @@ def parse_over(text: str) -> tuple[str, list[Any]]:
         if not item.strip():
             raise WansimInputError(f"--over {field}", "empty value in the list", spec)
         try:
-            values.append(yaml_read.safe_load(item))
-        except yaml.YAMLError:
-            raise WansimInputError(f"--over {field}", "value is not valid YAML", item) from None
+            values.append(load_yaml_text(item, f"--over {field}"))
+        except WansimInputError as err:
+            raise WansimInputError(f"--over {field}", f"value: {err.problem}", item) from None
     return field, values
 
 
@@ -170,6 +168,16 @@ def scalar(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     return value
+
+
+def trust(path: str, sets: list[str], config: dict) -> dict:
+    """The analytical engine's approximation for one configuration (regime, validated,
+    error band: :mod:`wansim.analytical.regime`)."""
+    from wansim.analytical.regime import approximation
+    from wansim.scenario import load_scenario
+
+    sc = load_scenario(path, sets + [f"{k}={_yaml(v)}" for k, v in config.items()])
+    return approximation(sc).to_json()
 
 
 def confirm_des(path: str, sets: list[str], configs: list[dict], metric: str) -> list[dict]:

@@ -61,8 +61,8 @@ from scipy import stats
 from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
 from wansim.analytical.path import hop_service_ms, ring_sums, stage_services_ms
-from wansim.compute import mean_stage_ms, stage_ms_each
-from wansim.network import hop_mean_ms
+from wansim.compute import mean_stage_ms, stage_overheads_ms, stage_pass_ms
+from wansim.network import hop_mean
 from wansim.wire import forward_bytes
 
 TAIL_SD = 10.0  # admissions per verdict: k up to mean + TAIL_SD sd (+ 10), at most b
@@ -103,7 +103,7 @@ def convoy_delay_ms(prefill_services, batch_services, live, gap_ms) -> np.ndarra
 
 def _forward_hops_ms(scenario, n_bytes) -> np.ndarray:
     """Sum of the forward hops' mean times for an ``n_bytes`` message."""
-    return ring_sums(scenario, lambda link, n: hop_mean_ms(*link, n), n_bytes, n_bytes)[0]
+    return ring_sums(scenario, hop_mean, n_bytes, n_bytes)[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,11 +309,13 @@ def stage_busy_ms(scenario, run: BatchedRun) -> tuple[list[float], float]:
     means, adm = run.means, run.admissions
     makespan = float(np.asarray(means["makespan_ms"]))
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
+    models = scenario.stage_compute_models()
+    overheads = stage_overheads_ms(scenario)
     util = []
     for i in range(p):
 
-        def stage_t(n, i=i):
-            return np.asarray(stage_ms_each(scenario, n)[i])
+        def stage_t(n, i=i):  # stage i's own model only (all P of them per stage was O(P^2))
+            return np.asarray(stage_pass_ms(models[i], overheads[i], n))
 
         draft = float(np.asarray(means["draft_ms"])) if i == draft_stage else 0.0
         util.append(float(np.asarray(busy_ms(scenario, means, adm, stage_t, draft))))

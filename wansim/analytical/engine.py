@@ -21,6 +21,7 @@ from wansim.analytical.distribution import (
 from wansim.analytical.regime import approximation
 from wansim.analytical.sync import lap_parts, passes_per_node, sync_metrics
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
+from wansim.analytical.transport import tcp_equivalent
 from wansim.errors import ScenarioError
 from wansim.metrics import stage_utilization
 from wansim.result import Result
@@ -66,6 +67,28 @@ def check_supported(scenario: Scenario) -> None:
             "async / an overlapped drafter with continuous batching is",
         ),
     ]
+    net = scenario.network
+    if net.transport == "tcp":
+        one = not (blocks or batched(scenario) or concurrent(scenario))
+        lossless = not any(h.loss_rate > 0 for h in scenario.resolved_hops())
+        scalar = all(np.ndim(v) == 0 for v in (scenario.stages, net.latency_ms, net.loss_rate))
+        unsupported.append(
+            (
+                "network.transport",
+                "tcp",
+                one and lossless and scalar,
+                "tcp beyond one lossless request in the sync schedule (one point at a time) is",
+            )
+        )
+    d = net.drift
+    unsupported.append(
+        (
+            "network.drift",
+            f"latency_factor {d.latency_factor}, bandwidth_factor {d.bandwidth_factor}",
+            (d.latency_factor, d.bandwidth_factor) == (1.0, 1.0),
+            "a drifting ring is",
+        )
+    )
     for path, value, ok, what in unsupported:
         if not ok:
             why = f"{what} not modelled by the analytical engine" if what else "not modelled by"
@@ -145,6 +168,8 @@ def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
     with the approximation it was answered by (:mod:`wansim.analytical.regime`)."""
     check_supported(scenario)
+    if scenario.network.transport == "tcp":  # the sync lap under the window, then ideal forms
+        scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
     parts = lap_parts(scenario)
     answer = _one_request(scenario, parts)
     if batched(scenario):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -274,10 +272,11 @@ def test_reference_agrees_with_analytical_within_the_interval():
 
 
 @pytest.mark.slow
-def test_hundred_thousand_tokens_take_seconds():
+def test_hundred_thousand_tokens_cost_bounded_events():
+    """100k tokens cost a bounded number of SimPy events per verify pass (one long-lived process
+    per stage, one timeout per pass, no per-token events): the work bound that makes the DES
+    fast, counted rather than timed (a wall-clock assert fails by chance under load)."""
     sc = load_scenario(REFERENCE, ["workload.requests=391"])  # 100,096 output tokens
-    start = time.perf_counter()
     r = simulate(sc)
-    wall = time.perf_counter() - start
     assert r.details["record"].output_tokens >= 100_000
-    assert wall < 20.0, wall
+    assert 0 < r.details["events"] <= 4 * sc.stages * r.details["verify_passes"]

@@ -1,7 +1,7 @@
 """Closed forms for the sync schedule, vectorised.
 
 Every numeric scenario field read here may be a numpy array (all broadcast to one shape), so one
-call evaluates a whole grid. The model (DESIGN.md section 2). The speculation policy (none,
+call evaluates a whole grid. The model: docs/architecture.md ("The physics in one lap"). The speculation policy (none,
 chain, tree, verifier rule) enters only through :mod:`wansim.speculation`: per sequence a pass
 verifies n = K + 1 (chain), N + 1 (tree of N nodes) or 1 token(s), and the accepted length has
 survival S_d per difficulty node. A batch of b sequences (``workload.concurrency`` with
@@ -204,8 +204,9 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     }
 
 
-def stage_utilization(scenario: Scenario, means: dict) -> list[float]:
-    """Per-stage busy fraction (scalar scenario): the drafter's stage also pays its passes."""
+def stage_busy_ms(scenario: Scenario, means: dict) -> tuple[list[float], float]:
+    """Per-stage busy ms of one request (scalar scenario; the drafter's stage also pays its
+    passes) and the request's duration."""
     stages = int(scenario.stages)
     passes = float(means["passes_per_request"])
     duration = float(means["prefill_ms"] + passes * means["lap_ms_mean"])
@@ -215,4 +216,4 @@ def stage_utilization(scenario: Scenario, means: dict) -> list[float]:
     busy = [float(pre) + passes * float(ver) for pre, ver in zip(prefill, verify, strict=True)]
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else stages - 1
     busy[draft_stage] += passes * float(means["draft_ms"])
-    return [x / duration for x in busy]
+    return busy, duration

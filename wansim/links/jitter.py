@@ -164,20 +164,29 @@ def _jitter_dist(spec) -> JitterDist:
     return JitterDist("empirical", samples=tuple(float(x) for x in samples))
 
 
-def read_samples(path: str | None) -> tuple[float, ...]:
-    """Delays in ms, one per line (blank lines and # comments skipped)."""
+def read_samples(path: str | Path | None, where: str = "network.jitter.samples_file") -> tuple:
+    """Delays in ms, one per line (blank lines and # comments skipped): finite numbers within
+    the schema's magnitude limit (:data:`wansim.validation.MAX_MAGNITUDE`)."""
+    from wansim.user_yaml import read_text
+    from wansim.validation import MAX_MAGNITUDE
+
     p = Path(str(path))
     if not p.is_file():
-        raise ScenarioError("network.jitter.samples_file", "file not found", str(path))
+        raise ScenarioError(where, "file not found", str(path))
     out = []
-    for i, line in enumerate(p.read_text().splitlines(), 1):
+    for i, line in enumerate(read_text(p, where).splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         try:
-            out.append(float(line))
+            value = float(line)
         except ValueError:
-            raise ScenarioError(f"{path}:{i}", "not a number", line) from None
+            raise ScenarioError(where, f"line {i} is not a number", line[:40]) from None
+        if not abs(value) <= MAX_MAGNITUDE:
+            raise ScenarioError(
+                where, f"line {i} must be a finite number of magnitude <= {MAX_MAGNITUDE:g}", value
+            )
+        out.append(value)
     if not out:
-        raise ScenarioError("network.jitter.samples_file", "has no samples", str(path))
+        raise ScenarioError(where, "has no samples", str(path))
     return tuple(out)

@@ -40,11 +40,24 @@ from wansim.sim.stage import Stage
 from wansim.sim.verifier import Verifier
 from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
 
+# bounded work: a run simulates requests x output_tokens tokens (~1e5-1e6 a second)
+MAX_TOKENS = 100_000_000
+
 
 def check_supported(scenario: Scenario) -> None:
     """The DES runs the sync schedule with any speculation policy, and the block schedule
-    (async, overlapped drafter: :mod:`wansim.sim.schedule`) with chains; the rest is refused."""
+    (async, overlapped drafter: :mod:`wansim.sim.schedule`) with chains; the rest is refused.
+    At most :data:`MAX_TOKENS` output tokens over all requests."""
     sched = scenario.schedule
+    wl = scenario.workload
+    if wl.requests * wl.output_tokens > MAX_TOKENS:
+        raise ScenarioError(
+            "workload.requests",
+            f"x output_tokens ({wl.output_tokens}) is {wl.requests * wl.output_tokens:.2g} tokens"
+            f" to simulate, more than the DES's {MAX_TOKENS:.0e} (lower them, or use"
+            " --engine analytical)",
+            wl.requests,
+        )
     if not uses_blocks(scenario):
         return
     field = "schedule.kind" if sched.kind == "async" else "drafter.overlap"
@@ -186,12 +199,15 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     unfinished = int(np.isnan(record.finish_ms).sum())
     if unfinished:  # cannot happen with a correct engine; never report partial metrics
         raise RuntimeError(f"DES ended with {unfinished} unfinished requests")
+    method = ci_method(record)
     details = {
         "record": record,
         "timeline": tl,
         "makespan_ms": record.makespan_ms,
         "events": events,
-        "ci_method": ci_method(wl.concurrency),
+        "ci_method": method,
+        # metric -> why it is null in the JSON (wansim.result.Result.to_json)
+        "undefined": {"tokens_per_s_ci95": method} if method.startswith("undefined") else {},
         "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
         "verify_passes": record.verify_passes,
     }

@@ -12,12 +12,13 @@ each hop i: 3 + 2i propagation jitter, 4 + 2i losses; the last child (3 + 2P) se
 schedule's bets, one stream per request. Same seed -> identical run.
 
 With ``schedule.kind: async`` or ``drafter.overlap: true`` (chains) the stages run the block
-schedule of :mod:`wansim.sim.schedule` (bets, cancellation, the overlapped drafter).
+schedule of :mod:`wansim.sim.async_speculation` (bets, cancellation, the overlapped drafter).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 
 import numpy as np
@@ -27,12 +28,13 @@ from wansim.compute import drafter_tree_ms, stage_ms
 from wansim.errors import ScenarioError
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
+from wansim.sim import lone_ring
+from wansim.sim.async_speculation import Scheduler, guess_rates
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
 from wansim.sim.metrics import ci_method, compute_metrics, warmup_requests
-from wansim.sim.record import Timeline, build_record
+from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
-from wansim.sim.schedule import Scheduler, guess_rates
 from wansim.sim.stage import Stage
 from wansim.sim.verifier import Verifier
 from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
@@ -40,7 +42,7 @@ from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
 
 def check_supported(scenario: Scenario) -> None:
     """The DES runs the sync schedule with any speculation policy, and the block schedule
-    (async, overlapped drafter: :mod:`wansim.sim.schedule`) with chains; the rest is refused."""
+    (async, overlapped drafter: :mod:`wansim.sim.async_speculation`) with chains; the rest is refused."""
     sched = scenario.schedule
     if not uses_blocks(scenario):
         return
@@ -76,9 +78,22 @@ def _cached(fn):
     return get
 
 
-def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
-    """Run the discrete-event simulation; ``timeline=True`` also keeps every slice (Perfetto)."""
-    check_supported(scenario)
+@dataclasses.dataclass
+class Pipeline:
+    """The wired components of one run (before it runs): what :func:`build` returns."""
+
+    scenario: Scenario
+    env: simpy.Environment
+    stages: list[Stage]
+    links: list[Link]
+    verifier: Verifier
+    source: RequestSource
+    scheduler: Scheduler | None
+    timeline: Timeline | None
+
+
+def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
+    """Wire the stages, links, verifier, request source (and block schedule) of a scenario."""
     env = simpy.Environment()
     p_stages = scenario.stages
     # the block schedule's bets come from one more child, after the documented streams
@@ -103,7 +118,9 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     draft = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 0))
     draft_per_sequence = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 1)) - draft
     first_stage = scenario.drafter.placement == "first_stage"
-    overlap = blocks and scenario.drafter.overlap  # drafting on its own device (schedule.py)
+    overlap = (
+        blocks and scenario.drafter.overlap
+    )  # drafting on its own device (async_speculation.py)
     computes = [functools.partial(stage_ms, m) for m in scenario.stage_compute_models()]
     fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
     stages = [
@@ -164,27 +181,59 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     for stage, link in zip(stages, links, strict=True):
         stage.link_out = link
         stage.source = source
-        stage.start()
-    source.start()
-    env.run()
-    events = _events_scheduled(env)
+    return Pipeline(scenario, env, stages, links, verifier, source, scheduler, tl)
 
-    wl = scenario.workload
-    record = build_record(
-        source.requests, stages, links, verifier, wl.concurrency, events, tl, scheduler
+
+def run_events(pipe: Pipeline) -> RunRecord:
+    """Run the built pipeline event by event (SimPy) to its end; the record of the run."""
+    for stage in pipe.stages:
+        stage.start()
+    pipe.source.start()
+    pipe.env.run()
+    events = _events_scheduled(pipe.env)
+    return build_record(
+        pipe.source.requests,
+        pipe.stages,
+        pipe.links,
+        pipe.verifier,
+        pipe.scenario.workload.concurrency,
+        events,
+        pipe.timeline,
+        pipe.scheduler,
     )
+
+
+def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = False) -> Result:
+    """Run the discrete-event simulation; ``timeline=True`` also keeps every slice (Perfetto).
+
+    A lone request in the sync ring (concurrency 1, closed arrivals) is computed lap by lap in
+    vectorised blocks (:mod:`wansim.sim.lone_ring`: the same arithmetic as the events, the
+    same result to the bit); ``per_event=True`` runs every scenario event by event (the
+    reference the lone-ring path is tested against).
+    """
+    check_supported(scenario)
+    pipe = build(scenario, timeline=timeline)
+    record = None
+    if not per_event and lone_ring.applies(pipe):
+        record = lone_ring.run(pipe)  # None where its arithmetic check fails: events then
+        if record is None:
+            pipe = build(scenario, timeline=timeline)
+    if record is None:
+        record = run_events(pipe)
     unfinished = int(np.isnan(record.finish_ms).sum())
     if unfinished:  # cannot happen with a correct engine; never report partial metrics
         raise RuntimeError(f"DES ended with {unfinished} unfinished requests")
+    wl = scenario.workload
     details = {
         "record": record,
-        "timeline": tl,
+        "timeline": pipe.timeline,
         "makespan_ms": record.makespan_ms,
-        "events": events,
+        "events": record.events,
         "ci_method": ci_method(wl.concurrency),
         "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
         "verify_passes": record.verify_passes,
     }
+    scheduler = pipe.scheduler
     if scheduler is not None:
         details["blocks"] = {
             "bets_won": scheduler.bets_won,

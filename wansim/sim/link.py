@@ -101,8 +101,7 @@ class Link:
     def _propagation(self) -> float:
         """max(0, L + J) for the next message (a jittered hop)."""
         if self._prop_i >= len(self._prop):
-            j = self.jitter.sample(self.prop_rng, DRAW_BLOCK)
-            self._prop = np.maximum(0.0, self.latency_ms + j).tolist()
+            self._prop = self._prop_block().tolist()
             self._prop_i = 0
         d = self._prop[self._prop_i]
         self._prop_i += 1
@@ -111,11 +110,37 @@ class Link:
     def _lost(self) -> int:
         """G: lost transmissions of the next message (a lossy hop)."""
         if self._losses_i >= len(self._losses):
-            self._losses = sample_losses(self.loss_rng, self.loss_rate, DRAW_BLOCK).tolist()
+            self._losses = self._loss_block().tolist()
             self._losses_i = 0
         g = self._losses[self._losses_i]
         self._losses_i += 1
         return g
+
+    def draw(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """max(0, L + J) and G of the next ``count`` messages as arrays, taken from the hop's
+        streams exactly as ``count`` calls of :meth:`send` would (same blocks, same order)."""
+        if self.has_jitter:
+            prop = _take(self, "_prop", count, self._prop_block)
+        else:
+            prop = np.full(count, self.latency_ms, dtype=float)
+        if self.has_loss:
+            losses = _take(self, "_losses", count, self._loss_block)
+        else:
+            losses = np.zeros(count, dtype=np.int64)
+        return prop, losses
+
+    def ring_terms(self, n_bytes: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For messages that find the link idle (the lone-request ring): :meth:`send`'s
+        ``busy`` and retransmission wait, so that delivery = ((offer + busy) + propagation) +
+        wait, the same operations in the same order (a wait of 0.0 adds nothing)."""
+        busy = n_bytes * self.ms_per_byte * (1 + losses)
+        return busy, losses * self.rto_ms
+
+    def _prop_block(self) -> np.ndarray:
+        return np.maximum(0.0, self.latency_ms + self.jitter.sample(self.prop_rng, DRAW_BLOCK))
+
+    def _loss_block(self) -> np.ndarray:
+        return sample_losses(self.loss_rng, self.loss_rate, DRAW_BLOCK)
 
     def send(
         self,
@@ -154,6 +179,24 @@ class Link:
 
     def _arrive(self, _event: object) -> None:
         self.deliver(self.in_flight.popleft())
+
+
+def _take(link: Link, name: str, count: int, block) -> np.ndarray:
+    """The next ``count`` pre-drawn values of ``link.<name>`` (refilled by ``block()`` only
+    when exhausted, as the scalar path does); leaves the buffer where the scalar path would."""
+    buf, i = getattr(link, name), getattr(link, name + "_i")
+    have = len(buf) - i
+    parts = [np.asarray(buf[i:])] if have > 0 else []
+    last = buf
+    while have < count:
+        last = block()
+        parts.append(last)
+        have += len(last)
+    out = np.concatenate(parts)[:count] if parts else np.asarray(buf[:0])
+    left = have - count  # unused values of the last block drawn
+    setattr(link, name, last.tolist() if last is not buf else buf)
+    setattr(link, name + "_i", len(last) - left)
+    return out
 
 
 def decode_share(passes: list[Pass]) -> float:

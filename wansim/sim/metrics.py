@@ -39,8 +39,8 @@ contiguous batches and the t-interval (b - 1 degrees of freedom) is taken over t
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
+from wansim.normal_functions import t_ppf
 from wansim.sim.record import RunRecord
 
 MAX_BATCHES = 20
@@ -83,7 +83,7 @@ def t_interval(values: np.ndarray, level: float) -> tuple[float, float]:
     if n < 2:
         return float("nan"), float("nan")
     mean = float(np.mean(values))
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
+    half = float(t_ppf(0.5 + level / 2, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
     return mean - half, mean + half
 
 
@@ -95,7 +95,7 @@ def batch_means_interval(ordered: np.ndarray, level: float) -> tuple[float, floa
     b = min(MAX_BATCHES, max(2, n // 5))
     means = np.array([chunk.mean() for chunk in np.array_split(ordered, b)])
     centre = float(np.mean(ordered))
-    half = float(stats.t.ppf(0.5 + level / 2, b - 1) * np.std(means, ddof=1) / np.sqrt(b))
+    half = float(t_ppf(0.5 + level / 2, b - 1) * np.std(means, ddof=1) / np.sqrt(b))
     return centre - half, centre + half
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import gc
 
 import numpy as np
 import simpy
@@ -189,7 +190,17 @@ def run_events(pipe: Pipeline) -> RunRecord:
     for stage in pipe.stages:
         stage.start()
     pipe.source.start()
-    pipe.env.run()
+    # A kept timeline grows by a tuple per slice; the cyclic garbage collector would walk those
+    # ever-longer lists again and again (most of the timeline's cost, measured): it pauses for
+    # the run (the run's cycles are collected when it resumes).
+    paused = pipe.timeline is not None and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        pipe.env.run()
+    finally:
+        if paused:
+            gc.enable()
     events = _events_scheduled(pipe.env)
     return build_record(
         pipe.source.requests,

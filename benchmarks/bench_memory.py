@@ -1,11 +1,10 @@
 """Peak resident memory of long DES runs (each in a fresh process: ``ru_maxrss``).
 
-The reference scenario with enough requests for ``--tokens`` output tokens, run by the engine
-as users run it and by the per-event reference (``per_event=True``); the baseline in the same
-run is the interpreter with the same imports and a 2-request run (what every run costs before
-its length matters).
+The reference scenario with enough requests for ``--tokens`` output tokens; the baseline in
+the same run is the interpreter with the same imports and a 2-request run (what every run costs
+before its length matters).
 
-Run: .venv/bin/python benchmarks/bench_memory.py [--tokens 10000000] [--per-event-tokens 1000000]
+Run: .venv/bin/python benchmarks/bench_memory.py [--tokens 10000000]
 """
 
 from __future__ import annotations
@@ -21,19 +20,19 @@ CHILD = """
 import json, resource, sys, time
 from wansim.scenario import load_scenario
 from wansim.sim import simulate
-requests, per_event = int(sys.argv[1]), sys.argv[2] == "1"
+requests = int(sys.argv[1])
 sc = load_scenario("scenarios/v4pro-dspark-10stage-wan.yaml", [f"workload.requests={requests}"])
 start = time.perf_counter()
-result = simulate(sc, per_event=per_event)
+result = simulate(sc)
 wall = time.perf_counter() - start
 print(json.dumps({"output_tokens": result.details["record"].output_tokens, "wall_s": round(wall, 2),
                   "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
 """
 
 
-def run(requests: int, per_event: bool) -> dict:
+def run(requests: int) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(requests), "1" if per_event else "0"],
+        [sys.executable, "-c", CHILD, str(requests)],
         capture_output=True,
         text=True,
         check=True,
@@ -44,13 +43,11 @@ def run(requests: int, per_event: bool) -> dict:
 def main() -> dict:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=10_000_000)
-    parser.add_argument("--per-event-tokens", type=int, default=1_000_000)
     args = parser.parse_args()
     per_request = 256  # the reference's output_tokens
     result = {
-        "baseline_2_requests": run(2, False),
-        "engine": run(math.ceil(args.tokens / per_request), False),
-        "per_event_reference": run(math.ceil(args.per_event_tokens / per_request), True),
+        "baseline_2_requests": run(2),
+        "engine": run(math.ceil(args.tokens / per_request)),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(result, indent=2))

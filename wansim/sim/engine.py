@@ -6,7 +6,8 @@ hops (hop i carries S_i's output to S_(i+1); hop P-1 is the return hop to S0; wi
 ring is the return hop alone), one :class:`~wansim.sim.verifier.Verifier` at the last stage and
 a :class:`~wansim.sim.request.RequestSource`. The run ends when every request has finished.
 
-Random streams: ``np.random.SeedSequence(scenario.seed).spawn(4 + 2P)`` gives independent
+Random streams: ``np.random.SeedSequence(scenario.seed).spawn(4 + 2P)``
+(:func:`wansim.links.draws.ring_seeds`, which the link emulator shares) gives independent
 generators, by position: 0 acceptance draws, 1 per-request difficulty, 2 arrivals, then for
 each hop i: 3 + 2i propagation jitter, 4 + 2i losses; the last child (3 + 2P) seeds the block
 schedule's bets, one stream per request. Same seed -> identical run.
@@ -25,11 +26,12 @@ import gc
 import numpy as np
 import simpy
 
-from wansim.compute import drafter_tree_ms, stage_ms
+from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.errors import ScenarioError
+from wansim.links.draws import hop_streams, ring_seeds
+from wansim.links.tcp import tcp_params
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
-from wansim.sim import lone_ring
 from wansim.sim.async_speculation import Scheduler, guess_rates
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
@@ -40,11 +42,24 @@ from wansim.sim.stage import Stage
 from wansim.sim.verifier import Verifier
 from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
 
+# bounded work: a run simulates requests x output_tokens tokens (~1e5-1e6 a second)
+MAX_TOKENS = 100_000_000
+
 
 def check_supported(scenario: Scenario) -> None:
     """The DES runs the sync schedule with any speculation policy, and the block schedule
-    (async, overlapped drafter: :mod:`wansim.sim.async_speculation`) with chains; the rest is refused."""
+    (async, overlapped drafter: :mod:`wansim.sim.async_speculation`) with chains; the rest is
+    refused. At most :data:`MAX_TOKENS` output tokens over all requests."""
     sched = scenario.schedule
+    wl = scenario.workload
+    if wl.requests * wl.output_tokens > MAX_TOKENS:
+        raise ScenarioError(
+            "workload.requests",
+            f"x output_tokens ({wl.output_tokens}) is {wl.requests * wl.output_tokens:.2g} tokens"
+            f" to simulate, more than the DES's {MAX_TOKENS:.0e} (lower them, or use"
+            " --engine analytical)",
+            wl.requests,
+        )
     if not uses_blocks(scenario):
         return
     field = "schedule.kind" if sched.kind == "async" else "drafter.overlap"
@@ -98,7 +113,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
     env = simpy.Environment()
     p_stages = scenario.stages
     # the block schedule's bets come from one more child, after the documented streams
-    seeds = np.random.SeedSequence(scenario.seed).spawn(4 + 2 * p_stages)
+    seeds = ring_seeds(scenario.seed, p_stages)
     streams = [np.random.default_rng(s) for s in seeds[:-1]]
     blocks = uses_blocks(scenario)
     difficulty_copy = copy.deepcopy(streams[1]) if blocks else None
@@ -119,10 +134,11 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
     draft = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 0))
     draft_per_sequence = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 1)) - draft
     first_stage = scenario.drafter.placement == "first_stage"
-    overlap = (
-        blocks and scenario.drafter.overlap
-    )  # drafting on its own device (async_speculation.py)
-    computes = [functools.partial(stage_ms, m) for m in scenario.stage_compute_models()]
+    overlap = blocks and scenario.drafter.overlap  # drafting on its own device
+    computes = [
+        functools.partial(stage_pass_ms, m, o)
+        for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
+    ]
     fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
     stages = [
         Stage(
@@ -159,15 +175,19 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         )
         for stage in stages:
             stage.hooks = scheduler
+    tcp = tcp_params(scenario.network)
+    d = scenario.network.drift
+    drift = d if (d.latency_factor, d.bandwidth_factor) != (1.0, 1.0) else None
     links = [
         Link(
             env,
             i,
             hop,
             scheduler.deliver((i + 1) % p_stages) if blocks else stages[(i + 1) % p_stages].receive,
-            streams[3 + 2 * i],
-            streams[4 + 2 * i],
+            *hop_streams(seeds, i),
             tl.transfers if tl else None,
+            tcp,
+            drift,
         )
         for i, hop in enumerate(scenario.resolved_hops())
     ]
@@ -214,33 +234,24 @@ def run_events(pipe: Pipeline) -> RunRecord:
     )
 
 
-def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = False) -> Result:
-    """Run the discrete-event simulation; ``timeline=True`` also keeps every slice (Perfetto).
-
-    A lone request in the sync ring (concurrency 1, closed arrivals) is computed lap by lap in
-    vectorised blocks (:mod:`wansim.sim.lone_ring`: the same arithmetic as the events, the
-    same result to the bit); ``per_event=True`` runs every scenario event by event (the
-    reference the lone-ring path is tested against).
-    """
+def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
+    """Run the discrete-event simulation; ``timeline=True`` also keeps every slice (Perfetto)."""
     check_supported(scenario)
     pipe = build(scenario, timeline=timeline)
-    record = None
-    if not per_event and lone_ring.applies(pipe):
-        record = lone_ring.run(pipe)  # None where its arithmetic check fails: events then
-        if record is None:
-            pipe = build(scenario, timeline=timeline)
-    if record is None:
-        record = run_events(pipe)
+    record = run_events(pipe)
     unfinished = int(np.isnan(record.finish_ms).sum())
     if unfinished:  # cannot happen with a correct engine; never report partial metrics
         raise RuntimeError(f"DES ended with {unfinished} unfinished requests")
     wl = scenario.workload
+    method = ci_method(record)
     details = {
         "record": record,
         "timeline": pipe.timeline,
         "makespan_ms": record.makespan_ms,
         "events": record.events,
-        "ci_method": ci_method(wl.concurrency),
+        "ci_method": method,
+        # metric -> why it is null in the JSON (wansim.result.Result.to_json)
+        "undefined": {"tokens_per_s_ci95": method} if method.startswith("undefined") else {},
         "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
         "verify_passes": record.verify_passes,
     }

@@ -98,31 +98,6 @@ class Verifier:
             self.log.append((p.request.rid, p.step, now_ms, p.n, accepted, remaining, committed))
         return committed
 
-    def verify_all(self, request: Request, n: int) -> int:
-        """Every verify pass of ``n`` tokens a request needs, one after another (a lone request:
-        the same draws and commits as that many :meth:`verify` calls); returns the passes.
-
-        Pass j commits min(A_j + 1, remaining), so the passes run until the running sum of
-        A_j + 1 first reaches the tokens needed, and that last pass commits what remains."""
-        passes = 0
-        while request.committed < request.decode_tokens:
-            if request.accepted_i >= len(request.accepted):
-                self._refill(request)
-            drawn = request.accepted[request.accepted_i :]
-            need = request.decode_tokens - request.committed
-            gains = np.cumsum(np.asarray(drawn, dtype=np.int64) + 1)
-            m = int(np.searchsorted(gains, need))  # first pass whose running sum reaches need
-            used = min(m + 1, len(drawn))
-            got = need if m < len(drawn) else int(gains[-1])
-            request.accepted_i += used
-            request.committed += got
-            request.passes += used
-            self.passes += used
-            self.tokens_verified += n * used
-            self.tokens_committed += got
-            passes += used
-        return passes
-
     def _commit(self, req: Request, n: int) -> tuple[int, int, int]:
         """One verify pass of ``n`` tokens: (A drawn, tokens remaining before, committed)."""
         if req.accepted_i >= len(req.accepted):
@@ -132,6 +107,7 @@ class Verifier:
         remaining = req.decode_tokens - req.committed
         committed = accepted + 1 if accepted < remaining else remaining
         req.committed += committed
+        req.lap_tokens.append(committed)
         req.passes += 1
         self.passes += 1
         self.tokens_verified += n

@@ -363,7 +363,7 @@ class Drafter:
     overlap: bool = spec(
         False,
         doc="the drafter has its own device beside its stage and drafts the next block while"
-        " the current one is verified (the max(.) law; :mod:`wansim.sim.schedule`)",
+        " the current one is verified (the max(.) law; :mod:`wansim.sim.async_speculation`)",
     )
 
 
@@ -417,7 +417,7 @@ class Schedule:
     """``sync``: one block in flight per request (the next is drafted from the verdict).
     ``async`` (in-pipe speculation): S0 launches up to ``max_inflight_blocks`` blocks of a
     request before their verdicts return, each drafted from the drafts before it; needs the
-    drafter on S0 (``drafter.placement: first_stage``) and a chain (:mod:`wansim.sim.schedule`
+    drafter on S0 (``drafter.placement: first_stage``) and a chain (:mod:`wansim.sim.async_speculation`
     has the protocol)."""
 
     kind: str = spec("sync", choices=SCHEDULES)

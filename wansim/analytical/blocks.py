@@ -1,5 +1,5 @@
 """Approximations for the block schedule: async in-pipe speculation and the overlapped drafter
-(the max(.) law), one request at a time. The DES protocol is in :mod:`wansim.sim.schedule`.
+(the max(.) law), one request at a time. The DES protocol is in :mod:`wansim.sim.async_speculation`.
 
 Model (vectorised over grid points and the difficulty quadrature):
 

@@ -49,9 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_cases import Case, make_case
 
 MEMORY_LIMIT_BYTES = 3 << 30  # per worker: ~1.2 GiB is mapped after importing numpy/scipy/simpy
-SOFT_TIMEOUT_S = 30  # SIGALRM inside the worker (a traceback shows where it was)
-HARD_TIMEOUT_S = 45  # the parent kills the worker
-CLI_TIMEOUT_S = 60
+SOFT_TIMEOUT_S = 120  # SIGALRM inside the worker (a traceback shows where it was)
+HARD_TIMEOUT_S = 150  # the parent kills the worker
+CLI_TIMEOUT_S = 180
 DES_MAX_TOKEN_STAGES = 200_000
 MAX_ERROR_CHARS = 400
 # metrics another part of issue 17 makes strict (branch reliability: a single request's

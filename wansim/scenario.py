@@ -1,6 +1,6 @@
 """Scenario YAML -> frozen dataclasses, with defaults, overrides and strict validation.
 
-The schema is DESIGN.md section 3. Every field has a default; a partial mapping keeps the
+The schema is README.md's scenario section. Every field has a default; a partial mapping keeps the
 defaults of what it omits; unknown keys, wrong types and out-of-range values are errors naming the
 dotted field path. ``--set a.b=v`` overrides are applied to the raw YAML before validation, so
 they are typed and checked exactly like the file.
@@ -8,6 +8,7 @@ they are typed and checked exactly like the file.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -15,13 +16,19 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from wansim.data import on_disk_or_shipped, shipped
 from wansim.errors import ScenarioError, WansimInputError
 from wansim.user_yaml import load_yaml_text, read_yaml_file
 from wansim.validation import parse, spec
 
 DRAFTER_KINDS = ("mtp", "dspark", "dflash", "eagle", "draft_model", "ngram")
 PLACEMENTS = ("first_stage", "last_stage")
+# drafters that read the target's last-stage hidden state (review Part V: MTP/DSpark blocks,
+# EAGLE heads, DFlash conditioned on target hidden states); a draft model or n-gram lookup
+# needs only token ids
+HIDDEN_STATE_DRAFTERS = ("mtp", "dspark", "dflash", "eagle")
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
+TRANSPORTS = ("ideal", "tcp")
 POLICIES = ("none", "chain", "tree")
 VERIFIERS = ("lossless", "greedy", "typical")
 TREE_KINDS = ("static", "sequoia", "dynamic")
@@ -123,12 +130,24 @@ ComputeModel = LinearCompute | RooflineCompute | MoeCompute | TableCompute
 class Model:
     """``compute``: every stage's compute model. ``stage_compute``: optional, one entry per stage
     (P entries, each naming its ``kind``) replacing ``compute`` stage by stage, for pipelines
-    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here)."""
+    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here).
+    ``overhead_ms`` (or ``stage_overhead_ms``, P entries): a fixed cost per pass per stage on top
+    of the compute model (a roofline's own ``overhead_ms`` included), times ``host_cpu_factor``
+    (:func:`wansim.compute.stage_overheads_ms`)."""
 
     hidden_size: int = spec(7168, ge=1)
     compute: ComputeModel = spec(factory=LinearCompute, variants=COMPUTE_VARIANTS)
     stage_compute: tuple[ComputeModel, ...] = spec(
         (), variants=COMPUTE_VARIANTS, max_items=MAX_STAGES
+    )
+    overhead_ms: float = spec(
+        0.0, ge=0, doc="fixed host-side cost of every pass at every stage (coordinator, launches)"
+    )
+    stage_overhead_ms: tuple[float, ...] = spec(
+        (), ge=0, max_items=MAX_STAGES, doc="per stage, replaces overhead_ms"
+    )
+    host_cpu_factor: float = spec(
+        1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
     )
 
 
@@ -138,9 +157,11 @@ class Jitter:
     """Extra one-way delay J added to a hop's latency L; the delay is max(0, L + J).
 
     none: J = 0. normal: J ~ N(mean_ms (default 0), std_ms). lognormal: J >= 0 with mean
-    mean_ms (default std_ms) and standard deviation std_ms. pareto: Lomax (Pareto II from 0)
-    with tail index ``shape`` (> 2) and standard deviation std_ms. empirical: J resampled from
-    ``samples_ms`` or a file of one value per line (``samples_file``).
+    mean_ms and standard deviation std_ms; mean_ms defaults to std_ms, so lognormal jitter adds
+    its mean (std_ms unless given) to every hop's mean delay. pareto: Lomax (Pareto II from 0)
+    with tail index ``shape`` (> 2) and standard deviation std_ms (no mean_ms: its mean,
+    std_ms * sqrt((shape - 2) / shape), follows and is added to every hop). empirical: J
+    resampled from ``samples_ms`` or a file of one value per line (``samples_file``).
     """
 
     kind: str = spec("none", choices=JITTER_KINDS)
@@ -183,6 +204,8 @@ class HopOverride:
     bandwidth_mbps: float | None = spec(None, gt=0)
     jitter: Jitter | None = spec(None)
     loss_rate: float | None = spec(None, ge=0, le=MAX_LOSS_RATE)
+    per_message_ms: float | None = spec(None, ge=0)
+    codec_ms_per_mb: float | None = spec(None, ge=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +217,40 @@ class Hop:
     jitter: Jitter
     loss_rate: float
     retransmit_ms: float
+    per_message_ms: float = 0.0
+    codec_ms_per_mb: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Tcp:
+    """``network.transport: tcp`` (:mod:`wansim.links.tcp`): segments of ``mss_bytes``, an
+    initial window of ``initial_window_segments`` segments, the receiver's window
+    ``max_window_bytes``, and the window's restart after an idle period longer than
+    ``network.retransmit_ms`` (``restart_after_idle``; Linux's tcp_slow_start_after_idle)."""
+
+    mss_bytes: int = spec(1448, ge=64, le=65535)
+    initial_window_segments: int = spec(10, ge=1, le=1000)
+    max_window_bytes: float = spec(4194304.0, gt=0)
+    restart_after_idle: bool = spec(True)
+
+    def check(self, path: str) -> None:
+        if self.max_window_bytes < self.mss_bytes:
+            raise ScenarioError(
+                f"{path}.max_window_bytes",
+                f"must hold at least one segment (mss_bytes {self.mss_bytes})",
+                self.max_window_bytes,
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Drift:
+    """A slow drift of every hop (:func:`wansim.links.delivery.drift_factors`): from the start
+    of the run the latency grows linearly to ``latency_factor`` x its value and the bandwidth to
+    ``bandwidth_factor`` x over ``over_ms`` of simulated time, then both hold. Factors of 1: off."""
+
+    latency_factor: float = spec(1.0, gt=0)
+    bandwidth_factor: float = spec(1.0, gt=0)
+    over_ms: float = spec(7_200_000.0, gt=0, doc="ms of simulated time to reach the factors")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +262,13 @@ class Network:
         0.0, ge=0, le=MAX_LOSS_RATE, doc="per transmission; a link losing more is down"
     )
     retransmit_ms: float = spec(200.0, ge=0, doc="extra delay per lost transmission (TCP RTO)")
+    per_message_ms: float = spec(
+        0.0, ge=0, doc="sender software cost per message (framing, sidecar), paid once"
+    )
+    codec_ms_per_mb: float = spec(0.0, ge=0, doc="sender codec cost per 10^6 bytes, paid once")
+    transport: str = spec("ideal", choices=TRANSPORTS)
+    tcp: Tcp = spec(factory=Tcp)
+    drift: Drift = spec(factory=Drift)
     hops: tuple[HopOverride, ...] = spec((), max_items=MAX_STAGES)
 
 
@@ -282,7 +346,7 @@ class Drafter:
     stage): drafting no longer occupies the stage, and the drafter drafts the next block from
     its own drafts while the current block is verified, betting that the block is accepted
     whole. A won bet makes a step cost max(draft, lap) instead of draft + lap; a lost one
-    redrafts from the correction (lap + draft). Chains only; nothing to overlap with policy
+    finishes the draft in progress and redrafts from the correction (max(lap, draft) + draft). Chains only; nothing to overlap with policy
     none."""
 
     kind: str = spec("dspark", choices=DRAFTER_KINDS)
@@ -402,6 +466,13 @@ class Scenario:
                 f"needs {self.stages} entries (one compute model per stage)",
                 f"{len(per_stage)} entries",
             )
+        overheads = self.model.stage_overhead_ms
+        if overheads and len(overheads) != self.stages:
+            raise ScenarioError(
+                "model.stage_overhead_ms",
+                f"needs {self.stages} entries (one per stage; or use model.overhead_ms)",
+                f"{len(overheads)} entries",
+            )
 
     def _check_schedule(self) -> None:
         """Async in-pipe speculation bets on drafts S0 drafted itself (module Schedule)."""
@@ -429,6 +500,13 @@ class Scenario:
                 " (policy chain)",
                 "none",
             )
+        if self.drafter.kind in HIDDEN_STATE_DRAFTERS:
+            raise ScenarioError(
+                "drafter.kind",
+                "reads the last stage's hidden state, which S0 does not have for drafts still in"
+                " flight: async at first_stage needs a drafter of token ids (draft_model | ngram)",
+                self.drafter.kind,
+            )
 
     @property
     def k(self) -> int:
@@ -455,6 +533,12 @@ class Scenario:
                     jitter=net.jitter if o.jitter is None else o.jitter,
                     loss_rate=net.loss_rate if o.loss_rate is None else o.loss_rate,
                     retransmit_ms=net.retransmit_ms,
+                    per_message_ms=net.per_message_ms
+                    if o.per_message_ms is None
+                    else o.per_message_ms,
+                    codec_ms_per_mb=net.codec_ms_per_mb
+                    if o.codec_ms_per_mb is None
+                    else o.codec_ms_per_mb,
                 )
             )
         return tuple(out)
@@ -486,7 +570,7 @@ def load_scenario(
         if path is None:
             raise ScenarioError("scenario", "give a path or data", None)
         raw = read_scenario_raw(path)
-        base_dir = Path(path).resolve().parent
+        base_dir = on_disk_or_shipped(path).resolve().parent
     else:
         raw = to_plain(data)
     if not isinstance(raw, Mapping):
@@ -502,25 +586,96 @@ def load_scenario(
 def read_scenario_raw(path: str | os.PathLike, _seen: tuple = ()) -> dict:
     """The raw mapping of a scenario file, with ``extends: other.yaml`` merged in.
 
-    ``extends`` names a scenario (relative to this file) whose mapping this one deep-merges
-    over: a family of scenarios states only what differs from its base.
+    ``extends`` names a scenario (relative to the file that says it) whose mapping this one
+    deep-merges over: a family of scenarios states only what differs from its base. Relative
+    file paths inside a file (acceptance profile, jitter samples) resolve against that file's
+    own folder, whichever file extends it. An acceptance source (``profile``, ``alpha`` or
+    ``per_position``) given by the extending file replaces the inherited one (see
+    :func:`merge_acceptance`). An empty file is an error (``{}`` means "all defaults").
     """
-    resolved = Path(path).resolve()
+    resolved = on_disk_or_shipped(path).resolve()
     if resolved in _seen:
         raise ScenarioError("extends", "cycle of scenarios extending each other", str(path))
     raw = read_yaml_mapping(path, "scenario")
+    if raw is None:
+        raise WansimInputError(
+            "scenario", "the file is empty (write {} to run on the defaults)", str(path)
+        )
+    raw = _anchor_files(raw, resolved.parent)
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
     if not isinstance(parent, str):
         raise ScenarioError("extends", "must be a path to a scenario file", parent)
-    parent_path = resolve_file(parent, resolved.parent)
+    parent_path = resolve_file(parent, resolved.parent, search_cwd=False)
     if parent_path is None:
-        raise ScenarioError("extends", "file not found", parent)
-    return deep_merge(read_scenario_raw(parent_path, (*_seen, resolved)), raw)
+        raise ScenarioError("extends", f"file not found (relative to {resolved.parent})", parent)
+    return merge_scenarios(read_scenario_raw(parent_path, (*_seen, resolved)), raw)
 
 
-def deep_merge(base: dict, top: Mapping) -> dict:
+ACCEPTANCE_SOURCES = ("profile", "alpha", "per_position")
+
+
+def merge_scenarios(base: Mapping, top: Mapping) -> dict:
+    """``top`` deep-merged over ``base``, with the acceptance rule of :func:`merge_acceptance`."""
+    merged = deep_merge(base, top)
+    top_acc = _get(top, "drafter", "acceptance")
+    base_acc = _get(base, "drafter", "acceptance")
+    if isinstance(top_acc, Mapping) and isinstance(base_acc, Mapping):
+        merged["drafter"]["acceptance"] = merge_acceptance(base_acc, top_acc)
+    return merged
+
+
+def merge_acceptance(base: Mapping, top: Mapping) -> dict:
+    """An acceptance mapping over an inherited one. When ``top`` names a source (``profile``,
+    ``alpha`` or ``per_position``), it replaces the inherited source: the other sources are
+    dropped, and so is the profile's ``workload`` unless the new source is a profile. Other
+    keys (domain_shift, dispersion, extrapolate, ...) merge as usual."""
+    new = [k for k in ACCEPTANCE_SOURCES if top.get(k) is not None]
+    if new:
+        drop = set(ACCEPTANCE_SOURCES) - set(new)
+        if "profile" not in new:
+            drop.add("workload")
+        base = {k: v for k, v in base.items() if k not in drop}
+    return deep_merge(base, top)
+
+
+def _get(raw: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(raw, Mapping):
+            return None
+        raw = raw.get(key)
+    return raw
+
+
+# file-valued fields: (path to the mapping, key)
+_FILE_FIELDS = (
+    (("drafter", "acceptance"), "profile"),
+    (("network", "jitter"), "samples_file"),
+)
+
+
+def _anchor_files(raw: dict, folder: Path) -> dict:
+    """Relative file fields that exist next to the file that names them -> absolute paths (so
+    a scenario extending this one from elsewhere still finds them)."""
+
+    def anchor(mapping: Any, key: str) -> None:
+        value = mapping.get(key) if isinstance(mapping, dict) else None
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            candidate = folder / value
+            if candidate.is_file():
+                mapping[key] = str(candidate.resolve())
+
+    for where, key in _FILE_FIELDS:
+        anchor(_get(raw, *where), key)
+    hops = _get(raw, "network", "hops")
+    if isinstance(hops, list):
+        for hop in hops:
+            anchor(_get(hop, "jitter"), "samples_file")
+    return raw
+
+
+def deep_merge(base: Mapping, top: Mapping) -> dict:
     out = dict(base)
     for key, value in top.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
@@ -530,13 +685,15 @@ def deep_merge(base: dict, top: Mapping) -> dict:
     return out
 
 
-def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict:
-    """A YAML file that must hold a mapping (empty: ``{}``), read within the limits of
-    :mod:`wansim.user_yaml` (UTF-8, depth, alias expansion)."""
-    raw = read_yaml_file(path, what)
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
+def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict | None:
+    """The file's YAML mapping, read within the limits of :mod:`wansim.user_yaml` (UTF-8,
+    depth, alias expansion); None for an empty file (each caller decides what that means).
+    A missing relative path that names a shipped file (``scenarios/...``) reads that file."""
+    p = on_disk_or_shipped(path)
+    if not p.is_file():
+        raise WansimInputError(what, "file not found", str(path))
+    raw = read_yaml_file(p, what)
+    if raw is not None and not isinstance(raw, dict):
         raise WansimInputError(what, "must be a YAML mapping", str(path))
     return raw
 
@@ -619,12 +776,128 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def apply_overrides(raw: dict, overrides: Iterable[str] | Mapping[str, Any]) -> dict:
-    """Set dotted fields in a copy of the raw mapping (before validation)."""
+    """Set dotted fields in a copy of the raw mapping (before validation), with the precedence
+    rules of per-stage lists (README, "Overrides, sweeps and per-stage lists"):
+
+    - ``network.hops[i].f`` / ``model.stage_compute[i].f`` on an empty list first materialises
+      one entry per stage (hops inheriting every global field; stage compute copying
+      ``model.compute``), then sets entry i;
+    - ``stages`` is applied first; a new ``stages`` resizes a per-stage list whose entries are all alike (a list whose
+      entries differ must be given for the new count, e.g. zipped with ``stages``);
+    - setting an acceptance source (``drafter.acceptance.profile|alpha|per_position``)
+      replaces the current one (:func:`merge_acceptance`);
+    - changing a global field that every entry of the existing ``network.hops`` overrides
+      (``network.latency_ms``, ``bandwidth_mbps``, ``jitter``, ``loss_rate``), or
+      ``model.compute`` when ``model.stage_compute`` is given, is an error: it would have no
+      effect (unless the same overrides also give the list).
+    """
     raw = to_plain(raw)
-    items = overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
+    items = list(
+        overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
+    )
+    items.sort(key=lambda kv: kv[0].strip() != "stages")  # stages first: lists follow it
+    _check_shadowed(raw, items)
     for key, value in items:
+        parts = split_path(key)
+        _materialise_per_stage(raw, parts)
+        if (
+            parts[:2] == ["drafter", "acceptance"]
+            and len(parts) == 3
+            and parts[2] in ACCEPTANCE_SOURCES
+            and value is not None
+            and isinstance(_get(raw, "drafter", "acceptance"), dict)
+        ):
+            acc = merge_acceptance(raw["drafter"]["acceptance"], {parts[2]: value})
+            raw["drafter"]["acceptance"] = acc
         set_dotted(raw, key, value)
+        if parts == ["stages"]:
+            _resize_per_stage(raw)
     return raw
+
+
+# the per-stage lists: (path, what an entry inheriting everything looks like)
+_PER_STAGE = (
+    (("network", "hops"), lambda raw: {}),
+    (
+        ("model", "stage_compute"),
+        lambda raw: {"kind": "linear", **(copy.deepcopy(_get(raw, "model", "compute")) or {})},
+    ),
+)
+PER_STAGE_PATHS = ("network.hops", "model.stage_compute")
+HOP_GLOBALS = ("latency_ms", "bandwidth_mbps", "jitter", "loss_rate")
+
+
+def has_per_stage_lists(raw: Mapping) -> bool:
+    """Whether ``network.hops`` or ``model.stage_compute`` lists per-stage entries (then
+    ``stages`` cannot vary as an array: each stage count is its own scenario)."""
+    return any(bool(_get(raw, *where)) for where, _ in _PER_STAGE)
+
+
+def _stage_count(raw: dict) -> int | None:
+    stages = raw.get("stages", Scenario.stages)
+    if isinstance(stages, int) and not isinstance(stages, bool) and 1 <= stages <= 1024:
+        return stages
+    return None
+
+
+def _materialise_per_stage(raw: dict, parts: list[str | int]) -> None:
+    for where, entry in _PER_STAGE:
+        if tuple(parts[:2]) != where or len(parts) < 3 or not isinstance(parts[2], int):
+            continue
+        current = _get(raw, *where)
+        count = _stage_count(raw)
+        if (current is None or current == []) and count is not None:
+            raw.setdefault(where[0], {})
+            if isinstance(raw[where[0]], dict):
+                raw[where[0]][where[1]] = [entry(raw) for _ in range(count)]
+
+
+def _resize_per_stage(raw: dict) -> None:
+    count = _stage_count(raw)
+    for where, _ in _PER_STAGE:
+        current = _get(raw, *where)
+        if count is None or not isinstance(current, list) or len(current) in (0, count):
+            continue
+        if all(e == current[0] for e in current):
+            raw[where[0]][where[1]] = [copy.deepcopy(current[0]) for _ in range(count)]
+
+
+def _check_shadowed(raw: dict, items: list[tuple[str, Any]]) -> None:
+    keys = [split_path(k) for k, _ in items]
+
+    def gives(*where: str) -> bool:  # the overrides set the list itself (or its parent)
+        return any(k[: len(where)] == list(where) or k == list(where[:-1]) for k in keys)
+
+    hops = _get(raw, "network", "hops")
+    stage_compute = _get(raw, "model", "stage_compute")
+    for (key, value), parts in zip(items, keys, strict=True):
+        if (
+            len(parts) >= 2
+            and parts[0] == "network"
+            and parts[1] in HOP_GLOBALS
+            and isinstance(hops, list)
+            and hops
+            and all(isinstance(h, Mapping) and h.get(parts[1]) is not None for h in hops)
+            and not gives("network", "hops")
+        ):
+            raise ScenarioError(
+                key,
+                f"has no effect: every entry of network.hops sets its own {parts[1]} (change"
+                f" network.hops[i].{parts[1]}, or remove {parts[1]} from the hops)",
+                value,
+            )
+        if (
+            parts[:2] == ["model", "compute"]
+            and isinstance(stage_compute, list)
+            and stage_compute
+            and not gives("model", "stage_compute")
+        ):
+            raise ScenarioError(
+                key,
+                "has no effect: model.stage_compute gives every stage its own compute model"
+                " (change model.stage_compute[i], or remove model.stage_compute)",
+                value,
+            )
 
 
 def set_dotted(raw: dict, dotted: str, value: Any) -> None:
@@ -670,15 +943,16 @@ def get_dotted(obj: Any, dotted: str) -> Any:
     return node
 
 
-def resolve_file(value: str, base_dir: Path) -> Path | None:
+def resolve_file(value: str, base_dir: Path, *, search_cwd: bool = True) -> Path | None:
     p = Path(value)
     if p.is_absolute():
         return p if p.exists() else None
-    candidates = [base_dir / p, Path.cwd() / p] + [d / p for d in base_dir.parents]
+    candidates = [base_dir / p] + ([Path.cwd() / p] if search_cwd else [])
+    candidates += [d / p for d in base_dir.parents]
     for c in candidates:
         if c.exists():
             return c.resolve()
-    return None
+    return shipped(p)  # a shipped name (traces/reference/..., scenarios/...) from anywhere
 
 
 def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:

@@ -454,8 +454,13 @@ def policy_terms(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
         out["depth"][i] = pol.depth
         out["tree_nodes"][i] = pol.nodes if pol.kind == "tree" else 0
         out["passes"][i] = w @ n_mean
-        out["rate_factor"][i] = w @ (m / n_mean * (1.0 + n_var / n_mean**2))
-        out["lap_noise_factor"][i] = w @ (m / n_mean**2)
+        exact = closed_form.inverse_pass_moments(surv, m) if depth else None
+        if exact is not None:  # short outputs: E[M / N] exactly
+            out["rate_factor"][i] = w @ (m * exact[0])
+            out["lap_noise_factor"][i] = w @ (m * exact[1])
+        else:
+            out["rate_factor"][i] = w @ (m / n_mean * (1.0 + n_var / n_mean**2))
+            out["lap_noise_factor"][i] = w @ (m / n_mean**2)
         per_node.append((w, n_mean, n_var))
     res = {n: v[inverse].reshape(shape) for n, v in out.items()}
     res["node_row"] = np.asarray(inverse).reshape(shape)

@@ -1,4 +1,4 @@
-"""Acceptance profiles: a drafter on a target, per workload (DESIGN.md section 4).
+"""Acceptance profiles: a drafter on a target, per workload (the file format below).
 
 File format (YAML, ``format: wansim-profile/1``)::
 
@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from wansim.data import on_disk_or_shipped
 from wansim.errors import ProfileError, ScenarioError, WansimInputError
 from wansim.validation import parse, spec
 
@@ -178,8 +179,9 @@ def _profile_from_mapping(raw: dict, where: str) -> Profile:
 
 
 def load_profile(path: str | os.PathLike) -> Profile:
-    """Read and validate a profile file (cached by path and modification time)."""
-    p = Path(path)
+    """Read and validate a profile file (cached by path and modification time); a missing
+    relative path naming a shipped profile (``traces/reference/...``) reads that one."""
+    p = on_disk_or_shipped(path)
     if not p.is_file():
         raise ProfileError("profile", "file not found", str(path))
     return _load_cached(str(p.resolve()), p.stat().st_mtime_ns)

@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats
 from scipy.optimize import brentq
 
+from wansim.links.delivery import software_ms
 from wansim.network import jitter_dist
 from wansim.scenario import Hop
 from wansim.wire import serialise_ms
@@ -72,7 +73,11 @@ def lap_distribution(
     sers = [
         float(serialise_ms(b, h.bandwidth_mbps)) for h, b in zip(hops, message_bytes, strict=True)
     ]
-    constant = constant_ms + sum(sers)
+    software = [
+        float(software_ms(b, h.per_message_ms, h.codec_ms_per_mb))
+        for h, b in zip(hops, message_bytes, strict=True)
+    ]
+    constant = constant_ms + sum(sers) + sum(software)
     random_hops = [
         (h, s)
         for h, s in zip(hops, sers, strict=True)

@@ -49,14 +49,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_cases import Case, make_case
 
 MEMORY_LIMIT_BYTES = 3 << 30  # per worker: ~1.2 GiB is mapped after importing numpy/scipy/simpy
-SOFT_TIMEOUT_S = 30  # SIGALRM inside the worker (a traceback shows where it was)
-HARD_TIMEOUT_S = 45  # the parent kills the worker
-CLI_TIMEOUT_S = 60
+SOFT_TIMEOUT_S = 120  # SIGALRM inside the worker (a traceback shows where it was)
+HARD_TIMEOUT_S = 150  # the parent kills the worker
+CLI_TIMEOUT_S = 180
 DES_MAX_TOKEN_STAGES = 200_000
 MAX_ERROR_CHARS = 400
-# metrics another part of issue 17 makes strict (branch reliability: a single request's
-# interval becomes null with a reason); checked once that lands on main
-PENDING_NONFINITE = ("tokens_per_s_ci95",)
 THREADS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -123,8 +120,6 @@ def _crash_detail(exc: BaseException) -> str:
 def nonfinite_metrics(metrics: dict) -> list[str]:
     bad = []
     for key, value in metrics.items():
-        if key in PENDING_NONFINITE:
-            continue
         values = value if isinstance(value, (list, tuple)) else [value]
         for v in values:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v):
@@ -171,8 +166,7 @@ def run_in_process(case: Case, workdir: Path) -> Outcome:
             bad = nonfinite_metrics(result.metrics)
             if bad:
                 return done("nonfinite", f"{name}: {', '.join(bad[:4])}")
-            strict = {k: v for k, v in result.metrics.items() if k not in PENDING_NONFINITE}
-            json.dumps(strict, allow_nan=False, default=str)
+            json.dumps(result.metrics, allow_nan=False, default=str)
         return done("ok")
     except MemoryError as exc:
         return done("memory", _crash_detail(exc))

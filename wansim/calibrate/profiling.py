@@ -1,0 +1,333 @@
+"""``wansim calibrate profile``: dedicated short real runs, fitted once into a profile bundle.
+
+What runs (2-stage pipelines of the target, the draft model at stage 0, every hop an emulated
+link of ``LATENCY_MS`` at 1000 Mbit/s, greedy, one request at a time): one pipeline per layer
+split x activation bits in :data:`PLANS` (full: 1+5, 3+3, 5+1 layers at fp32 and 3+3 at 8
+bits), each decoding the same prompts at every K of ``KS`` (2, 4, 7; the order rotates between
+pipelines). The prompts are drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no
+cell's acceptance sample is in the bundle.
+
+Fits (pure functions, tested on synthetic data; the bundle's model in
+:mod:`wansim.calibrate.bundle`): a stage's measured service time per pass (frame in -> frame
+out, :func:`wansim.calibrate.measure.decompose`) is regressed on its role (first | last),
+layers, tokens per pass and codec operations at each bit width; a middle stage, which a
+2-stage pipeline does not have, is the last stage without its verification plus stage 0's
+encode (both measured per pass: ``verify_ms``, ``codec_ms``). Drafting: K drafts' time linear
+in K. Per-message cost: each hop's achieved - scheduled delay per frame, by hop role. The
+acceptance profile: fitted from the traces of all profiled K pooled (per-position rates are
+the maximum-likelihood estimates across block sizes, :mod:`wansim.acceptance.trace`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from wansim.calibrate.bundle import ROLES, config_sha256, stage_role, write_bundle
+
+PROFILE_SEED = 1000
+LATENCY_MS = 5.0
+BANDWIDTH_MBPS = 1000.0
+KS = (2, 4, 7)
+PROMPT_TOKENS = 64
+# (layer split of the 6-layer target, activation bits)
+FULL_PLANS = (
+    (((0, 1), (1, 6)), 32),
+    (((0, 3), (3, 6)), 32),
+    (((0, 5), (5, 6)), 32),
+    (((0, 3), (3, 6)), 8),
+)
+QUICK_PLANS = (
+    (((0, 1), (1, 6)), 32),
+    (((0, 5), (5, 6)), 32),
+    (((0, 3), (3, 6)), 8),
+)
+SIZES = {"full": {"prompts": 4, "tokens": 48}, "quick": {"prompts": 3, "tokens": 32}}
+REFERENCE_SPLIT = ((0, 3), (3, 6))  # the acceptance traces and the short re-profile
+
+
+# ----------------------------------------------------------------------------- per-pass rows
+def stage_pass_rows(
+    passes: pd.DataFrame, raw: dict, splits, bits: int, job: int | None
+) -> pd.DataFrame:
+    """One row per stage per pass: role, layers, n_tokens, bits, kind, service_ms and the
+    stage's own compute / codec / verify ms (``raw/stage{i}.csv``)."""
+    stages = len(splits)
+    rows = []
+    for i, (lo, hi) in enumerate(splits):
+        st = raw.get(f"stage{i}", pd.DataFrame())
+        if job is not None and not st.empty and "job" in st.columns:
+            st = st[st["job"] == job]
+        own = st.set_index("pass") if not st.empty else None
+        for r in passes.to_dict("records"):
+            p = int(r["pass"])
+            has = own is not None and p in own.index
+            rows.append(
+                {
+                    "kind": r["kind"],
+                    "stage": i,
+                    "role": stage_role(i, stages),
+                    "layers": hi - lo,
+                    "n_tokens": int(r["n_tokens"]),
+                    "k": int(r["k"]),
+                    "bits": int(bits),
+                    "service_ms": float(r[f"service{i}_ms"]),
+                    "compute_ms": float(own.at[p, "compute_ms"]) if has else np.nan,
+                    "codec_ms": float(own.at[p, "codec_ms"]) if has else np.nan,
+                    "verify_ms": float(own.at[p, "verify_ms"]) if has else np.nan,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def hop_error_rows(passes: pd.DataFrame, stages: int) -> pd.DataFrame:
+    """Per verify pass and hop: role (forward | return), bytes, error_ms (achieved -
+    scheduled)."""
+    v = passes[passes["kind"] == "verify"]
+    rows = []
+    for h in range(stages):
+        role = "return" if h == stages - 1 else "forward"
+        for b, e in zip(v[f"hop{h}_bytes"], v[f"hop{h}_error_ms"], strict=True):
+            if np.isfinite(e):
+                rows.append({"role": role, "bytes": float(b), "error_ms": float(e)})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- fits
+def fit_stage_cost(rows: pd.DataFrame) -> dict:
+    """Least squares of verify-pass service ms on [first, last, layers, n, layers*n,
+    codec ops at each bits < 32]; prefill on [first, last, layers]; the middle role derived
+    (module docstring). Returns the bundle's ``stage_cost`` mapping (+ ``fit_rmse_ms``)."""
+    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
+    quant_bits = sorted(int(b) for b in v["bits"].unique() if int(b) != 32)
+    first = (v["role"] == "first").to_numpy(float)
+    layers = v["layers"].to_numpy(float)
+    n = v["n_tokens"].to_numpy(float)
+    cols = [first, 1 - first, layers, n, layers * n]
+    cols += [(v["bits"] == b).to_numpy(float) for b in quant_bits]  # one codec op each role
+    x = np.column_stack(cols)
+    y = v["service_ms"].to_numpy(float)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    rmse = float(np.sqrt(np.mean((x @ coef - y) ** 2)))
+    fixed = {"first": float(coef[0]), "last": float(coef[1])}
+    fixed["middle"] = _middle(fixed["last"], rows, "verify")
+    out = {
+        "fixed_ms": {r: fixed[r] for r in ROLES},
+        "per_layer_ms": float(coef[2]),
+        "per_token_ms": float(coef[3]),
+        "per_layer_token_ms": float(coef[4]),
+        "codec_ms_per_op": {32: 0.0, **{b: float(c) for b, c in zip(quant_bits, coef[5:])}},
+        "fit_rmse_ms": rmse,
+        "verify_passes": len(y),
+    }
+    pre = rows[(rows["kind"] == "prefill") & rows["role"].isin(("first", "last"))]
+    pre = pre[pre["bits"] == 32] if (pre["bits"] == 32).any() else pre
+    pf = (pre["role"] == "first").to_numpy(float)
+    xp = np.column_stack([pf, 1 - pf, pre["layers"].to_numpy(float)])
+    cp, *_ = np.linalg.lstsq(xp, pre["service_ms"].to_numpy(float), rcond=None)
+    pfixed = {"first": float(cp[0]), "last": float(cp[1])}
+    pfixed["middle"] = _middle(pfixed["last"], rows, "prefill")
+    out["prefill"] = {
+        "fixed_ms": {r: pfixed[r] for r in ROLES},
+        "per_layer_ms": float(cp[2]),
+        "passes": len(pre),
+    }
+    return out
+
+
+def _middle(fixed_last: float, rows: pd.DataFrame, kind: str) -> float:
+    """A middle stage = the last stage without verifying + stage 0's fp32 encode."""
+    sub = rows[(rows["kind"] == kind) & (rows["bits"] == 32)]
+    verify = sub.loc[sub["role"] == "last", "verify_ms"].mean()
+    encode = sub.loc[sub["role"] == "first", "codec_ms"].mean()
+    verify = 0.0 if not np.isfinite(verify) else float(verify)
+    encode = 0.0 if not np.isfinite(encode) else float(encode)
+    return max(0.0, fixed_last - verify + encode)
+
+
+def fit_drafter(draft: pd.DataFrame) -> dict:
+    """K drafts' ms = intercept + per_draft * K (least squares over verify passes)."""
+    k = draft["k"].to_numpy(float)
+    x = np.column_stack([np.ones_like(k), k])
+    coef, *_ = np.linalg.lstsq(x, draft["draft_ms"].to_numpy(float), rcond=None)
+    means = draft.groupby("k")["draft_ms"].mean()
+    return {
+        "intercept_ms": float(coef[0]),
+        "per_draft_ms": float(coef[1]),
+        "mean_ms_by_k": {int(kk): float(v) for kk, v in means.items()},
+    }
+
+
+def fit_messages(errors: pd.DataFrame) -> dict:
+    """Mean per-message cost per hop role, and its linear dependence on bytes (all roles)."""
+    per = {role: float(errors.loc[errors["role"] == role, "error_ms"].mean()) for role in
+           ("forward", "return")}
+    b = errors["bytes"].to_numpy(float)
+    x = np.column_stack([np.ones_like(b), b])
+    coef, *_ = np.linalg.lstsq(x, errors["error_ms"].to_numpy(float), rcond=None)
+    q = errors.groupby("role")["error_ms"].quantile([0.5, 0.99]).unstack()
+    return {
+        "per_message_ms": per,
+        "intercept_ms": float(coef[0]),
+        "per_kib_ms": float(coef[1] * 1024),
+        "quantiles_ms": {str(r): {"p50": float(q.at[r, 0.5]), "p99": float(q.at[r, 0.99])}
+                         for r in q.index},
+        "frames": len(errors),
+    }
+
+
+# ----------------------------------------------------------------------------- the real runs
+def run_plan(
+    target_dir: str,
+    drafter_dir: str,
+    splits,
+    bits: int,
+    ks,
+    prompts,
+    tokens: int,
+    run_dir: Path,
+    latency_ms: float = LATENCY_MS,
+) -> dict:
+    """One 2-stage pipeline decoding ``prompts`` at every K: per-stage rows, hop errors,
+    drafting times, traces and the machine's load."""
+    from wansim.calibrate.measure import decompose
+    from wansim.real.config import DecodeSpec, PipelineSpec
+    from wansim.real.link import LinkSpec
+    from wansim.real.recording import read_raw
+    from wansim.real.runner import Pipeline
+
+    spec = PipelineSpec(
+        target_dir=target_dir,
+        drafter_dir=drafter_dir,
+        stages=len(splits),
+        layer_splits=tuple(splits),
+        links=(LinkSpec(latency_ms=latency_ms, bandwidth_mbps=BANDWIDTH_MBPS),),
+        activation_bits=bits,
+    )
+    stage_rows, hop_rows, draft_rows, traces = [], [], [], []
+    load0 = os.getloadavg()[0]
+    with Pipeline(spec, run_dir) as pipe:
+        for k in ks:
+            res = pipe.generate(prompts, DecodeSpec(k=k, max_new_tokens=tokens), name=f"k{k}")
+            raw = read_raw(run_dir / "raw", len(splits))
+            passes = decompose(res.steps, raw, len(splits))
+            job = int(res.steps["job"].iloc[0]) if "job" in res.steps.columns else None
+            stage_rows.append(stage_pass_rows(passes, raw, splits, bits, job))
+            hop_rows.append(hop_error_rows(passes, len(splits)).assign(bits=bits))
+            v = passes[passes["kind"] == "verify"]
+            draft_rows.append(pd.DataFrame({"k": v["k"], "draft_ms": v["draft_ms"]}))
+            traces.append(res.trace)
+    return {
+        "stage": pd.concat(stage_rows, ignore_index=True),
+        "hops": pd.concat(hop_rows, ignore_index=True),
+        "draft": pd.concat(draft_rows, ignore_index=True),
+        "trace": pd.concat(traces, ignore_index=True),
+        "load": (round(load0, 2), round(os.getloadavg()[0], 2)),
+    }
+
+
+def run_profile(
+    out: str | Path,
+    *,
+    quick: bool,
+    target_dir: str,
+    drafter_dir: str,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """Run the profile and write the bundle to ``out``; returns the manifest written."""
+    from wansim.acceptance.profile import profile_to_mapping
+    from wansim.acceptance.trace import fit_profile
+    from wansim.real.prompts import builtin_prompts
+
+    say = progress or (lambda _m: None)
+    size = SIZES["quick" if quick else "full"]
+    plans = QUICK_PLANS if quick else FULL_PLANS
+    out = Path(out)
+    prompts = builtin_prompts("code", size["prompts"], PROMPT_TOKENS, seed=PROFILE_SEED)
+    t0 = time.perf_counter()
+    results = []
+    for j, (splits, bits) in enumerate(plans):
+        ks = KS[j % len(KS) :] + KS[: j % len(KS)]  # rotate: load drift hits every K alike
+        say(
+            f"profile {j + 1}/{len(plans)}: 2 stages, layers {splits[0][1]}+"
+            f"{splits[1][1] - splits[1][0]}, {bits}-bit, K {','.join(map(str, ks))}"
+            + (" (the first start imports torch)" if j == 0 else "")
+        )
+        r = run_plan(
+            target_dir, drafter_dir, splits, bits, ks, prompts, size["tokens"],
+            out / "runs" / f"plan{j}",
+        )
+        r["splits"], r["bits"] = splits, bits
+        results.append(r)
+    stage = pd.concat([r["stage"] for r in results], ignore_index=True)
+    hops = pd.concat([r["hops"] for r in results], ignore_index=True)
+    draft = pd.concat([r["draft"] for r in results], ignore_index=True)
+    ref = next(
+        (r for r in results if tuple(r["splits"]) == REFERENCE_SPLIT and r["bits"] == 32),
+        results[0],
+    )
+    import yaml
+
+    profile = fit_profile(
+        ref["trace"],
+        drafter=Path(drafter_dir).name,
+        target=Path(target_dir).name,
+        temperature=0.0,
+        verifier="greedy",
+        provenance=f"wansim calibrate profile: traces at K {','.join(map(str, KS))} pooled",
+    )
+    profile_text = yaml.safe_dump(profile_to_mapping(profile), sort_keys=False)
+    import json
+
+    tcfg = json.loads((Path(target_dir) / "config.json").read_text())
+    loads = [x for r in results for x in r["load"]]
+    manifest = {
+        "created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "model": {
+            "target": Path(target_dir).name,
+            "target_config_sha256": config_sha256(target_dir),
+            "layers": int(tcfg["num_hidden_layers"]),
+            "hidden_size": int(tcfg["hidden_size"]),
+            "vocab_size": int(tcfg["vocab_size"]),
+            "drafter": Path(drafter_dir).name,
+            "drafter_kind": "draft_model",
+            "drafter_config_sha256": config_sha256(drafter_dir),
+        },
+        "profiled": {
+            "stages": 2,
+            "plans": [
+                {"layer_split": [list(s) for s in r["splits"]], "bits": r["bits"],
+                 "load_avg_1min": list(r["load"])}
+                for r in results
+            ],
+            "ks": list(KS),
+            "latency_ms": LATENCY_MS,
+            "bandwidth_mbps": BANDWIDTH_MBPS,
+            "prompts": size["prompts"],
+            "tokens": size["tokens"],
+            "prompt_tokens": PROMPT_TOKENS,
+            "prompt_seed": PROFILE_SEED,
+            "verifier": "greedy",
+            "quick": bool(quick),
+            "load_avg_1min": {"min": min(loads), "max": max(loads)},
+            "seconds": round(time.perf_counter() - t0, 1),
+        },
+        "stage_cost": fit_stage_cost(stage),
+        "drafter": fit_drafter(draft),
+        "message": fit_messages(hops),
+        "acceptance": {"ks": list(KS), "max_k": max(KS), "steps": len(ref["trace"])},
+    }
+    write_bundle(
+        out,
+        manifest,
+        {"stage_passes": stage, "drafter": draft, "emulator_error": hops},
+        profile_text,
+    )
+    say(f"profile written to {out} in {time.perf_counter() - t0:.0f} s")
+    return manifest

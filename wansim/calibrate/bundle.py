@@ -249,7 +249,9 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
     try:
         load_profile(prof)
     except (ProfileError, WansimInputError, ValueError, yaml.YAMLError):
-        raise _bad(flag, f"{FILES['acceptance']} is not a valid acceptance profile", str(prof))
+        raise _bad(
+            flag, f"{FILES['acceptance']} is not a valid acceptance profile", str(prof)
+        ) from None
     return Bundle(
         path=p,
         manifest=man,

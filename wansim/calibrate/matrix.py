@@ -39,8 +39,20 @@ SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
 BITS = (32, 16, 8, 4, 3)
 CELL_KEYS = {
-    "stages", "latency_ms", "k", "bits", "policy", "concurrency", "schedule", "batching",
-    "bandwidth_mbps", "loss_rate", "prompts", "tokens", "quick", "name",
+    "stages",
+    "latency_ms",
+    "k",
+    "bits",
+    "policy",
+    "concurrency",
+    "schedule",
+    "batching",
+    "bandwidth_mbps",
+    "loss_rate",
+    "prompts",
+    "tokens",
+    "quick",
+    "name",
 }
 DEFAULTS = {
     "prompts": 4,
@@ -138,8 +150,11 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
         raise _field(where, "must be a mapping {stages, latency_ms, k, ...}", raw)
     unknown = sorted(set(raw) - CELL_KEYS)
     if unknown:
-        raise _field(f"{where}.{unknown[0]}", f"is not a cell field ({', '.join(sorted(CELL_KEYS))})",
-                     raw[unknown[0]])
+        raise _field(
+            f"{where}.{unknown[0]}",
+            f"is not a cell field ({', '.join(sorted(CELL_KEYS))})",
+            raw[unknown[0]],
+        )
     for key in ("stages", "latency_ms", "k"):
         if key not in raw:
             raise _field(f"{where}.{key}", "is required", None)
@@ -147,8 +162,9 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
     choices = {"policy": POLICIES, "schedule": SCHEDULES, "batching": BATCHING, "bits": BITS}
     for key, allowed in choices.items():
         if merged[key] not in allowed:
-            raise _field(f"{where}.{key}", f"must be one of {' | '.join(map(str, allowed))}",
-                         merged[key])
+            raise _field(
+                f"{where}.{key}", f"must be one of {' | '.join(map(str, allowed))}", merged[key]
+            )
     loss = _float(merged, "loss_rate", where, 0.0)
     if loss >= 1:
         raise _field(f"{where}.loss_rate", "must be < 1", loss)

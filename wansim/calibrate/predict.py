@@ -10,9 +10,9 @@ per-message cost), the acceptance profile fitted across K. Nothing measured on t
 its prediction.
 
 Load matching (the machine is shared): every round starts with a short re-profile (2 stages,
-3+3 layers, K=4, two prompts); its measured stage, drafting and per-message times over the
-bundle's model of the same run give three factors (:class:`Factors`) that scale the bundle's
-costs for the cells of that round. The bundle-only prediction (factors 1) is reported beside it.
+3+3 layers, K=4, three of the profile's prompts); its measured stage + drafting time and its
+per-message cost over the bundle's model of the same run give two factors (:class:`Factors`)
+that scale the bundle's CPU costs and per-message costs for the cells of that round. The bundle-only prediction (factors 1) is reported beside it.
 
 Rounds: every runnable cell runs once per round (``rounds`` >= 2), the cell order reversed in
 every other round, so load drifts hit the cells, their repeats and the re-profiles alike. The
@@ -31,15 +31,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from wansim.calibrate.bundle import Bundle, check_model, load_bundle, stage_role
 from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
 from wansim.calibrate.matrix import Cell, load_matrix
 from wansim.errors import WansimInputError
 
 METRICS = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p99")
-REPROFILE = {"k": 4, "prompts": 2, "tokens": 24}
+REPROFILE = {"k": 4, "prompts": 3, "tokens": 32}
 CELL_SEED = 0  # the held-out prompts (the bundle's are drawn with PROFILE_SEED)
 
 
@@ -257,9 +255,7 @@ def reprofile(
     from wansim.real.prompts import builtin_prompts
 
     k = REPROFILE["k"]
-    prompts = builtin_prompts(
-        "code", REPROFILE["prompts"], bundle.prompt_tokens, seed=PROFILE_SEED + 1
-    )
+    prompts = builtin_prompts("code", REPROFILE["prompts"], bundle.prompt_tokens, seed=PROFILE_SEED)
     r = run_plan(
         target_dir, drafter_dir, REFERENCE_SPLIT, 32, (k,), prompts, REPROFILE["tokens"], run_dir
     )
@@ -279,12 +275,11 @@ def reprofile(
     def ratio(a: float, b: float) -> float:
         return a / b if b > 0 and math.isfinite(a) else 1.0
 
-    f = Factors(
-        compute=ratio(measured, model),
-        draft=ratio(draft, bundle.draft_ms(k)),
-        forward=ratio(fwd, bundle.per_message_ms["forward"]),
-        back=ratio(back, bundle.per_message_ms["return"]),
-    )
+    # one factor for the CPU work (stages + drafting) and one for the per-message cost: a short
+    # run measures their sums far more steadily than each part
+    cpu = ratio(measured + draft, model + bundle.draft_ms(k))
+    msg = ratio(fwd + back, bundle.per_message_ms["forward"] + bundle.per_message_ms["return"])
+    f = Factors(compute=cpu, draft=cpu, forward=msg, back=msg)
     info = {
         "factors": f.as_dict(),
         "stage_ms_measured": measured,
@@ -313,12 +308,16 @@ class PredictSettings:
 def prepare(s: PredictSettings) -> tuple[Bundle, list[Cell]]:
     """Every input check (bundle, model identity, matrix, cells) before any process starts."""
     if s.rounds < 2:
-        raise WansimInputError("--rounds", "must be an integer >= 2 (the run-to-run spread)", s.rounds)
+        raise WansimInputError(
+            "--rounds", "must be an integer >= 2 (the run-to-run spread)", s.rounds
+        )
     if s.des_requests < 2:
         raise WansimInputError("--des-requests", "must be an integer >= 2", s.des_requests)
     for flag, d in (("--target", s.target_dir), ("--drafter", s.drafter_dir)):
         if not (Path(d) / "config.json").is_file():
-            raise WansimInputError(flag, "must be a local checkpoint directory holding config.json", d)
+            raise WansimInputError(
+                flag, "must be a local checkpoint directory holding config.json", d
+            )
     bundle = load_bundle(s.profile)
     check_model(bundle, s.target_dir, s.drafter_dir, "--profile")
     if _target_layers(s.target_dir) != int(bundle.model["layers"]):
@@ -352,7 +351,9 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
     rounds_info = []
     for r in range(s.rounds):
         say(f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4)")
-        factors, info = reprofile(bundle, s.target_dir, s.drafter_dir, out / "real" / f"reprofile{r}")
+        factors, info = reprofile(
+            bundle, s.target_dir, s.drafter_dir, out / "real" / f"reprofile{r}"
+        )
         info["round"] = r
         rounds_info.append(info)
         say(
@@ -362,7 +363,11 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
         order = runnable if r % 2 == 0 else runnable[::-1]
         for c in order:
             real = run_real_cell(
-                c, s.target_dir, s.drafter_dir, prompts[c.prompts], out / "real" / c.label / f"run{r}"
+                c,
+                s.target_dir,
+                s.drafter_dir,
+                prompts[c.prompts],
+                out / "real" / c.label / f"run{r}",
             )
             real["round"] = r
             runs[c.label].append(real)
@@ -387,7 +392,9 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
         except WansimInputError as err:
             only = {"error": str(err)}
         predictions[c.label] = {"rounds": per_round, "bundle_only": only}
-    result = build_result(cells, runs, predictions, rounds_info, bundle, s, time.perf_counter() - t0)
+    result = build_result(
+        cells, runs, predictions, rounds_info, bundle, s, time.perf_counter() - t0
+    )
     write_outputs(result, out)
     say(f"wrote {out / 'predict.json'} and the plots in {time.perf_counter() - t0:.0f} s")
     return result

@@ -42,7 +42,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     target, drafter = _model_dirs(args)
     for flag, d in (("--target", target), ("--drafter", drafter)):
         if not (Path(d) / "config.json").is_file():
-            raise WansimInputError(flag, "must be a local checkpoint directory holding config.json", d)
+            raise WansimInputError(
+                flag, "must be a local checkpoint directory holding config.json", d
+            )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise WansimInputError("--out", "must be a directory (or a path to create)", args.out)
@@ -51,7 +53,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     try:
         man = run_profile(
-            out, quick=args.quick, target_dir=target, drafter_dir=drafter,
+            out,
+            quick=args.quick,
+            target_dir=target,
+            drafter_dir=drafter,
             progress=None if args.quiet else _say,
         )
     except PipelineError as err:

@@ -69,7 +69,9 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
         for engine in ENGINES:
             m = only.get(engine)
             entry[engine] = (
-                {key: m.get(key) for key in (*METRICS, "tau")} if m else {"error": only.get("error")}
+                {key: m.get(key) for key in (*METRICS, "tau")}
+                if m
+                else {"error": only.get("error")}
             )
         entry["pending_reason"] = (
             f"the real path does not run {cell.mechanism} yet (predicted from the bundle only)"
@@ -256,7 +258,9 @@ def plot_mechanisms(result: dict, path: Path) -> None:
     ax.set_xticks(np.arange(len(mechs)) + 0.4 - width / 2)
     ax.set_xticklabels(mechs or ["(none measured)"])
     ax.set_ylabel("median |error| %, DES (dotted: median real run-to-run spread)")
-    ax.set_title(f"out-of-sample error by mechanism; pending: {len(s['pending'])} cells", fontsize=9)
+    ax.set_title(
+        f"out-of-sample error by mechanism; pending: {len(s['pending'])} cells", fontsize=9
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -303,8 +307,11 @@ def format_table(result: dict) -> str:
             f"{r['load_avg_1min']['min']:.1f}-{r['load_avg_1min']['max']:.1f}"
         )
     lines += ["", "median |error| / worst (cell), measured cells:"]
-    for name, block in (("DES", s), ("analytical", s["analytical"]),
-                        ("bundle only (anal.)", s["bundle_only_analytical"])):
+    for name, block in (
+        ("DES", s),
+        ("analytical", s["analytical"]),
+        ("bundle only (anal.)", s["bundle_only_analytical"]),
+    ):
         row = f"{name:<20}"
         for key in METRICS:
             st = block[key]

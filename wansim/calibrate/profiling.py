@@ -2,9 +2,9 @@
 
 What runs (2-stage pipelines of the target, the draft model at stage 0, every hop an emulated
 link of ``LATENCY_MS`` at 1000 Mbit/s, greedy, one request at a time): one pipeline per layer
-split x activation bits in :data:`PLANS` (full: 1+5, 3+3, 5+1 layers at fp32 and 3+3 at 8
-bits), each decoding the same prompts at every K of ``KS`` (2, 4, 7; the order rotates between
-pipelines). The prompts are drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no
+split x activation bits in :data:`FULL_PLANS` (1+5, 3+3, 5+1 layers at fp32 and 3+3 at 8
+bits), all up at once, decoding the same prompts at every K of ``KS`` (2, 4, 7), the jobs
+alternating between the pipelines so that load drift does not align with a split or a K. The prompts are drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no
 cell's acceptance sample is in the bundle.
 
 Fits (pure functions, tested on synthetic data; the bundle's model in
@@ -217,23 +217,17 @@ def acceptance_trace(target_dir: str, drafter_dir: str, prompts, ks, tokens: int
 
 
 # ----------------------------------------------------------------------------- the real runs
-def run_plan(
+def open_pipeline(
     target_dir: str,
     drafter_dir: str,
     splits,
     bits: int,
-    ks,
-    prompts,
-    tokens: int,
     run_dir: Path,
     latency_ms: float = LATENCY_MS,
-) -> dict:
-    """One 2-stage pipeline decoding ``prompts`` at every K: per-stage rows, hop errors,
-    drafting times, traces and the machine's load."""
-    from wansim.calibrate.measure import decompose
-    from wansim.real.config import DecodeSpec, PipelineSpec
+):
+    """A started 2-stage profiling pipeline (close it when done)."""
+    from wansim.real.config import PipelineSpec
     from wansim.real.link import LinkSpec
-    from wansim.real.recording import read_raw
     from wansim.real.runner import Pipeline
 
     spec = PipelineSpec(
@@ -244,26 +238,44 @@ def run_plan(
         links=(LinkSpec(latency_ms=latency_ms, bandwidth_mbps=BANDWIDTH_MBPS),),
         activation_bits=bits,
     )
-    stage_rows, hop_rows, draft_rows, traces = [], [], [], []
-    load0 = os.getloadavg()[0]
-    with Pipeline(spec, run_dir) as pipe:
-        for k in ks:
-            res = pipe.generate(prompts, DecodeSpec(k=k, max_new_tokens=tokens), name=f"k{k}")
-            raw = read_raw(run_dir / "raw", len(splits))
-            passes = decompose(res.steps, raw, len(splits))
-            job = int(res.steps["job"].iloc[0]) if "job" in res.steps.columns else None
-            stage_rows.append(stage_pass_rows(passes, raw, splits, bits, job))
-            hop_rows.append(hop_error_rows(passes, len(splits)).assign(bits=bits))
-            v = passes[passes["kind"] == "verify"]
-            draft_rows.append(pd.DataFrame({"k": v["k"], "draft_ms": v["draft_ms"]}))
-            traces.append(res.trace)
+    return Pipeline(spec, run_dir).start()
+
+
+def measure_job(pipe, splits, bits: int, k: int, prompts, tokens: int) -> dict:
+    """One job on a profiling pipeline: per-stage rows, hop errors, drafting times, trace."""
+    from wansim.calibrate.measure import decompose
+    from wansim.real.config import DecodeSpec
+    from wansim.real.recording import read_raw
+
+    res = pipe.generate(prompts, DecodeSpec(k=k, max_new_tokens=tokens), name=f"k{k}")
+    raw = read_raw(pipe.run_dir / "raw", len(splits))
+    passes = decompose(res.steps, raw, len(splits))
+    job = int(res.steps["job"].iloc[0]) if "job" in res.steps.columns else None
+    v = passes[passes["kind"] == "verify"]
     return {
-        "stage": pd.concat(stage_rows, ignore_index=True),
-        "hops": pd.concat(hop_rows, ignore_index=True),
-        "draft": pd.concat(draft_rows, ignore_index=True),
-        "trace": pd.concat(traces, ignore_index=True),
-        "load": (round(load0, 2), round(os.getloadavg()[0], 2)),
+        "stage": stage_pass_rows(passes, raw, splits, bits, job),
+        "hops": hop_error_rows(passes, len(splits)).assign(bits=bits),
+        "draft": pd.DataFrame({"k": v["k"], "draft_ms": v["draft_ms"]}),
     }
+
+
+def _concat(jobs: list[dict], load) -> dict:
+    out = {key: pd.concat([j[key] for j in jobs], ignore_index=True) for key in jobs[0]}
+    out["load"] = load
+    return out
+
+
+def run_plan(
+    target_dir: str, drafter_dir: str, splits, bits: int, ks, prompts, tokens: int, run_dir: Path
+) -> dict:
+    """One 2-stage pipeline decoding ``prompts`` at every K (the short re-profile)."""
+    load0 = os.getloadavg()[0]
+    pipe = open_pipeline(target_dir, drafter_dir, splits, bits, run_dir)
+    try:
+        jobs = [measure_job(pipe, splits, bits, k, prompts, tokens) for k in ks]
+    finally:
+        pipe.close()
+    return _concat(jobs, (round(load0, 2), round(os.getloadavg()[0], 2)))
 
 
 def run_profile(
@@ -273,36 +285,53 @@ def run_profile(
     target_dir: str,
     drafter_dir: str,
     progress: Callable[[str], None] | None = None,
+    plans=None,
+    ks: tuple[int, ...] = KS,
+    size: dict | None = None,
 ) -> dict:
-    """Run the profile and write the bundle to ``out``; returns the manifest written."""
+    """Run the profile and write the bundle to ``out``; returns the manifest written.
+    ``plans``, ``ks``, ``size``: smaller profiles for tests (default: :data:`FULL_PLANS` or
+    :data:`QUICK_PLANS`, :data:`KS`, :data:`SIZES`)."""
     from wansim.acceptance.profile import profile_to_mapping
     from wansim.acceptance.trace import fit_profile
     from wansim.real.prompts import builtin_prompts
 
     say = progress or (lambda _m: None)
-    size = SIZES["quick" if quick else "full"]
-    plans = QUICK_PLANS if quick else FULL_PLANS
+    size = size or SIZES["quick" if quick else "full"]
+    plans = plans or (QUICK_PLANS if quick else FULL_PLANS)
+    ks = tuple(ks)
     out = Path(out)
     prompts = builtin_prompts("code", size["prompts"], PROMPT_TOKENS, seed=PROFILE_SEED)
     t0 = time.perf_counter()
+    # every plan's pipeline stays up and the jobs alternate between them (K by K, the plan
+    # order rotating): load drift hits every layer split, bit width and K alike, so it does not
+    # masquerade as a cost per layer
+    say(
+        f"profile: {len(plans)} 2-stage pipelines (layers "
+        + ", ".join(f"{s_[0][1]}+{s_[1][1] - s_[1][0]} {b}-bit" for s_, b in plans)
+        + f"), K {','.join(map(str, ks))}, {size['prompts']} prompts x {size['tokens']} tokens "
+        "(the first start imports torch)"
+    )
+    load0 = os.getloadavg()[0]
+    pipes = []
+    jobs: list[list[dict]] = [[] for _ in plans]
+    try:
+        for j, (splits, bits) in enumerate(plans):
+            pipes.append(
+                open_pipeline(target_dir, drafter_dir, splits, bits, out / "runs" / f"plan{j}")
+            )
+        for i, k in enumerate(ks):
+            for j in [(i + x) % len(plans) for x in range(len(plans))]:
+                splits, bits = plans[j]
+                jobs[j].append(measure_job(pipes[j], splits, bits, k, prompts, size["tokens"]))
+            say(f"  K={k} done on every pipeline ({time.perf_counter() - t0:.0f} s)")
+    finally:
+        for pipe in pipes:
+            pipe.close()
+    load = (round(load0, 2), round(os.getloadavg()[0], 2))
     results = []
-    for j, (splits, bits) in enumerate(plans):
-        ks = KS[j % len(KS) :] + KS[: j % len(KS)]  # rotate: load drift hits every K alike
-        say(
-            f"profile {j + 1}/{len(plans)}: 2 stages, layers {splits[0][1]}+"
-            f"{splits[1][1] - splits[1][0]}, {bits}-bit, K {','.join(map(str, ks))}"
-            + (" (the first start imports torch)" if j == 0 else "")
-        )
-        r = run_plan(
-            target_dir,
-            drafter_dir,
-            splits,
-            bits,
-            ks,
-            prompts,
-            size["tokens"],
-            out / "runs" / f"plan{j}",
-        )
+    for (splits, bits), js in zip(plans, jobs, strict=True):
+        r = _concat(js, load)
         r["splits"], r["bits"] = splits, bits
         results.append(r)
     stage = pd.concat([r["stage"] for r in results], ignore_index=True)
@@ -310,12 +339,12 @@ def run_profile(
     draft = pd.concat([r["draft"] for r in results], ignore_index=True)
     say(
         f"acceptance: {size['acceptance_prompts']} prompts x {size['acceptance_tokens']} tokens "
-        f"at K {','.join(map(str, KS))}, in process"
+        f"at K {','.join(map(str, ks))}, in process"
     )
     acc_prompts = builtin_prompts(
         "code", size["acceptance_prompts"], PROMPT_TOKENS, seed=PROFILE_SEED
     )
-    trace = acceptance_trace(target_dir, drafter_dir, acc_prompts, KS, size["acceptance_tokens"])
+    trace = acceptance_trace(target_dir, drafter_dir, acc_prompts, ks, size["acceptance_tokens"])
     import yaml
 
     profile = fit_profile(
@@ -324,7 +353,7 @@ def run_profile(
         target=Path(target_dir).name,
         temperature=0.0,
         verifier="greedy",
-        provenance=f"wansim calibrate profile: traces at K {','.join(map(str, KS))} pooled",
+        provenance=f"wansim calibrate profile: traces at K {','.join(map(str, ks))} pooled",
     )
     profile_text = yaml.safe_dump(profile_to_mapping(profile), sort_keys=False)
     import json
@@ -353,7 +382,7 @@ def run_profile(
                 }
                 for r in results
             ],
-            "ks": list(KS),
+            "ks": list(ks),
             "latency_ms": LATENCY_MS,
             "bandwidth_mbps": BANDWIDTH_MBPS,
             "prompts": size["prompts"],
@@ -369,8 +398,8 @@ def run_profile(
         "drafter": fit_drafter(draft),
         "message": fit_messages(hops),
         "acceptance": {
-            "ks": list(KS),
-            "max_k": max(KS),
+            "ks": list(ks),
+            "max_k": max(ks),
             "steps": len(trace),
             "prompts": size["acceptance_prompts"],
             "tokens": size["acceptance_tokens"],

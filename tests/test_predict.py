@@ -451,3 +451,23 @@ def test_shipped_matrix_is_package_data():
     assert shipped_matrix().is_file()
     text = (ROOT / "pyproject.toml").read_text()
     assert "heldout.yaml" in text
+
+
+def test_load_factors_like_for_like(tmp_path):
+    """A re-profile whose passes are the bundle's own 3+3 fp32 K=4 passes x 2 (stages and
+    drafting) and whose messages cost x 3 gives factors 2 and 3; the bracket of two
+    re-profiles is their geometric mean."""
+    from wansim.calibrate.predict import bracket, load_factors
+
+    b = load_bundle(make_bundle(tmp_path / "b"))
+    ref = b.stage_passes
+    stage = ref[(ref["bits"] == 32) & (ref["layers"] == 3)].assign(
+        service_ms=lambda d: 2 * d["service_ms"]
+    )
+    draft = b.drafter_rows.assign(draft_ms=lambda d: 2 * d["draft_ms"])
+    hops = b.emulator_error.assign(error_ms=lambda d: 3 * d["error_ms"])
+    f = load_factors(b, stage, draft, hops, 4, ((0, 3), (3, 6)))
+    assert f.compute == pytest.approx(2.0) and f.draft == pytest.approx(2.0)
+    assert f.forward == pytest.approx(3.0) and f.back == pytest.approx(3.0)
+    g = bracket(f, Factors(compute=8.0, draft=8.0, forward=3.0, back=3.0))
+    assert g.compute == pytest.approx(4.0) and g.forward == pytest.approx(3.0)

@@ -102,6 +102,8 @@ class Bundle:
     draft_per_draft_ms: float
     per_message_ms: dict  # hop role -> mean ms
     emulator_error: pd.DataFrame  # role, bytes, error_ms
+    stage_passes: pd.DataFrame  # the rows stage_cost was fitted from
+    drafter_rows: pd.DataFrame  # k, draft_ms
 
     @property
     def model(self) -> dict:
@@ -238,8 +240,12 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
             raise _bad(
                 flag, f"{FILES['emulator_error']} needs finite error_ms rows for role {role}", path
             )
-    _csv(p / FILES["stage_passes"], ("role", "layers", "n_tokens", "service_ms"), flag)
-    _csv(p / FILES["drafter"], ("k", "draft_ms"), flag)
+    passes = _csv(
+        p / FILES["stage_passes"],
+        ("kind", "role", "layers", "n_tokens", "bits", "service_ms"),
+        flag,
+    )
+    drafter_rows = _csv(p / FILES["drafter"], ("k", "draft_ms"), flag)
     prof = p / FILES["acceptance"]
     if not prof.is_file():
         raise _bad(flag, f"{FILES['acceptance']} is missing from the bundle", str(path))
@@ -260,6 +266,8 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         draft_per_draft_ms=_num(man, "drafter.per_draft_ms", where),
         per_message_ms=per_msg,
         emulator_error=errors,
+        stage_passes=passes,
+        drafter_rows=drafter_rows,
     )
 
 

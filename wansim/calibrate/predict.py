@@ -10,9 +10,11 @@ per-message cost), the acceptance profile fitted across K. Nothing measured on t
 its prediction.
 
 Load matching (the machine is shared): every round starts with a short re-profile (2 stages,
-3+3 layers, K=4, three of the profile's prompts); its measured stage + drafting time and its
-per-message cost over the bundle's model of the same run give two factors (:class:`Factors`)
-that scale the bundle's CPU costs and per-message costs for the cells of that round. The bundle-only prediction (factors 1) is reported beside it.
+3+3 layers, K=4, three of the profile's prompts; one more closes the last round); its median
+stage + drafting time and median per-message cost over the same medians of the bundle's own
+passes of that configuration give two factors (:func:`load_factors`); a round's cells use the
+geometric mean of the re-profiles before and after the round (:func:`bracket`), which scale the
+bundle's CPU and per-message costs. The bundle-only prediction (factors 1) is reported beside it.
 
 Rounds: every runnable cell runs once per round (``rounds`` >= 2), the cell order reversed in
 every other round, so load drifts hit the cells, their repeats and the re-profiles alike. The
@@ -30,6 +32,8 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 from wansim.calibrate.bundle import Bundle, check_model, load_bundle, stage_role
 from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
@@ -101,8 +105,6 @@ def cell_scenario(
     """The cell's scenario from its configuration and the bundle (module docstring); writes
     ``scenario.yaml`` and the per-message jitter sample files into ``cell_dir``."""
     import yaml
-
-    from wansim.wire import activation_bytes_per_token  # noqa: F401 (the engines' bytes rule)
 
     cell_dir.mkdir(parents=True, exist_ok=True)
     m = bundle.model
@@ -247,10 +249,39 @@ def run_real_cell(cell: Cell, target_dir: str, drafter_dir: str, prompts, run_di
     return real
 
 
+def load_factors(bundle: Bundle, stage, draft, hops, k: int, split) -> Factors:
+    """Load now / load when profiled, like for like: the re-profile's median stage service
+    (first + last), median drafting and median per-message cost over the same medians of the
+    bundle's own passes of that configuration (layer split, fp32, K). Medians: a short run under
+    load has a heavy tail of a few stalled passes; its typical pass moves with the load."""
+
+    def med(x) -> float:
+        x = np.asarray(x, dtype=float)
+        x = x[np.isfinite(x)]
+        return float(np.median(x)) if len(x) else math.nan
+
+    def cpu_of(rows, drafts) -> float:
+        v = rows[(rows["kind"] == "verify") & (rows["n_tokens"] == k + 1)]
+        total = 0.0
+        for role, (lo, hi) in zip(("first", "last"), split, strict=True):
+            total += med(v.loc[(v["role"] == role) & (v["layers"] == hi - lo), "service_ms"])
+        return total + med(drafts.loc[drafts["k"] == k, "draft_ms"])
+
+    ref = bundle.stage_passes
+    ref = ref[ref["bits"] == 32]
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b > 0 and math.isfinite(a) and math.isfinite(b) else 1.0
+
+    cpu = ratio(cpu_of(stage, draft), cpu_of(ref, bundle.drafter_rows))
+    msg = ratio(med(hops["error_ms"]), med(bundle.emulator_error["error_ms"]))
+    return Factors(compute=cpu, draft=cpu, forward=msg, back=msg)
+
+
 def reprofile(
     bundle: Bundle, target_dir: str, drafter_dir: str, run_dir: Path
 ) -> tuple[Factors, dict]:
-    """A short 2-stage run like the bundle's reference plan: load factors (module docstring)."""
+    """A short 2-stage run like one of the bundle's plans: load factors (module docstring)."""
     from wansim.calibrate.profiling import PROFILE_SEED, REFERENCE_SPLIT, run_plan
     from wansim.real.prompts import builtin_prompts
 
@@ -259,36 +290,16 @@ def reprofile(
     r = run_plan(
         target_dir, drafter_dir, REFERENCE_SPLIT, 32, (k,), prompts, REPROFILE["tokens"], run_dir
     )
-    st = r["stage"]
-    v = st[st["kind"] == "verify"]
-    cost = bundle.stage_cost
-    measured = float(v.groupby("role")["service_ms"].mean().sum())
-    model = sum(
-        cost.verify_ms(role, hi - lo, k + 1, 32)
-        for role, (lo, hi) in zip(("first", "last"), REFERENCE_SPLIT, strict=True)
-    )
-    hops = r["hops"]
-    fwd = float(hops.loc[hops["role"] == "forward", "error_ms"].mean())
-    back = float(hops.loc[hops["role"] == "return", "error_ms"].mean())
-    draft = float(r["draft"]["draft_ms"].mean())
-
-    def ratio(a: float, b: float) -> float:
-        return a / b if b > 0 and math.isfinite(a) else 1.0
-
-    # one factor for the CPU work (stages + drafting) and one for the per-message cost: a short
-    # run measures their sums far more steadily than each part
-    cpu = ratio(measured + draft, model + bundle.draft_ms(k))
-    msg = ratio(fwd + back, bundle.per_message_ms["forward"] + bundle.per_message_ms["return"])
-    f = Factors(compute=cpu, draft=cpu, forward=msg, back=msg)
-    info = {
-        "factors": f.as_dict(),
-        "stage_ms_measured": measured,
-        "stage_ms_bundle": model,
-        "draft_ms": draft,
-        "per_message_ms": {"forward": fwd, "return": back},
-        "load_avg_1min": list(r["load"]),
-    }
+    f = load_factors(bundle, r["stage"], r["draft"], r["hops"], k, REFERENCE_SPLIT)
+    info = {"factors": f.as_dict(), "load_avg_1min": list(r["load"])}
     return f, info
+
+
+def bracket(before: Factors, after: Factors) -> Factors:
+    """A round's factors: the geometric mean of the re-profiles before and after it."""
+    return Factors(
+        **{key: math.sqrt(getattr(before, key) * getattr(after, key)) for key in before.as_dict()}
+    )
 
 
 # ----------------------------------------------------------------------------- the command
@@ -348,18 +359,22 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
         for n in {c.prompts for c in runnable}
     }
     runs: dict[str, list] = {c.label: [] for c in runnable}
-    rounds_info = []
-    for r in range(s.rounds):
-        say(f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4)")
+    profiles = []
+
+    def measure_load(i: int) -> None:
         factors, info = reprofile(
-            bundle, s.target_dir, s.drafter_dir, out / "real" / f"reprofile{r}"
+            bundle, s.target_dir, s.drafter_dir, out / "real" / f"reprofile{i}"
         )
-        info["round"] = r
-        rounds_info.append(info)
+        info["index"] = i
+        profiles.append(info)
         say(
-            "  load factors: compute {compute:.2f}, drafting {draft:.2f}, per-message forward "
-            "{forward:.2f} / return {back:.2f}".format(**factors.as_dict())
+            f"  re-profile {i}: load factors CPU {factors.compute:.2f}, per-message "
+            f"{factors.forward:.2f} (load average {info['load_avg_1min'][0]:.1f})"
         )
+
+    for r in range(s.rounds):
+        say(f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4), then every cell")
+        measure_load(r)
         order = runnable if r % 2 == 0 else runnable[::-1]
         for c in order:
             real = run_real_cell(
@@ -376,6 +391,12 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                 f"ms, load {real['load_avg_1min'][0]:.1f}-{real['load_avg_1min'][1]:.1f}, "
                 f"{time.perf_counter() - t0:.0f} s"
             )
+    say("closing re-profile")
+    measure_load(s.rounds)
+    rounds_info = []
+    for r in range(s.rounds):
+        f = bracket(Factors(**profiles[r]["factors"]), Factors(**profiles[r + 1]["factors"]))
+        rounds_info.append({"round": r, "factors": f.as_dict(), "reprofiles": profiles[r : r + 2]})
     say("predicting every cell (DES and analytical) ...")
     predictions = {}
     for c in cells:

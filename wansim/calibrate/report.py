@@ -283,7 +283,7 @@ def format_table(result: dict) -> str:
         "",
         f"{'cell':<24} {'mechanism':<18} {'real tok/s':>10} {'spread':>7} {'DES':>8} "
         f"{'anal.':>8} {'bundle':>8} {'<=2x':>5} | {'lap p50':>7} {'DES':>7} | {'lap p99':>7} "
-        f"{'DES':>7} | {'TPOT p99':>8} {'DES':>7} | load",
+        f"{'DES':>7} | {'TPOT p99':>8} {'DES':>7} | {'tau':>4} {'DES':>7} | load",
     ]
     for c in result["cells"]:
         if c["status"] == "pending":
@@ -303,7 +303,8 @@ def format_table(result: dict) -> str:
             f"{('yes' if w else 'no' if w is not None else '-'):>5} | {r['lap_ms_p50']:>7.1f} "
             f"{_pct(d['error']['lap_ms_p50'], True):>7} | {r['lap_ms_p99']:>7.1f} "
             f"{_pct(d['error']['lap_ms_p99'], True):>7} | {r['tpot_ms_p99']:>8.1f} "
-            f"{_pct(d['error']['tpot_ms_p99'], True):>7} | "
+            f"{_pct(d['error']['tpot_ms_p99'], True):>7} | {r['tau']:>4.2f} "
+            f"{_pct(d['error']['tau'], True):>7} | "
             f"{r['load_avg_1min']['min']:.1f}-{r['load_avg_1min']['max']:.1f}"
         )
     lines += ["", "median |error| / worst (cell), measured cells:"]

@@ -69,6 +69,7 @@ def test_held_out_cells_within_loose_bounds(held_out):
     assert (root / "out" / "predict_scatter.png").stat().st_size > 1000
     assert (root / "out" / "predict_errors_by_mechanism.png").stat().st_size > 1000
     for cell in result["cells"]:
+        print(cell["name"], {k: round(v, 3) for k, v in cell["des"]["error"].items() if v})
         real = cell["real"]
         assert len(real["runs"]) == 2 and [r["round"] for r in real["runs"]] == [0, 1]
         assert all(len(r["load_avg_1min"]) == 2 for r in real["runs"])

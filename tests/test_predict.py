@@ -471,3 +471,31 @@ def test_load_factors_like_for_like(tmp_path):
     assert f.forward == pytest.approx(3.0) and f.back == pytest.approx(3.0)
     g = bracket(f, Factors(compute=8.0, draft=8.0, forward=3.0, back=3.0))
     assert g.compute == pytest.approx(4.0) and g.forward == pytest.approx(3.0)
+
+
+def test_lap_parts_name_the_largest_gap():
+    """Hand-worked: 3 stages; real stages 10 ms (mean of 9 and 11), drafting 4, per message
+    2 forward (x 2 forward hops) and 1 return; predicted stages 9, drafting 4, per message
+    5 forward and 1 return: the forward hops' per-message cost is the largest gap (+6 ms)."""
+    from wansim.calibrate.report import lap_parts
+
+    runs = [
+        {
+            "stage_service_ms_mean": [s, 3.0, 3.0],
+            "draft_ms_mean": 4.0,
+            "per_message_ms_mean": {"forward": 2.0, "return": 1.0},
+        }
+        for s in (3.0, 5.0)
+    ]
+    pred = [
+        {
+            "stage_service_ms": [3.0, 3.0, 3.0],
+            "draft_ms": 4.0,
+            "per_message_ms": {"forward": 5.0, "return": 1.0},
+        }
+    ]
+    parts = lap_parts(runs, pred)
+    assert parts["stages"] == {"real": 10.0, "predicted": 9.0, "gap": -1.0}
+    assert parts["per_message_forward"]["gap"] == pytest.approx(6.0)
+    assert parts["largest_gap"] == "per_message_forward"
+    assert parts["real_stage_service_ms"] == [4.0, 3.0, 3.0]

@@ -188,6 +188,24 @@ def cell_scenario(
     return raw
 
 
+def predicted_components(cell: Cell, bundle: Bundle, factors: Factors) -> dict:
+    """The parts of a predicted mean lap, as :func:`cell_scenario` sets them (ms): per-stage
+    service at n = K + 1, the K drafts, the mean per-message cost by hop role."""
+    per_stage = even_split(int(bundle.model["layers"]), cell.stages)
+    return {
+        "stage_service_ms": [
+            bundle.stage_cost.verify_ms(stage_role(i, cell.stages), lay, cell.k + 1, cell.bits)
+            * factors.compute
+            for i, lay in enumerate(per_stage)
+        ],
+        "draft_ms": bundle.draft_ms(cell.k) * factors.draft,
+        "per_message_ms": {
+            "forward": float(np.mean(bundle.error_samples("forward"))) * factors.forward,
+            "return": float(np.mean(bundle.error_samples("return"))) * factors.back,
+        },
+    }
+
+
 def engines(scenario_path: Path, des: bool = True) -> dict:
     """DES and analytical metrics of a scenario file."""
     from wansim.analytical import analyze
@@ -406,7 +424,9 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
             for r, info in enumerate(rounds_info):
                 f = Factors(**info["factors"])
                 cell_scenario(c, bundle, cdir / f"round{r}", f, s.des_requests, s.seed)
-                per_round.append(engines(cdir / f"round{r}" / "scenario.yaml"))
+                pred = engines(cdir / f"round{r}" / "scenario.yaml")
+                pred["components"] = predicted_components(c, bundle, f)
+                per_round.append(pred)
         try:
             cell_scenario(c, bundle, cdir / "bundle_only", Factors(), s.des_requests, s.seed)
             only = engines(cdir / "bundle_only" / "scenario.yaml", des=not c.runnable)

@@ -95,6 +95,7 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
             for key in METRICS
         }
         entry[engine] = m
+    entry["lap_parts_ms"] = lap_parts(runs, [p["components"] for p in pred["rounds"]])
     only = pred["bundle_only"].get("analytical", {})
     entry["bundle_only"] = {
         "analytical": {
@@ -103,6 +104,56 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
         }
     }
     return entry
+
+
+def lap_parts(runs: list[dict], predicted: list[dict]) -> dict:
+    """Where a cell's mean lap differs: per part (stages, drafting, the per-message cost of the
+    forward hops and of the return hop; the configured latencies are the same on both sides)
+    the real mean over runs, the predicted mean over rounds, and the gap; ``largest_gap`` names
+    the part the engines' inputs missed most (what a miss teaches)."""
+
+    def parts(stage: list[float], draft: float, fwd: float, back: float, hops: int) -> dict:
+        return {
+            "stages": float(sum(stage)),
+            "drafting": float(draft),
+            "per_message_forward": float(fwd * (hops - 1)),
+            "per_message_return": float(back),
+        }
+
+    hops = len(runs[0]["stage_service_ms_mean"])
+    real = [
+        parts(
+            r["stage_service_ms_mean"],
+            r["draft_ms_mean"],
+            r["per_message_ms_mean"]["forward"],
+            r["per_message_ms_mean"]["return"],
+            hops,
+        )
+        for r in runs
+    ]
+    pred = [
+        parts(
+            p["stage_service_ms"],
+            p["draft_ms"],
+            p["per_message_ms"]["forward"],
+            p["per_message_ms"]["return"],
+            hops,
+        )
+        for p in predicted
+    ]
+    out = {}
+    for key in real[0]:
+        rv, pv = _mean(x[key] for x in real), _mean(x[key] for x in pred)
+        out[key] = {"real": rv, "predicted": pv, "gap": (pv - rv) if None not in (rv, pv) else None}
+    gaps = {k: abs(v["gap"]) for k, v in out.items() if v["gap"] is not None}
+    out["largest_gap"] = max(gaps, key=gaps.get) if gaps else None
+    out["real_stage_service_ms"] = [
+        _mean(r["stage_service_ms_mean"][i] for r in runs) for i in range(hops)
+    ]
+    out["predicted_stage_service_ms"] = [
+        _mean(p["stage_service_ms"][i] for p in predicted) for i in range(hops)
+    ]
+    return out
 
 
 def _stats(errs: list[tuple[float, str]]) -> dict:
@@ -267,6 +318,13 @@ def plot_mechanisms(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _gap_words(parts: dict | None) -> str:
+    if not parts or not parts.get("largest_gap"):
+        return "-"
+    key = parts["largest_gap"]
+    return f"{key.replace('_', ' ')} {parts[key]['gap']:+.1f} ms"
+
+
 def _pct(x, signed: bool = False) -> str:
     if x is None:
         return "-"
@@ -283,7 +341,8 @@ def format_table(result: dict) -> str:
         "",
         f"{'cell':<24} {'mechanism':<18} {'real tok/s':>10} {'spread':>7} {'DES':>8} "
         f"{'anal.':>8} {'bundle':>8} {'<=2x':>5} | {'lap p50':>7} {'DES':>7} | {'lap p99':>7} "
-        f"{'DES':>7} | {'TPOT p99':>8} {'DES':>7} | {'tau':>4} {'DES':>7} | load",
+        f"{'DES':>7} | {'TPOT p99':>8} {'DES':>7} | {'tau':>4} {'DES':>7} | load | largest "
+        "gap in the mean lap (predicted - real)",
     ]
     for c in result["cells"]:
         if c["status"] == "pending":
@@ -305,7 +364,8 @@ def format_table(result: dict) -> str:
             f"{_pct(d['error']['lap_ms_p99'], True):>7} | {r['tpot_ms_p99']:>8.1f} "
             f"{_pct(d['error']['tpot_ms_p99'], True):>7} | {r['tau']:>4.2f} "
             f"{_pct(d['error']['tau'], True):>7} | "
-            f"{r['load_avg_1min']['min']:.1f}-{r['load_avg_1min']['max']:.1f}"
+            f"{r['load_avg_1min']['min']:.1f}-{r['load_avg_1min']['max']:.1f} | "
+            f"{_gap_words(c.get('lap_parts_ms'))}"
         )
     lines += ["", "median |error| / worst (cell), measured cells:"]
     for name, block in (

@@ -268,10 +268,12 @@ def _concat(jobs: list[dict], load) -> dict:
 def run_plan(
     target_dir: str, drafter_dir: str, splits, bits: int, ks, prompts, tokens: int, run_dir: Path
 ) -> dict:
-    """One 2-stage pipeline decoding ``prompts`` at every K (the short re-profile)."""
+    """One 2-stage pipeline decoding ``prompts`` at every K (the short re-profile), after one
+    unmeasured warm-up job (a fresh pipeline's first passes are slower)."""
     load0 = os.getloadavg()[0]
     pipe = open_pipeline(target_dir, drafter_dir, splits, bits, run_dir)
     try:
+        measure_job(pipe, splits, bits, ks[0], prompts[:1], 8)
         jobs = [measure_job(pipe, splits, bits, k, prompts, tokens) for k in ks]
     finally:
         pipe.close()
@@ -320,6 +322,8 @@ def run_profile(
             pipes.append(
                 open_pipeline(target_dir, drafter_dir, splits, bits, out / "runs" / f"plan{j}")
             )
+        for j, (splits, bits) in enumerate(plans):  # unmeasured warm-up jobs
+            measure_job(pipes[j], splits, bits, ks[0], prompts[:1], 8)
         for i, k in enumerate(ks):
             for j in [(i + x) % len(plans) for x in range(len(plans))]:
                 splits, bits = plans[j]

@@ -278,6 +278,11 @@ def plot_scatter(result: dict, path: Path) -> None:
         ax.plot([lo, hi], [lo * 0.9, hi * 0.9], "k:", lw=0.6)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        from matplotlib.ticker import ScalarFormatter
+
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(ScalarFormatter())
     ax.set_xlabel("real tokens/s (mean over runs)")
     ax.set_ylabel("predicted tokens/s (profile bundle + configuration)")
     s = result["summary"]

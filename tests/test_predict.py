@@ -499,3 +499,44 @@ def test_lap_parts_name_the_largest_gap():
     assert parts["per_message_forward"]["gap"] == pytest.approx(6.0)
     assert parts["largest_gap"] == "per_message_forward"
     assert parts["real_stage_service_ms"] == [4.0, 3.0, 3.0]
+
+
+def test_even_split_is_the_real_runners():
+    from wansim.real.config import split_layers
+
+    for layers in (6, 7, 32):
+        for stages in range(1, 7):
+            want = [hi - lo for lo, hi in split_layers(layers, stages)]
+            assert even_split(layers, stages) == want
+
+
+def test_scenario_compute_from_a_bundle(tmp_path):
+    """``model.compute: {kind: table, from: DIR}`` gives every stage the bundle's table (the
+    same numbers the predictions use), relative to the scenario's folder; bad input is one
+    line naming model.compute.from or stages."""
+    from wansim.scenario import load_scenario
+
+    make_bundle(tmp_path / "prof")
+    b = load_bundle(tmp_path / "prof")
+    sc_path = tmp_path / "s.yaml"
+    base = {"stages": 4, "payload": {"activation_bits": 8}, "model": {"hidden_size": 128}}
+    base["model"]["compute"] = {"kind": "table", "from": "prof"}
+    sc_path.write_text(yaml.safe_dump(base))
+    sc = load_scenario(sc_path)
+    roles = ("first", "middle", "middle", "last")
+    for model, role, lay in zip(sc.stage_compute_models(), roles, (2, 2, 1, 1), strict=True):
+        pts = dict(model.points)
+        assert pts[5.0] == pytest.approx(b.stage_cost.verify_ms(role, lay, 5, 8))
+        assert pts[64.0] == pytest.approx(max(0.0, b.stage_cost.prefill_ms(role, lay)))
+        assert max(pts) == 64.0 and min(pts) == 1.0
+    for bad, message in (
+        ({"stages": 8}, "stages: must be <= 6"),
+        ({"model": {"compute": {"kind": "table", "from": "nowhere"}}}, "model.compute.from"),
+        (
+            {"model": {"compute": {"kind": "table", "from": "prof", "points": [[1, 2]]}}},
+            "model.compute.from: takes only kind: table",
+        ),
+    ):
+        sc_path.write_text(yaml.safe_dump({**base, **bad}))
+        with pytest.raises(WansimInputError, match=message):
+            load_scenario(sc_path)

@@ -42,10 +42,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from wansim import stage_cost
 from wansim.errors import WansimInputError
+from wansim.stage_cost import BUNDLE_FORMAT as FORMAT
+from wansim.stage_cost import BUNDLE_VERSION as VERSION
 
-FORMAT = "wansim-profile-bundle"
-VERSION = 1
 ROLES = ("first", "middle", "last")
 HOP_ROLES = ("forward", "return")
 MANIFEST = "bundle.yaml"
@@ -55,16 +56,11 @@ FILES = {
     "emulator_error": "emulator_error_ms.csv",
     "acceptance": "acceptance_profile.yaml",
 }
-CODEC_OPS = {"first": 1, "middle": 2, "last": 1}
 
 
 def config_sha256(checkpoint_dir: str | Path) -> str:
     """SHA-256 of a checkpoint's ``config.json`` bytes (the bundle's model identity)."""
     return hashlib.sha256((Path(checkpoint_dir) / "config.json").read_bytes()).hexdigest()
-
-
-def stage_role(i: int, stages: int) -> str:
-    return "first" if i == 0 else "last" if i == stages - 1 else "middle"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,18 +75,25 @@ class StageCost:
     prefill_fixed_ms: dict
     prefill_per_layer_ms: float
 
+    def as_mapping(self) -> dict:
+        """The ``stage_cost`` mapping :mod:`wansim.stage_cost` evaluates."""
+        return {
+            "fixed_ms": self.fixed_ms,
+            "per_layer_ms": self.per_layer_ms,
+            "per_token_ms": self.per_token_ms,
+            "per_layer_token_ms": self.per_layer_token_ms,
+            "codec_ms_per_op": self.codec_ms_per_op,
+            "prefill": {
+                "fixed_ms": self.prefill_fixed_ms,
+                "per_layer_ms": self.prefill_per_layer_ms,
+            },
+        }
+
     def verify_ms(self, role: str, layers: int, n: int, bits: int = 32) -> float:
-        codec = float(self.codec_ms_per_op.get(int(bits), 0.0)) * CODEC_OPS[role]
-        return (
-            float(self.fixed_ms[role])
-            + self.per_layer_ms * layers
-            + self.per_token_ms * n
-            + self.per_layer_token_ms * layers * n
-            + codec
-        )
+        return stage_cost.verify_ms(self.as_mapping(), role, layers, n, bits)
 
     def prefill_ms(self, role: str, layers: int) -> float:
-        return float(self.prefill_fixed_ms[role]) + self.prefill_per_layer_ms * layers
+        return stage_cost.prefill_ms(self.as_mapping(), role, layers)
 
 
 @dataclasses.dataclass(frozen=True)

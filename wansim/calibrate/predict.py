@@ -35,10 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-from wansim.calibrate.bundle import Bundle, check_model, load_bundle, stage_role
+from wansim.calibrate.bundle import Bundle, check_model, load_bundle
 from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
 from wansim.calibrate.matrix import Cell, load_matrix
 from wansim.errors import WansimInputError
+from wansim.stage_cost import even_split, stage_role
 
 METRICS = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p99")
 REPROFILE = {"k": 4, "prompts": 3, "tokens": 32}
@@ -56,12 +57,6 @@ class Factors:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def even_split(layers: int, stages: int) -> list[int]:
-    """Layers per stage as the real runner splits them (earlier stages take the remainder)."""
-    base, extra = divmod(layers, stages)
-    return [base + (1 if i < extra else 0) for i in range(stages)]
 
 
 # ----------------------------------------------------------------------------- input checks

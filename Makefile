@@ -40,7 +40,7 @@ figures: $(FULL)
 
 # the measured error of the analytical approximations against the DES (docs/approximations.md)
 approximations: $(FULL)
-	$(BIN)/python -m wansim.approximation_error
+	$(BIN)/python -m wansim.studies.approximation_error
 
 bench: $(FULL)
 	$(BIN)/python benchmarks/run_all.py

@@ -31,6 +31,7 @@ from wansim.sim import simulate
 ROOT = Path(__file__).resolve().parents[1]
 ASYNC = [
     "drafter.placement=first_stage",
+    "drafter.kind=draft_model",
     "speculation.k=3",
     "schedule.kind=async",
     "schedule.max_inflight_blocks=8",

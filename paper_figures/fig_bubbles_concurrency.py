@@ -27,7 +27,7 @@ POLICIES = [
         "async, 4 blocks in flight", {"schedule.kind": "async", "schedule.max_inflight_blocks": 4}
     ),
 ]
-ON_S0 = {"drafter.placement": "first_stage"}
+ON_S0 = {"drafter.placement": "first_stage", "drafter.kind": "draft_model"}
 NS = fast([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], [1, 4, 8, 16])
 DES_NS = fast([1, 4, 16, 64], [1, 8])
 DES_TOKENS = fast(256, 64)

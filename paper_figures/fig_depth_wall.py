@@ -4,7 +4,7 @@ Question: S0 launches the next draft block before the verdict of the last one re
 in-pipe speculation), one block in flight per stage, betting that the blocks in flight are
 accepted whole; a lost bet cancels every block behind it. How much faster than the sync
 schedule does one request decode as the pipeline deepens, and where does the gain stop
-growing (review Part IV puts this depth wall at 8-14 stages)?
+growing (Literature review, Pluralis, compiled August–October 2026, Part IV puts this depth wall at 8-14 stages)?
 
 Scenario: scenarios/v4pro-dspark-10stage-wan.yaml (25 ms per hop, 1 Gbit/s, lognormal jitter)
 with the drafter on S0 (``drafter.placement: first_stage``: async needs a drafter that can draft
@@ -13,7 +13,7 @@ profiles of traces/reference/dspark-v4pro.yaml; K = 1, 2, 3, 7. Gain = async tok
 tokens/s at the same K and placement. Lines: the analytical approximation
 (wansim.analytical.blocks); markers: the DES (async over sync rate, both simulated with the
 same seed, so the same passes are verified; bars from the async run's 95% interval). Ticks on the x axis: where each curve reaches 90% of its gain at
-32 stages (wansim.analytical.blocks.flattening_depth); the band is the review's 8-14. Also
+32 stages (wansim.analytical.blocks.flattening_depth); the band is the literature review's ("Literature review, Pluralis, compiled August–October 2026") 8-14. Also
 writes depth_wall.csv (the curves) and depth_wall.md (the flattening depths).
 """
 
@@ -30,7 +30,7 @@ KS = [1, 2, 3, 7]
 DEPTHS = fast(list(range(2, 33)), [2, 4, 8, 12, 16, 24, 32])
 DES_K = 2
 DES_DEPTHS = fast([4, 8, 16], [4])
-ON_S0 = {"drafter.placement": "first_stage"}
+ON_S0 = {"drafter.placement": "first_stage", "drafter.kind": "draft_model"}
 
 
 def curves() -> pd.DataFrame:

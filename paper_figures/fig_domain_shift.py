@@ -1,6 +1,6 @@
 """What an out-of-domain drafter and a fine-tuned target cost in tokens/s.
 
-Question: review Part IX: a generic drafter loses 28-38% of its acceptance out of domain and
+Question: Literature review, Pluralis, compiled August–October 2026, Part IX: a generic drafter loses 28-38% of its acceptance out of domain and
 falls to tau ~ 1.2 on a fine-tuned target. What does that do to the decode rate of the WAN
 pipeline, and which block size and tree size are still worth it?
 

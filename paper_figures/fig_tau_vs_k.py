@@ -1,10 +1,10 @@
 """Accepted length tau versus block size K per workload, and what it is worth in tokens/s.
 
-Question: the DSpark drafter shipped with DeepSeek-V4-Pro was measured at K = 7 (review Part VII:
+Question: the DSpark drafter shipped with DeepSeek-V4-Pro was measured at K = 7 (Literature review, Pluralis, compiled August–October 2026, Part VII:
 step-weighted tau 4.9-5.3 on math/code, 2.8-3.5 on chat). What tau does it imply at shorter
 blocks, and how many tokens/s does each extra draft position buy on a WAN pipeline?
 
-Scenario: traces/reference/dspark-v4pro.yaml (reconstructed from the review's figures, not raw
+Scenario: traces/reference/dspark-v4pro.yaml (reconstructed from the literature review's ("Literature review, Pluralis, compiled August–October 2026") figures, not raw
 traces) for (a): lines are the implied tau(K) = 1 + sum_k prod_{i<=k} p_i from the profile's
 pooled per-position rates; open markers are the analytical engine's tau on
 scenarios/v4pro-dspark-10stage-wan.yaml with the profile's per-prompt difficulty (a mixture of

@@ -54,6 +54,7 @@ POLICIES = [
             "schedule.kind": "async",
             "schedule.max_inflight_blocks": 8,
             "drafter.placement": "first_stage",
+            "drafter.kind": "draft_model",
         },
     ),
 ]

@@ -1,7 +1,7 @@
 """Accepted length of the best tree versus its node budget: logarithmic growth.
 
 Question: how does the expected number of tokens a verify pass commits grow with the verifier's
-capacity N (review Part X: accepted length is O(log N))? A chain of N drafts saturates at
+capacity N (Literature review, Pluralis, compiled August–October 2026, Part X: accepted length is O(log N))? A chain of N drafts saturates at
 1 / (1 - p); an optimal tree keeps growing, but each doubling of N only adds a near-constant
 number of tokens.
 

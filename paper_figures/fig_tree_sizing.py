@@ -1,9 +1,9 @@
 """Draft trees versus the K = 7 chain: how many nodes pay, at which bandwidth and batch size.
 
-Question: a tree of N draft nodes commits more tokens per lap than a chain (review Part X: about
+Question: a tree of N draft nodes commits more tokens per lap than a chain (Literature review, Pluralis, compiled August–October 2026, Part X: about
 +0.7 accepted tokens per step and +10-20% tokens/s at batch 1, below 1x at batch 64), but every
 node costs each forward hop s_act / B and each stage its share of a b (N + 1)-token pass. Where
-is the best N (the review's bandwidth-aware tree sizing, Part III), and when does a tree lose?
+is the best N (the literature review's ("Literature review, Pluralis, compiled August–October 2026") bandwidth-aware tree sizing, Part III), and when does a tree lose?
 
 Scenario: scenarios/v4pro-dspark-10stage-wan.yaml (10 stages, 25 ms per hop, DSpark drafter,
 math profile from traces/reference/dspark-v4pro.yaml whose sibling model is ASSUMED - see its

@@ -2,7 +2,7 @@
 
 Question: for DeepSeek-V4-Pro split over 10 machines joined by WAN links, what decode rate can
 one request reach as the per-hop latency grows, on math, code and chat - and how many times
-faster is it with the shipped DSpark drafter (K = 7) than plain decoding? (The review's Part VII
+faster is it with the shipped DSpark drafter (K = 7) than plain decoding? (The literature review's ("Literature review, Pluralis, compiled August–October 2026") Part VII
 ceiling table.)
 
 Scenario: scenarios/v4pro-dspark-10stage-wan.yaml (10 stages, 1 Gbit/s, lognormal jitter 3 ms,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,13 +14,31 @@ REFERENCE = ROOT / "scenarios" / "v4pro-dspark-10stage-wan.yaml"
 NO_SPEC = ROOT / "scenarios" / "v4pro-10stage-wan-no-spec.yaml"
 PROFILE = ROOT / "traces" / "reference" / "dspark-v4pro.yaml"
 
-settings.register_profile(
-    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
-)
-settings.register_profile(
-    "slow", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=400
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+# Hypothesis profiles. "default": derandomised (the same examples every run: the default suite
+# cannot fail by chance). "fresh": new random examples every run, same sizes, for hunting bugs
+# (HYPOTHESIS_PROFILE=fresh). "slow": fresh examples and more of them (400 unless a test sets
+# its own count); loaded automatically by `pytest -m slow` (make test-slow).
+_COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("default", derandomize=True, **_COMMON)
+settings.register_profile("fresh", derandomize=False, **_COMMON)
+settings.register_profile("slow", derandomize=False, max_examples=400, **_COMMON)
+
+
+def pytest_configure(config):
+    """HYPOTHESIS_PROFILE wins; otherwise a run selecting slow tests (-m slow) draws fresh
+    examples and the default run stays derandomised."""
+    markexpr = (config.getoption("markexpr", "") or "").replace("not slow", "")
+    name = os.environ.get("HYPOTHESIS_PROFILE") or ("slow" if "slow" in markexpr else "default")
+    settings.load_profile(name)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"not strict JSON (RFC 8259): {name}")
+
+
+def strict_loads(text: str):
+    """``json.loads`` that rejects NaN, Infinity and -Infinity (json.loads accepts them)."""
+    return json.loads(text, parse_constant=_reject_constant)
 
 
 @pytest.fixture

@@ -213,7 +213,7 @@ def test_unsupported_schedules_are_errors_not_answers():
     # what the approximations of wansim.analytical.blocks/concurrent still leave out
     with pytest.raises(ScenarioError, match=r"workload\.arrival"):
         analyze(load_scenario(REFERENCE, ["workload.arrival=poisson"]))
-    async_ = ["drafter.placement=first_stage", "schedule.kind=async"]
+    async_ = ["drafter.placement=first_stage", "drafter.kind=draft_model", "schedule.kind=async"]
     with pytest.raises(ScenarioError, match=r"schedule\.kind.*trees"):
         analyze(load_scenario(REFERENCE, [*async_, "speculation.policy=tree"]))
     with pytest.raises(ScenarioError, match=r"schedule\.batching"):

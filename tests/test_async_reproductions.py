@@ -2,7 +2,7 @@
 paper_figures/fig_depth_wall.py, fig_bubbles_concurrency.py, fig_tokens_vs_latency_depth.py).
 
 - the depth wall: async in-pipe speculation's gain over sync versus depth (one block in flight
-  per stage) flattens where the review puts it (8-14 stages) for small blocks on math and for
+  per stage) flattens where "Literature review, Pluralis, compiled August–October 2026", Part IV, puts it (8-14 stages) for small blocks on math and for
   one-draft blocks on chat, much earlier for K = 7, and earlier on chat than on math; the DES
   confirms the flattening (slow);
 - bubbles fall with concurrency and with async, not with continuous batching (the batch moves
@@ -22,7 +22,7 @@ from wansim.scenario import load_scenario
 from wansim.sim import simulate
 
 DEPTHS = np.arange(2, 33)
-ON_S0 = ["drafter.placement=first_stage"]
+ON_S0 = ["drafter.placement=first_stage", "drafter.kind=draft_model"]
 
 
 def gain_curve(workload: str, k: int, depths=DEPTHS) -> np.ndarray:
@@ -43,7 +43,7 @@ def test_depth_wall_flattens_where_the_review_puts_it():
             walls[wl, k] = flattening_depth(DEPTHS, g)
             assert np.all(g > 1.0) and g[-1] > g[0]
             assert np.all(np.diff(g) > -1e-9)  # deeper never loses (bets only add)
-    # small blocks: math K = 2, 3 and chat K = 1 flatten inside the review's 8-14 stages
+    # small blocks: math K = 2, 3 and chat K = 1 flatten inside the literature review's ("Literature review, Pluralis, compiled August–October 2026") 8-14 stages
     for key in (("math", 2), ("math", 3), ("chat", 1)):
         assert 8 <= walls[key] <= 14, (key, walls[key])
     # a bet on K = 7 whole blocks rarely survives: the wall comes within a few stages
@@ -70,6 +70,7 @@ def test_des_confirms_the_depth_wall():
     for p in (4, 13, 26):
         over = {
             "drafter.placement": "first_stage",
+            "drafter.kind": "draft_model",
             "speculation.k": 2,
             "stages": p,
             "workload.requests": 48,
@@ -89,7 +90,7 @@ def _bubble(over: dict, engine) -> float:
 
 
 def test_bubbles_fall_with_concurrency_and_async_not_with_batching():
-    base = {"drafter.placement": "first_stage"}
+    base = {"drafter.placement": "first_stage", "drafter.kind": "draft_model"}
     ns = [1, 4, 16, 64]
     sync = [_bubble({**base, "workload.concurrency": n}, analyze) for n in ns]
     asyn = [

@@ -4,7 +4,7 @@
   through FIFO stations in tandem (hypothesis);
 - the Palm form of the admissions equals the size-biased average over the per-verdict counts;
 - one slot is exactly the sync schedule of one request; no admissions, no convoy;
-- the DES agrees (the documented bounds; wansim.approximation_error checks the grid).
+- the DES agrees (the documented bounds; wansim.studies.approximation_error checks the grid).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from scipy import stats
 from tests.conftest import REFERENCE
 from wansim.analytical import analyze, evaluate_grid
 from wansim.analytical.batched import convoy_delay_ms
-from wansim.approximation_error import BOUNDS
 from wansim.scenario import load_scenario
 from wansim.sim import simulate
+from wansim.studies.approximation_error import BOUNDS
 
 BATCH = ["schedule.batching=continuous"]
 

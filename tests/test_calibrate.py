@@ -663,12 +663,21 @@ def test_ctrl_c_keeps_finished_cells(tmp_path):
         "--stages", "2", "--latency-ms", "0", "--k", "2,3,4",
         "--prompts", "2", "--tokens", "96", "--out", str(out), "--json",
     ]  # fmt: skip
-    # a cell takes about a second; the second is interrupted as soon as the first lands
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # the process holds after its first cell (WANSIM_HOLD_AFTER, wansim.hold) until the signal
+    # arrives, so it cannot finish first under load; the deadline only guards against a hang
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANSIM_HOLD_AFTER": "calibrate-cell:1"}
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # a suite started in the background (nohup, `&` without job control) passes SIGINT
+        # on as ignored: give the child the default, so Python turns it into Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     cal = out / "calibration.json"
     try:
         while time.monotonic() < deadline:
@@ -684,7 +693,7 @@ def test_ctrl_c_keeps_finished_cells(tmp_path):
             time.sleep(0.05)
         assert proc.poll() is None, "finished before it could be interrupted"
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -59,7 +59,7 @@ def test_constant_rate_closed_form(alpha, k):
 
 
 def test_review_constant_rate_figures():
-    # DESIGN.md section 5: p ~ 0.86 -> 5.0, 0.87 -> 5.17, 0.71 -> 3.2 at K = 7
+    # Literature review, Pluralis, compiled August–October 2026, Part VII: p ~ 0.86 -> 5.0, 0.87 -> 5.17, 0.71 -> 3.2 at K = 7
     assert abs(cf.tau_constant(0.86, 7) - 5.0) < 0.05
     assert abs(cf.tau_constant(0.87, 7) - 5.17) < 0.05
     assert abs(cf.tau_constant(0.71, 7) - 3.2) < 0.05

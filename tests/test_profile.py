@@ -1,4 +1,4 @@
-"""Reference profiles: within the review's ranges, declining, labelled, reproducible; file format."""
+"""Reference profiles: within the literature review's ("Literature review, Pluralis, compiled August–October 2026") ranges, declining, labelled, reproducible; file format."""
 
 from __future__ import annotations
 

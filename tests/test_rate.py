@@ -100,6 +100,7 @@ SHORT_LOSSY = {
     "payload": {"activation_bits": 3},
     "drafter": {
         "placement": "first_stage",
+        "kind": "draft_model",
         "draft_ms": 0.0,
         "acceptance": {"per_position": [1.0], "extrapolate": False, "dispersion": 0.0},
     },

@@ -61,9 +61,18 @@ def parts(out: Path) -> list[Path]:
 
 def kill_mid_run(cmd: list[str], out: Path, min_parts: int, timeout_s: float) -> int:
     """Start the sweep in its own process group, SIGKILL the whole group (the sweep and its
-    workers: a machine going down) once ``min_parts`` batches are on disk; return how many."""
+    workers: a machine going down) once ``min_parts`` batches are on disk; return how many.
+
+    The sweep holds after its ``min_parts``-th shard (``WANSIM_HOLD_AFTER``, wansim.hold) until
+    the kill, so it cannot finish first under load; the deadline only guards against a hang."""
+    env = {**os.environ, "WANSIM_HOLD_AFTER": f"sweep-part:{min_parts}"}
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        cmd,
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
     )
     deadline = time.monotonic() + timeout_s
     try:
@@ -85,7 +94,7 @@ def kill_mid_run(cmd: list[str], out: Path, min_parts: int, timeout_s: float) ->
 def check_killed_then_resumed(sweep: Path, out: Path, backend: str, clean, min_parts, timeout):
     kept = kill_mid_run(sweep_cmd(sweep, out, backend), out, min_parts, timeout)
     assert not (out / "results.parquet").exists()
-    assert min_parts <= kept < clean.plan.n_runs
+    assert kept == min_parts < clean.plan.n_runs
     done = subprocess.run(
         sweep_cmd(sweep, out, backend, "--resume"),
         cwd=ROOT,

@@ -1,4 +1,4 @@
-"""The review's tree and domain claims (Parts III, IX, X) reproduced by the analytical engine (and
+"""The literature review's ("Literature review, Pluralis, compiled August–October 2026") tree and domain claims (Parts III, IX, X) reproduced by the analytical engine (and
 the batch-64 claim by the DES too) on
 the reference scenario (scenarios/v4pro-dspark-10stage-wan.yaml, DSpark math profile with its
 ASSUMED sibling model; see traces/reference/reconstruct_dspark_v4pro.py).
@@ -36,7 +36,7 @@ def test_batch_one_tree_adds_about_0_7_tokens_per_step():
 
 
 def test_batch_one_speedup_ten_to_twenty_percent_when_links_are_fast():
-    """Review Part X: +10-20% tokens/s at batch 1. The review's figure comes from single-node
+    """Review Part X: +10-20% tokens/s at batch 1. The literature review's ("Literature review, Pluralis, compiled August–October 2026") figure comes from single-node
     deployments; the model reproduces it once the wire stops charging for width (>= 10 Gbit/s
     per hop), while on the 1 Gbit/s reference with 16-bit activations every node costs 14 KB per
     hop and the optimal tree gains only ~5% (bandwidth-aware sizing, Part III)."""

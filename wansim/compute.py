@@ -63,17 +63,35 @@ def stage_ms(model: ComputeModel, n_tokens: np.ndarray | float) -> np.ndarray:
     raise TypeError(f"unknown compute model {model!r}")
 
 
+def stage_overheads_ms(scenario) -> tuple:
+    """Per stage: the fixed host-side cost of every pass, ``model.stage_overhead_ms[i]`` (else
+    ``model.overhead_ms``) times ``model.host_cpu_factor`` (ms)."""
+    m = scenario.model
+    each = m.stage_overhead_ms or (m.overhead_ms,) * int(np.max(scenario.stages))
+    return tuple(o * m.host_cpu_factor for o in each)
+
+
+def stage_pass_ms(model: ComputeModel, overhead_ms: float, n_tokens) -> np.ndarray:
+    """One stage's pass: its compute model for ``n_tokens`` plus its fixed overhead (ms)."""
+    return stage_ms(model, n_tokens) + overhead_ms
+
+
 def stage_ms_each(scenario, n_tokens) -> list[np.ndarray]:
-    """Per stage (``Scenario.stage_compute_models``): ms for a pass of ``n_tokens`` tokens."""
-    return [stage_ms(m, n_tokens) for m in scenario.stage_compute_models()]
+    """Per stage (``Scenario.stage_compute_models``, :func:`stage_overheads_ms`): ms for a pass
+    of ``n_tokens`` tokens."""
+    return [
+        stage_pass_ms(m, o, n_tokens)
+        for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
+    ]
 
 
 def mean_stage_ms(scenario, n_tokens) -> np.ndarray:
-    """Mean over the stages of :func:`stage_ms` (times ``stages`` = the pipeline's compute per
-    pass); with no ``model.stage_compute`` it is ``stage_ms(model.compute, n)`` and ``stages``
-    may be an array (grids)."""
-    if not scenario.model.stage_compute:
-        return stage_ms(scenario.model.compute, n_tokens)
+    """Mean over the stages of :func:`stage_pass_ms` (times ``stages`` = the pipeline's compute
+    per pass); with neither ``model.stage_compute`` nor ``model.stage_overhead_ms`` every stage
+    is the same and ``stages`` may be an array (grids)."""
+    m = scenario.model
+    if not m.stage_compute and not m.stage_overhead_ms:
+        return stage_pass_ms(m.compute, m.overhead_ms * m.host_cpu_factor, n_tokens)
     each = stage_ms_each(scenario, n_tokens)
     return sum(each[1:], start=each[0]) / len(each)
 

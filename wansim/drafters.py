@@ -1,9 +1,11 @@
-"""Drafter catalog: presets for the drafter families the review catalogs (Part V), usable as
+"""Drafter catalog: presets for the drafter families that "Literature review, Pluralis,
+compiled August–October 2026" catalogs (Part V), usable as
 ``drafter: {preset: NAME}`` in a scenario and overridable field by field.
 
 Each preset gives the ``Drafter`` fields (kind, placement, parallel or autoregressive, draft_ms,
-width_ms, acceptance) and a ``sources`` line per figure saying where it comes from: the review's
-summary (``review``), a cited paper, or an assumption (``assumed``). Costs are per drafter pass
+width_ms, acceptance) and a ``sources`` line per figure saying where it comes from: the
+literature review's summary (``review Part N``: "Literature review, Pluralis, compiled
+August–October 2026", Part N), a cited paper, or an assumption (``assumed``). Costs are per drafter pass
 on the stage that hosts the drafter (one H200-class GPU); see ``compute.drafter_tree_ms``.
 
 Resolution (``scenario.load_scenario``): the preset's mapping first, the scenario's explicit
@@ -20,10 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from wansim.data import reference_profile
 from wansim.errors import ScenarioError
 
-ROOT = Path(__file__).resolve().parents[1]
-REFERENCE_PROFILE = str(ROOT / "traces" / "reference" / "dspark-v4pro.yaml")
+REFERENCE_PROFILE = str(reference_profile())
 SOURCE_KEYS = ("profile", "alpha", "per_position")
 # the reference profile's assumed sibling model (traces/reference/reconstruct_dspark_v4pro.py),
 # reused for presets whose acceptance is a constant rate: D_r = 2 + ln(r - 1), r = 2..8

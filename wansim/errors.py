@@ -9,23 +9,43 @@ from __future__ import annotations
 _UNSET = object()
 
 
-def format_value(value: object) -> str:
-    """Render a value the way a user typed it (strings quoted, floats short)."""
+MAX_VALUE_CHARS = 80
+MAX_PATH_CHARS = 120
+
+
+def format_value(value: object, _depth: int = 0) -> str:
+    """Render a value the way a user typed it (strings quoted, floats short), on one line and
+    at most :data:`MAX_VALUE_CHARS` characters."""
+    if _depth > 3:
+        return "..."
     if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, (list, tuple)):
-        inner = ", ".join(format_value(v) for v in value)
-        return f"[{inner}]"
-    if isinstance(value, dict):
-        inner = ", ".join(f"{k}: {format_value(v)}" for k, v in value.items())
-        return "{" + inner + "}"
-    return str(value)
+        text = repr(value if len(value) <= MAX_VALUE_CHARS else value[:MAX_VALUE_CHARS])
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None:
+        text = "null"
+    elif isinstance(value, float):
+        text = f"{value:g}"
+    elif isinstance(value, int) and abs(value) >= 10**15:
+        text = f"a {len(str(abs(value)))}-digit integer"
+    elif isinstance(value, (list, tuple)):
+        inner = ", ".join(format_value(v, _depth + 1) for v in value[:8])
+        text = f"[{inner}{', ...' if len(value) > 8 else ''}]"
+    elif isinstance(value, dict):
+        items = list(value.items())[:8]
+        inner = ", ".join(f"{_one_line(k)}: {format_value(v, _depth + 1)}" for k, v in items)
+        text = "{" + inner + (", ..." if len(value) > 8 else "") + "}"
+    else:
+        text = _one_line(value)
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
+
+
+def _one_line(value: object) -> str:
+    """``str(value)`` with control characters (newlines...) escaped."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class WansimInputError(ValueError):
@@ -39,7 +59,10 @@ class WansimInputError(ValueError):
         self.path = path
         self.problem = problem
         self.value = value
-        text = f"{path}: {problem}" if path else problem
+        shown = _one_line(path)
+        if len(shown) > MAX_PATH_CHARS:
+            shown = shown[: MAX_PATH_CHARS - 3] + "..."
+        text = f"{shown}: {problem}" if path else problem
         if value is not _UNSET:
             text += f", got {format_value(value)}"
         super().__init__(text)

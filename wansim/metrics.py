@@ -1,4 +1,4 @@
-"""Metric names shared by both engines (DESIGN.md section 3), with units and meanings."""
+"""Metric names shared by both engines, with units and meanings."""
 
 from __future__ import annotations
 
@@ -33,7 +33,10 @@ METRICS: dict[str, tuple[str, str]] = {
         "",
         "output distribution is the target's (false for typical acceptance, a lossy rule)",
     ),
-    "tokens_per_s_ci95": ("tok/s", "DES: 95% confidence interval of tokens_per_s [low, high]"),
+    "tokens_per_s_ci95": (
+        "tok/s",
+        "DES: 95% confidence interval of tokens_per_s [low, high] (null when undefined)",
+    ),
 }
 
 ORDER = list(METRICS)
@@ -43,7 +46,9 @@ def scalar_metrics(metrics: dict) -> dict[str, float]:
     """Flatten to scalars: lists become name_0, name_1, ... (for tables and sweeps)."""
     out: dict[str, float] = {}
     for key, value in metrics.items():
-        if isinstance(value, (list, tuple)):
+        if key == "tokens_per_s_ci95" and value is None:  # undefined: keep the columns
+            out[f"{key}_low"] = out[f"{key}_high"] = float("nan")
+        elif isinstance(value, (list, tuple)):
             if key == "tokens_per_s_ci95" and len(value) == 2:
                 out[f"{key}_low"], out[f"{key}_high"] = float(value[0]), float(value[1])
             else:
@@ -52,3 +57,10 @@ def scalar_metrics(metrics: dict) -> dict[str, float]:
         elif value is not None:
             out[key] = value if isinstance(value, (bool, str)) else float(value)
     return out
+
+
+def stage_utilization(busy_ms, span_ms: float) -> list[float]:
+    """Per stage: busy ms (compute and drafting on that stage, prefill included) over the span
+    they share (a run's makespan, or one request's duration when nothing else runs). Both
+    engines report it so; ``bubble_fraction`` is 1 - its mean."""
+    return [float(b) / float(span_ms) for b in busy_ms]

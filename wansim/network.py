@@ -1,194 +1,38 @@
-"""Link physics shared by both engines: jitter distributions, loss, one-way delivery time.
+"""Expected link times for the analytical engine, from the shared rule of
+:mod:`wansim.links.delivery` (one message on one hop) and its draws (:mod:`wansim.links.draws`).
 
-A message of b bytes offered to a hop at time t (link free from f) is modelled as
+On an idle hop, with G the lost transmissions (E[G] = q / (1 - q) for a loss rate q), a message
+of b bytes takes
 
-    start    = max(t, f)                       FIFO: it waits for the link (TCP)
-    busy     = (1 + G) * b*8/B                 serialisation occupies the link (retransmissions too)
-    delivery = start + busy + G * rto + D      propagation does not occupy the link
-    delivery = max(delivery, previous delivery on this hop)      no overtaking
+    E[T_hop] = busy(E[G]) + rto * E[G] + E[max(0, L + J)],
+    busy(g) = per_message_ms + codec_ms_per_mb * b / 1e6 + (1 + g) * b*8/B
 
-with D = max(0, L + J) the propagation delay (latency L plus jitter J) and G ~ Geometric the
-number of lost transmissions (P(G = g) = q^g (1 - q), loss rate q, each loss costs ``rto``).
-Without queueing the expected one-way time is
-
-    E[T_hop] = (b*8/B) / (1 - q) + rto * q / (1 - q) + E[max(0, L + J)].
+(a retransmission pays serialisation again and waits ``rto``). The jitter distributions and
+the loss sampler live in :mod:`wansim.links`; they are re-exported here for existing callers.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from functools import lru_cache
-from pathlib import Path
-
 import numpy as np
-from scipy import stats
 
-from wansim.errors import ScenarioError
+from wansim.links.delivery import busy_ms
+from wansim.links.draws import sample_losses
+from wansim.links.jitter import JitterDist, jitter_dist, read_samples
 from wansim.scenario import Hop, Jitter
 from wansim.wire import serialise_ms
 
-
-@dataclasses.dataclass(frozen=True)
-class JitterDist:
-    """Distribution of the extra delay J (ms)."""
-
-    kind: str
-    params: tuple[float, ...] = ()
-    samples: tuple[float, ...] = ()
-
-    # -- sampling -------------------------------------------------------------------------
-    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        if self.kind == "none":
-            return np.zeros(size)
-        if self.kind == "normal":
-            mean, std = self.params
-            return rng.normal(mean, std, size)
-        if self.kind == "lognormal":
-            mu, sigma = self.params
-            return rng.lognormal(mu, sigma, size)
-        if self.kind == "pareto":
-            shape, scale = self.params
-            return scale * (rng.random(size) ** (-1.0 / shape) - 1.0)
-        return rng.choice(np.asarray(self.samples), size)
-
-    # -- moments and distribution ---------------------------------------------------------
-    def mean(self) -> float:
-        if self.kind == "none":
-            return 0.0
-        if self.kind == "normal":
-            return self.params[0]
-        if self.kind == "lognormal":
-            mu, sigma = self.params
-            return float(np.exp(mu + sigma**2 / 2))
-        if self.kind == "pareto":
-            shape, scale = self.params
-            return scale / (shape - 1.0)
-        return float(np.mean(self.samples))
-
-    def cdf(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=float)
-        if self.kind == "none":
-            return (x >= 0).astype(float)
-        if self.kind == "normal":
-            mean, std = self.params
-            return stats.norm.cdf(x, mean, std)
-        if self.kind == "lognormal":
-            mu, sigma = self.params
-            return stats.lognorm.cdf(x, sigma, scale=np.exp(mu))
-        if self.kind == "pareto":
-            shape, scale = self.params
-            return np.where(x > 0, 1.0 - (1.0 + np.maximum(x, 0) / scale) ** (-shape), 0.0)
-        s = np.sort(np.asarray(self.samples))
-        return np.searchsorted(s, x, side="right") / len(s)
-
-    def ppf(self, p: float) -> float:
-        if self.kind == "none":
-            return 0.0
-        if self.kind == "normal":
-            mean, std = self.params
-            return float(stats.norm.ppf(p, mean, std))
-        if self.kind == "lognormal":
-            mu, sigma = self.params
-            return float(stats.lognorm.ppf(p, sigma, scale=np.exp(mu)))
-        if self.kind == "pareto":
-            shape, scale = self.params
-            return float(scale * ((1.0 - p) ** (-1.0 / shape) - 1.0))
-        return float(np.quantile(np.asarray(self.samples), p))
-
-    def var(self) -> float:
-        if self.kind == "none":
-            return 0.0
-        if self.kind == "normal":
-            return self.params[1] ** 2
-        if self.kind == "lognormal":
-            mu, sigma = self.params
-            return float((np.exp(sigma**2) - 1.0) * np.exp(2 * mu + sigma**2))
-        if self.kind == "pareto":
-            shape, scale = self.params
-            return scale**2 * shape / ((shape - 1.0) ** 2 * (shape - 2.0))
-        return float(np.var(self.samples))
-
-    def can_be_negative(self) -> bool:
-        return self.kind == "normal" or (self.kind == "empirical" and min(self.samples) < 0)
-
-    def mean_propagation_ms(self, latency_ms) -> np.ndarray:
-        """E[max(0, L + J)] for latency arrays L."""
-        latency = np.asarray(latency_ms, dtype=float)
-        if not self.can_be_negative():
-            return latency + self.mean()
-        if self.kind == "normal":
-            mean, std = self.params
-            mu = latency + mean
-            return mu * stats.norm.cdf(mu / std) + std * stats.norm.pdf(mu / std)
-        s = np.sort(np.asarray(self.samples, dtype=float))
-        tail = np.concatenate([np.cumsum(s[::-1])[::-1], [0.0]])  # sum of s[i:]
-        idx = np.searchsorted(s, -latency, side="right")
-        count = len(s) - idx
-        return (count * latency + tail[idx]) / len(s)
-
-    def var_propagation_ms(self, latency_ms) -> np.ndarray:
-        """Var[max(0, L + J)] for latency arrays L."""
-        latency = np.asarray(latency_ms, dtype=float)
-        if not self.can_be_negative():
-            return np.full(latency.shape, self.var())
-        if self.kind == "normal":
-            mean, std = self.params
-            mu = latency + mean
-            a = mu / std
-            m1 = mu * stats.norm.cdf(a) + std * stats.norm.pdf(a)
-            m2 = (mu**2 + std**2) * stats.norm.cdf(a) + mu * std * stats.norm.pdf(a)
-            return np.maximum(m2 - m1**2, 0.0)
-        s = np.asarray(self.samples, dtype=float)
-        d = np.maximum(0.0, latency[..., None] + s)
-        return d.var(axis=-1)
-
-
-def jitter_dist(spec: Jitter) -> JitterDist:
-    return _jitter_dist(spec)
-
-
-@lru_cache(maxsize=256)
-def _jitter_dist(spec: Jitter) -> JitterDist:
-    if spec.kind == "none":
-        return JitterDist("none")
-    if spec.kind == "normal":
-        return JitterDist("normal", (spec.mean_ms or 0.0, spec.std_ms))
-    if spec.kind == "lognormal":
-        mean = spec.std_ms if spec.mean_ms is None else spec.mean_ms
-        sigma2 = np.log1p((spec.std_ms / mean) ** 2)
-        return JitterDist("lognormal", (float(np.log(mean) - sigma2 / 2), float(np.sqrt(sigma2))))
-    if spec.kind == "pareto":
-        a = spec.shape
-        scale = spec.std_ms * (a - 1.0) * np.sqrt((a - 2.0) / a)
-        return JitterDist("pareto", (a, float(scale)))
-    samples = spec.samples_ms or read_samples(spec.samples_file)
-    return JitterDist("empirical", samples=tuple(float(x) for x in samples))
-
-
-def read_samples(path: str | None) -> tuple[float, ...]:
-    """Delays in ms, one per line (blank lines and # comments skipped)."""
-    p = Path(str(path))
-    if not p.is_file():
-        raise ScenarioError("network.jitter.samples_file", "file not found", str(path))
-    out = []
-    for i, line in enumerate(p.read_text().splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        try:
-            out.append(float(line))
-        except ValueError:
-            raise ScenarioError(f"{path}:{i}", "not a number", line) from None
-    if not out:
-        raise ScenarioError("network.jitter.samples_file", "has no samples", str(path))
-    return tuple(out)
-
-
-def sample_losses(rng: np.random.Generator, loss_rate: float, size: int) -> np.ndarray:
-    """Lost transmissions before success: P(G = g) = q^g (1 - q)."""
-    if loss_rate <= 0:
-        return np.zeros(size, dtype=np.int64)
-    return rng.geometric(1.0 - loss_rate, size) - 1
+__all__ = [
+    "JitterDist",
+    "expected_losses",
+    "hop_mean",
+    "hop_mean_ms",
+    "hop_var",
+    "hop_var_ms",
+    "jitter_dist",
+    "loss_terms_ms",
+    "read_samples",
+    "sample_losses",
+]
 
 
 def expected_losses(loss_rate) -> np.ndarray:
@@ -197,14 +41,23 @@ def expected_losses(loss_rate) -> np.ndarray:
 
 
 def hop_mean_ms(
-    latency_ms, bandwidth_mbps, jitter: Jitter, loss_rate, retransmit_ms, n_bytes
+    latency_ms,
+    bandwidth_mbps,
+    jitter: Jitter,
+    loss_rate,
+    retransmit_ms,
+    n_bytes,
+    per_message_ms=0.0,
+    codec_ms_per_mb=0.0,
 ) -> np.ndarray:
-    """Expected one-way time of an ``n_bytes`` message on an idle hop (see module docstring):
-    serialisation + propagation + E[G] (ser + rto)."""
-    ser = serialise_ms(n_bytes, bandwidth_mbps)
+    """Expected one-way time of an ``n_bytes`` message on an idle hop (module docstring):
+    software + serialisation + propagation + E[G] (ser + rto)."""
     extra = expected_losses(loss_rate)
     propagation = jitter_dist(jitter).mean_propagation_ms(latency_ms)
-    return ser * (1.0 + extra) + np.asarray(retransmit_ms) * extra + propagation
+    n = np.asarray(n_bytes, dtype=float)
+    bw = np.asarray(bandwidth_mbps, dtype=float)
+    busy = busy_ms(n, bw, np.asarray(per_message_ms), np.asarray(codec_ms_per_mb), extra)
+    return busy + np.asarray(retransmit_ms) * extra + propagation
 
 
 def hop_var_ms(latency_ms, bandwidth_mbps, jitter: Jitter, loss_rate, retransmit_ms, n_bytes):
@@ -230,8 +83,16 @@ def loss_terms_ms(loss_rate, retransmit_ms, bandwidth_mbps, n_bytes) -> dict[str
 
 
 def hop_mean(hop: Hop, n_bytes) -> np.ndarray:
+    """:func:`hop_mean_ms` of a resolved ``Hop`` (or the ``Network``: the same field names)."""
     return hop_mean_ms(
-        hop.latency_ms, hop.bandwidth_mbps, hop.jitter, hop.loss_rate, hop.retransmit_ms, n_bytes
+        hop.latency_ms,
+        hop.bandwidth_mbps,
+        hop.jitter,
+        hop.loss_rate,
+        hop.retransmit_ms,
+        n_bytes,
+        hop.per_message_ms,
+        hop.codec_ms_per_mb,
     )
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from wansim import strict_json
 from wansim.metrics import METRICS, ORDER
 from wansim.result import Result, jsonable
 
@@ -83,8 +83,15 @@ def results_json(results: dict[str, Result]) -> dict:
         return next(iter(results.values())).to_json()
     first = next(iter(results.values()))
     out: dict = {"scenario": first.scenario.name, "engine": "both"}
+    undefined = {}
     for engine, res in results.items():
         out[engine] = jsonable(res.metrics)
+        if res.approximation is not None:
+            out["approximation"] = jsonable(res.approximation)
+        if reasons := res.undefined():
+            undefined[engine] = reasons
+    if undefined:
+        out["undefined"] = undefined
     return out
 
 
@@ -94,7 +101,7 @@ def write_outputs(results: dict[str, Result], out_dir: str | Path) -> list[Path]
     out.mkdir(parents=True, exist_ok=True)
     written = []
     p = out / "metrics.json"
-    p.write_text(json.dumps(results_json(results), indent=2) + "\n")
+    p.write_text(strict_json.dumps(results_json(results), indent=2) + "\n")
     written.append(p)
     p = out / "table.txt"
     p.write_text(format_table(results) + "\n")
@@ -117,8 +124,10 @@ def write_run_details(results: dict[str, Result], out: Path) -> list[Path]:
 
 # ----------------------------------------------------------------------------- paper figures
 def figures_dir() -> Path | None:
-    """``paper_figures/`` of this source checkout (or of the working directory)."""
-    for candidate in (Path(__file__).resolve().parents[1], Path.cwd()):
+    """``paper_figures/`` of the source checkout holding the working directory (the working
+    directory or a folder above it)."""
+    here = Path.cwd()
+    for candidate in (here, *here.parents):
         if (candidate / "paper_figures").is_dir():
             return candidate / "paper_figures"
     return None

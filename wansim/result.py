@@ -9,6 +9,7 @@ import pandas as pd
 
 from wansim.metrics import scalar_metrics
 from wansim.scenario import Scenario
+from wansim.strict_json import non_finite_paths, plain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,6 +18,10 @@ class Result:
     engine: str  # "des" | "analytical"
     metrics: dict[str, Any]
     details: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False, compare=False)
+    # analytical results: {"regime", "validated", "error_band"} (wansim.analytical.regime)
+    approximation: dict[str, Any] | None = dataclasses.field(
+        default=None, hash=False, compare=False
+    )
 
     def to_frame(self) -> pd.DataFrame:
         """One row: the scenario name, the engine and every metric as a scalar column."""
@@ -24,20 +29,31 @@ class Result:
         row.update(scalar_metrics(self.metrics))
         return pd.DataFrame([row])
 
-    def to_json(self) -> dict:
+    def undefined(self) -> dict[str, str]:
+        """Metric name -> why it has no value (``null`` in JSON): the engine's reason, else
+        "not a finite number"."""
+        reasons = self.details.get("undefined", {})
         return {
+            name: reasons.get(name, "not a finite number")
+            for name, value in self.metrics.items()
+            if value is None or non_finite_paths(value)
+        }
+
+    def to_json(self) -> dict:
+        """Strict-JSON-ready: ``metrics`` with non-finite values as ``None``, and an
+        ``undefined`` mapping (metric -> reason) when any metric has no value."""
+        out = {
             "scenario": self.scenario.name,
             "engine": self.engine,
             "metrics": jsonable(self.metrics),
         }
+        if undefined := self.undefined():
+            out["undefined"] = undefined
+        if self.approximation is not None:
+            out["approximation"] = jsonable(self.approximation)
+        return out
 
 
 def jsonable(obj: Any) -> Any:
-    """numpy scalars/arrays -> plain Python for json.dumps."""
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    return obj
+    """numpy scalars/arrays -> plain Python, non-finite floats -> None (strict JSON)."""
+    return plain(obj)

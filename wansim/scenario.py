@@ -1,6 +1,6 @@
 """Scenario YAML -> frozen dataclasses, with defaults, overrides and strict validation.
 
-The schema is DESIGN.md section 3. Every field has a default; a partial mapping keeps the
+The schema is README.md's scenario section. Every field has a default; a partial mapping keeps the
 defaults of what it omits; unknown keys, wrong types and out-of-range values are errors naming the
 dotted field path. ``--set a.b=v`` overrides are applied to the raw YAML before validation, so
 they are typed and checked exactly like the file.
@@ -8,6 +8,7 @@ they are typed and checked exactly like the file.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -15,14 +16,19 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from wansim.data import on_disk_or_shipped, shipped
 from wansim.errors import ScenarioError, WansimInputError
+from wansim.user_yaml import load_yaml_text, read_yaml_file
 from wansim.validation import parse, spec
 
 DRAFTER_KINDS = ("mtp", "dspark", "dflash", "eagle", "draft_model", "ngram")
 PLACEMENTS = ("first_stage", "last_stage")
+# drafters that read the target's last-stage hidden state (review Part V: MTP/DSpark blocks,
+# EAGLE heads, DFlash conditioned on target hidden states); a draft model or n-gram lookup
+# needs only token ids
+HIDDEN_STATE_DRAFTERS = ("mtp", "dspark", "dflash", "eagle")
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
+TRANSPORTS = ("ideal", "tcp")
 POLICIES = ("none", "chain", "tree")
 VERIFIERS = ("lossless", "greedy", "typical")
 TREE_KINDS = ("static", "sequoia", "dynamic")
@@ -30,6 +36,8 @@ SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
 ARRIVALS = ("closed", "poisson")
 ACTIVATION_BITS = (3, 4, 8, 16, 32)
+MAX_LOSS_RATE = 0.99
+MAX_STAGES = 1024
 
 
 # ----------------------------------------------------------------------------- compute models
@@ -97,7 +105,7 @@ class TableCompute:
     segment's slope is extended (what ``wansim calibrate`` writes)."""
 
     kind: str = spec("table", choices=("table",))
-    points: tuple[tuple[float, float], ...] = spec(((1.0, 6.0), (64.0, 7.3)))
+    points: tuple[tuple[float, float], ...] = spec(((1.0, 6.0), (64.0, 7.3)), max_items=10_000)
 
     def check(self, path: str) -> None:
         ns = [n for n, _ in self.points]
@@ -122,11 +130,25 @@ ComputeModel = LinearCompute | RooflineCompute | MoeCompute | TableCompute
 class Model:
     """``compute``: every stage's compute model. ``stage_compute``: optional, one entry per stage
     (P entries, each naming its ``kind``) replacing ``compute`` stage by stage, for pipelines
-    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here)."""
+    whose stages differ (``wansim calibrate`` writes measured ``table`` entries here).
+    ``overhead_ms`` (or ``stage_overhead_ms``, P entries): a fixed cost per pass per stage on top
+    of the compute model (a roofline's own ``overhead_ms`` included), times ``host_cpu_factor``
+    (:func:`wansim.compute.stage_overheads_ms`)."""
 
     hidden_size: int = spec(7168, ge=1)
     compute: ComputeModel = spec(factory=LinearCompute, variants=COMPUTE_VARIANTS)
-    stage_compute: tuple[ComputeModel, ...] = spec((), variants=COMPUTE_VARIANTS)
+    stage_compute: tuple[ComputeModel, ...] = spec(
+        (), variants=COMPUTE_VARIANTS, max_items=MAX_STAGES
+    )
+    overhead_ms: float = spec(
+        0.0, ge=0, doc="fixed host-side cost of every pass at every stage (coordinator, launches)"
+    )
+    stage_overhead_ms: tuple[float, ...] = spec(
+        (), ge=0, max_items=MAX_STAGES, doc="per stage, replaces overhead_ms"
+    )
+    host_cpu_factor: float = spec(
+        1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
+    )
 
 
 # ----------------------------------------------------------------------------- network
@@ -135,16 +157,18 @@ class Jitter:
     """Extra one-way delay J added to a hop's latency L; the delay is max(0, L + J).
 
     none: J = 0. normal: J ~ N(mean_ms (default 0), std_ms). lognormal: J >= 0 with mean
-    mean_ms (default std_ms) and standard deviation std_ms. pareto: Lomax (Pareto II from 0)
-    with tail index ``shape`` (> 2) and standard deviation std_ms. empirical: J resampled from
-    ``samples_ms`` or a file of one value per line (``samples_file``).
+    mean_ms and standard deviation std_ms; mean_ms defaults to std_ms, so lognormal jitter adds
+    its mean (std_ms unless given) to every hop's mean delay. pareto: Lomax (Pareto II from 0)
+    with tail index ``shape`` (> 2) and standard deviation std_ms (no mean_ms: its mean,
+    std_ms * sqrt((shape - 2) / shape), follows and is added to every hop). empirical: J
+    resampled from ``samples_ms`` or a file of one value per line (``samples_file``).
     """
 
     kind: str = spec("none", choices=JITTER_KINDS)
     std_ms: float = spec(0.0, ge=0)
     mean_ms: float | None = spec(None)
     shape: float = spec(3.0, gt=2)
-    samples_ms: tuple[float, ...] = spec(())
+    samples_ms: tuple[float, ...] = spec((), max_items=100_000)
     samples_file: str | None = spec(None)
 
     def check(self, path: str) -> None:
@@ -179,7 +203,9 @@ class HopOverride:
     latency_ms: float | None = spec(None, ge=0)
     bandwidth_mbps: float | None = spec(None, gt=0)
     jitter: Jitter | None = spec(None)
-    loss_rate: float | None = spec(None, ge=0, lt=1)
+    loss_rate: float | None = spec(None, ge=0, le=MAX_LOSS_RATE)
+    per_message_ms: float | None = spec(None, ge=0)
+    codec_ms_per_mb: float | None = spec(None, ge=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +217,40 @@ class Hop:
     jitter: Jitter
     loss_rate: float
     retransmit_ms: float
+    per_message_ms: float = 0.0
+    codec_ms_per_mb: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Tcp:
+    """``network.transport: tcp`` (:mod:`wansim.links.tcp`): segments of ``mss_bytes``, an
+    initial window of ``initial_window_segments`` segments, the receiver's window
+    ``max_window_bytes``, and the window's restart after an idle period longer than
+    ``network.retransmit_ms`` (``restart_after_idle``; Linux's tcp_slow_start_after_idle)."""
+
+    mss_bytes: int = spec(1448, ge=64, le=65535)
+    initial_window_segments: int = spec(10, ge=1, le=1000)
+    max_window_bytes: float = spec(4194304.0, gt=0)
+    restart_after_idle: bool = spec(True)
+
+    def check(self, path: str) -> None:
+        if self.max_window_bytes < self.mss_bytes:
+            raise ScenarioError(
+                f"{path}.max_window_bytes",
+                f"must hold at least one segment (mss_bytes {self.mss_bytes})",
+                self.max_window_bytes,
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Drift:
+    """A slow drift of every hop (:func:`wansim.links.delivery.drift_factors`): from the start
+    of the run the latency grows linearly to ``latency_factor`` x its value and the bandwidth to
+    ``bandwidth_factor`` x over ``over_ms`` of simulated time, then both hold. Factors of 1: off."""
+
+    latency_factor: float = spec(1.0, gt=0)
+    bandwidth_factor: float = spec(1.0, gt=0)
+    over_ms: float = spec(7_200_000.0, gt=0, doc="ms of simulated time to reach the factors")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,9 +258,18 @@ class Network:
     latency_ms: float = spec(25.0, ge=0)
     bandwidth_mbps: float = spec(1000.0, gt=0)
     jitter: Jitter = spec(factory=Jitter)
-    loss_rate: float = spec(0.0, ge=0, lt=1)
+    loss_rate: float = spec(
+        0.0, ge=0, le=MAX_LOSS_RATE, doc="per transmission; a link losing more is down"
+    )
     retransmit_ms: float = spec(200.0, ge=0, doc="extra delay per lost transmission (TCP RTO)")
-    hops: tuple[HopOverride, ...] = spec(())
+    per_message_ms: float = spec(
+        0.0, ge=0, doc="sender software cost per message (framing, sidecar), paid once"
+    )
+    codec_ms_per_mb: float = spec(0.0, ge=0, doc="sender codec cost per 10^6 bytes, paid once")
+    transport: str = spec("ideal", choices=TRANSPORTS)
+    tcp: Tcp = spec(factory=Tcp)
+    drift: Drift = spec(factory=Drift)
+    hops: tuple[HopOverride, ...] = spec((), max_items=MAX_STAGES)
 
 
 # ----------------------------------------------------------------------------- payload
@@ -236,11 +305,11 @@ class AcceptanceSpec:
     profile: str | None = spec(None)
     workload: str | None = spec(None)
     alpha: float | None = spec(None, gt=0, lt=1)
-    per_position: tuple[float, ...] | None = spec(None, ge=0, le=1)
+    per_position: tuple[float, ...] | None = spec(None, ge=0, le=1, max_items=4096)
     domain_shift: float = spec(1.0, gt=0, le=1)
     dispersion: float | None = spec(None, ge=0, lt=1)
     extrapolate: bool = spec(False)
-    sibling_logit_offsets: tuple[float, ...] | None = spec(None)
+    sibling_logit_offsets: tuple[float, ...] | None = spec(None, max_items=4096)
 
     def check(self, path: str) -> None:
         if self.sibling_logit_offsets is not None and not self.sibling_logit_offsets:
@@ -277,7 +346,7 @@ class Drafter:
     stage): drafting no longer occupies the stage, and the drafter drafts the next block from
     its own drafts while the current block is verified, betting that the block is accepted
     whole. A won bet makes a step cost max(draft, lap) instead of draft + lap; a lost one
-    redrafts from the correction (lap + draft). Chains only; nothing to overlap with policy
+    finishes the draft in progress and redrafts from the correction (max(lap, draft) + draft). Chains only; nothing to overlap with policy
     none."""
 
     kind: str = spec("dspark", choices=DRAFTER_KINDS)
@@ -303,8 +372,10 @@ class Tree:
 
     kind: str = spec("sequoia", choices=TREE_KINDS)
     budget_nodes: int = spec(32, ge=1, le=4096, doc="draft nodes, the root excluded")
-    branching: tuple[int, ...] = spec((), ge=1, doc="static trees: children per node per depth")
-    max_depth: int | None = spec(None, ge=1)
+    branching: tuple[int, ...] = spec(
+        (), ge=1, le=4096, max_items=4096, doc="static trees: children per node per depth"
+    )
+    max_depth: int | None = spec(None, ge=1, le=4096)
 
     def check(self, path: str) -> None:
         if self.kind == "static" and not self.branching:
@@ -357,9 +428,9 @@ class Workload:
     prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
     flight, a new one starts when one finishes; ``poisson``: arrivals at ``rate_per_s``."""
 
-    requests: int = spec(64, ge=1)
-    concurrency: int = spec(1, ge=1)
-    prompt_tokens: int = spec(512, ge=1)
+    requests: int = spec(64, ge=1, le=1_000_000)
+    concurrency: int = spec(1, ge=1, le=65_536)
+    prompt_tokens: int = spec(512, ge=1, le=10_000_000)
     output_tokens: int = spec(256, ge=2)
     arrival: str = spec("closed", choices=ARRIVALS)
     rate_per_s: float = spec(1.0, gt=0)
@@ -369,8 +440,8 @@ class Workload:
 @dataclasses.dataclass(frozen=True)
 class Scenario:
     name: str = spec("scenario")
-    seed: int = spec(0, ge=0)
-    stages: int = spec(10, ge=1, le=1024)
+    seed: int = spec(0, ge=0, le=2**63 - 1)
+    stages: int = spec(10, ge=1, le=MAX_STAGES)
     model: Model = spec(factory=Model)
     network: Network = spec(factory=Network)
     payload: Payload = spec(factory=Payload)
@@ -394,6 +465,13 @@ class Scenario:
                 "model.stage_compute",
                 f"needs {self.stages} entries (one compute model per stage)",
                 f"{len(per_stage)} entries",
+            )
+        overheads = self.model.stage_overhead_ms
+        if overheads and len(overheads) != self.stages:
+            raise ScenarioError(
+                "model.stage_overhead_ms",
+                f"needs {self.stages} entries (one per stage; or use model.overhead_ms)",
+                f"{len(overheads)} entries",
             )
 
     def _check_schedule(self) -> None:
@@ -422,6 +500,13 @@ class Scenario:
                 " (policy chain)",
                 "none",
             )
+        if self.drafter.kind in HIDDEN_STATE_DRAFTERS:
+            raise ScenarioError(
+                "drafter.kind",
+                "reads the last stage's hidden state, which S0 does not have for drafts still in"
+                " flight: async at first_stage needs a drafter of token ids (draft_model | ngram)",
+                self.drafter.kind,
+            )
 
     @property
     def k(self) -> int:
@@ -448,6 +533,12 @@ class Scenario:
                     jitter=net.jitter if o.jitter is None else o.jitter,
                     loss_rate=net.loss_rate if o.loss_rate is None else o.loss_rate,
                     retransmit_ms=net.retransmit_ms,
+                    per_message_ms=net.per_message_ms
+                    if o.per_message_ms is None
+                    else o.per_message_ms,
+                    codec_ms_per_mb=net.codec_ms_per_mb
+                    if o.codec_ms_per_mb is None
+                    else o.codec_ms_per_mb,
                 )
             )
         return tuple(out)
@@ -479,9 +570,11 @@ def load_scenario(
         if path is None:
             raise ScenarioError("scenario", "give a path or data", None)
         raw = read_scenario_raw(path)
-        base_dir = Path(path).resolve().parent
+        base_dir = on_disk_or_shipped(path).resolve().parent
     else:
         raw = to_plain(data)
+    if not isinstance(raw, Mapping):
+        raise ScenarioError("scenario", "must be a mapping", raw)
     raw = apply_overrides(raw, overrides or ())
     raw = _apply_drafter_preset(raw)
     raw = _apply_compute_bundle(raw, base_dir)
@@ -494,25 +587,96 @@ def load_scenario(
 def read_scenario_raw(path: str | os.PathLike, _seen: tuple = ()) -> dict:
     """The raw mapping of a scenario file, with ``extends: other.yaml`` merged in.
 
-    ``extends`` names a scenario (relative to this file) whose mapping this one deep-merges
-    over: a family of scenarios states only what differs from its base.
+    ``extends`` names a scenario (relative to the file that says it) whose mapping this one
+    deep-merges over: a family of scenarios states only what differs from its base. Relative
+    file paths inside a file (acceptance profile, jitter samples) resolve against that file's
+    own folder, whichever file extends it. An acceptance source (``profile``, ``alpha`` or
+    ``per_position``) given by the extending file replaces the inherited one (see
+    :func:`merge_acceptance`). An empty file is an error (``{}`` means "all defaults").
     """
-    resolved = Path(path).resolve()
+    resolved = on_disk_or_shipped(path).resolve()
     if resolved in _seen:
         raise ScenarioError("extends", "cycle of scenarios extending each other", str(path))
     raw = read_yaml_mapping(path, "scenario")
+    if raw is None:
+        raise WansimInputError(
+            "scenario", "the file is empty (write {} to run on the defaults)", str(path)
+        )
+    raw = _anchor_files(raw, resolved.parent)
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
     if not isinstance(parent, str):
         raise ScenarioError("extends", "must be a path to a scenario file", parent)
-    parent_path = resolve_file(parent, resolved.parent)
+    parent_path = resolve_file(parent, resolved.parent, search_cwd=False)
     if parent_path is None:
-        raise ScenarioError("extends", "file not found", parent)
-    return deep_merge(read_scenario_raw(parent_path, (*_seen, resolved)), raw)
+        raise ScenarioError("extends", f"file not found (relative to {resolved.parent})", parent)
+    return merge_scenarios(read_scenario_raw(parent_path, (*_seen, resolved)), raw)
 
 
-def deep_merge(base: dict, top: Mapping) -> dict:
+ACCEPTANCE_SOURCES = ("profile", "alpha", "per_position")
+
+
+def merge_scenarios(base: Mapping, top: Mapping) -> dict:
+    """``top`` deep-merged over ``base``, with the acceptance rule of :func:`merge_acceptance`."""
+    merged = deep_merge(base, top)
+    top_acc = _get(top, "drafter", "acceptance")
+    base_acc = _get(base, "drafter", "acceptance")
+    if isinstance(top_acc, Mapping) and isinstance(base_acc, Mapping):
+        merged["drafter"]["acceptance"] = merge_acceptance(base_acc, top_acc)
+    return merged
+
+
+def merge_acceptance(base: Mapping, top: Mapping) -> dict:
+    """An acceptance mapping over an inherited one. When ``top`` names a source (``profile``,
+    ``alpha`` or ``per_position``), it replaces the inherited source: the other sources are
+    dropped, and so is the profile's ``workload`` unless the new source is a profile. Other
+    keys (domain_shift, dispersion, extrapolate, ...) merge as usual."""
+    new = [k for k in ACCEPTANCE_SOURCES if top.get(k) is not None]
+    if new:
+        drop = set(ACCEPTANCE_SOURCES) - set(new)
+        if "profile" not in new:
+            drop.add("workload")
+        base = {k: v for k, v in base.items() if k not in drop}
+    return deep_merge(base, top)
+
+
+def _get(raw: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(raw, Mapping):
+            return None
+        raw = raw.get(key)
+    return raw
+
+
+# file-valued fields: (path to the mapping, key)
+_FILE_FIELDS = (
+    (("drafter", "acceptance"), "profile"),
+    (("network", "jitter"), "samples_file"),
+)
+
+
+def _anchor_files(raw: dict, folder: Path) -> dict:
+    """Relative file fields that exist next to the file that names them -> absolute paths (so
+    a scenario extending this one from elsewhere still finds them)."""
+
+    def anchor(mapping: Any, key: str) -> None:
+        value = mapping.get(key) if isinstance(mapping, dict) else None
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            candidate = folder / value
+            if candidate.is_file():
+                mapping[key] = str(candidate.resolve())
+
+    for where, key in _FILE_FIELDS:
+        anchor(_get(raw, *where), key)
+    hops = _get(raw, "network", "hops")
+    if isinstance(hops, list):
+        for hop in hops:
+            anchor(_get(hop, "jitter"), "samples_file")
+    return raw
+
+
+def deep_merge(base: Mapping, top: Mapping) -> dict:
     out = dict(base)
     for key, value in top.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
@@ -522,32 +686,52 @@ def deep_merge(base: dict, top: Mapping) -> dict:
     return out
 
 
-def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict:
-    p = Path(path)
+def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict | None:
+    """The file's YAML mapping, read within the limits of :mod:`wansim.user_yaml` (UTF-8,
+    depth, alias expansion); None for an empty file (each caller decides what that means).
+    A missing relative path that names a shipped file (``scenarios/...``) reads that file."""
+    p = on_disk_or_shipped(path)
     if not p.is_file():
         raise WansimInputError(what, "file not found", str(path))
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise WansimInputError(what, f"not valid YAML{where}", str(path)) from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
+    raw = read_yaml_file(p, what)
+    if raw is not None and not isinstance(raw, dict):
         raise WansimInputError(what, "must be a YAML mapping", str(path))
     return raw
 
 
+MAX_NESTING = 32  # levels of mappings/lists in a scenario (the schema needs 5)
+
+
 def to_plain(obj: Any) -> Any:
-    """Dataclasses/tuples -> plain dicts/lists (the YAML shape)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Mapping):
-        return {k: to_plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_plain(v) for v in obj]
-    return obj
+    """Dataclasses/tuples -> plain dicts/lists (the YAML shape). Raises a one-line error for
+    data nested more than :data:`MAX_NESTING` deep (or containing itself)."""
+    trail: list[str | int] = []  # the path to the current value (joined only for the error)
+
+    def plain(obj: Any) -> Any:
+        if len(trail) > MAX_NESTING:
+            raise ScenarioError(
+                join_path(trail[:4]) + "...",
+                f"nested more than {MAX_NESTING} deep (or contains itself)",
+            )
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        if isinstance(obj, Mapping):
+            out = {}
+            for k, v in obj.items():
+                trail.append(str(k))
+                out[k] = plain(v)
+                trail.pop()
+            return out
+        if isinstance(obj, (list, tuple)):
+            out_list = []
+            for i, v in enumerate(obj):
+                trail.append(i)
+                out_list.append(plain(v))
+                trail.pop()
+            return out_list
+        return obj
+
+    return plain(obj)
 
 
 def scenario_to_dict(scenario: Scenario) -> dict:
@@ -584,20 +768,137 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError("--set", "expected field.path=value", text)
     key, _, value = text.partition("=")
     key = key.strip()
+    if not value.strip():
+        return key, ""
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        raise ScenarioError(key, "value is not valid YAML", value) from None
-    return key, parsed
+        return key, load_yaml_text(value, key)
+    except WansimInputError as err:
+        raise ScenarioError(key, f"value: {err.problem}", value) from None
 
 
 def apply_overrides(raw: dict, overrides: Iterable[str] | Mapping[str, Any]) -> dict:
-    """Set dotted fields in a copy of the raw mapping (before validation)."""
+    """Set dotted fields in a copy of the raw mapping (before validation), with the precedence
+    rules of per-stage lists (README, "Overrides, sweeps and per-stage lists"):
+
+    - ``network.hops[i].f`` / ``model.stage_compute[i].f`` on an empty list first materialises
+      one entry per stage (hops inheriting every global field; stage compute copying
+      ``model.compute``), then sets entry i;
+    - ``stages`` is applied first; a new ``stages`` resizes a per-stage list whose entries are all alike (a list whose
+      entries differ must be given for the new count, e.g. zipped with ``stages``);
+    - setting an acceptance source (``drafter.acceptance.profile|alpha|per_position``)
+      replaces the current one (:func:`merge_acceptance`);
+    - changing a global field that every entry of the existing ``network.hops`` overrides
+      (``network.latency_ms``, ``bandwidth_mbps``, ``jitter``, ``loss_rate``), or
+      ``model.compute`` when ``model.stage_compute`` is given, is an error: it would have no
+      effect (unless the same overrides also give the list).
+    """
     raw = to_plain(raw)
-    items = overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
+    items = list(
+        overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
+    )
+    items.sort(key=lambda kv: kv[0].strip() != "stages")  # stages first: lists follow it
+    _check_shadowed(raw, items)
     for key, value in items:
+        parts = split_path(key)
+        _materialise_per_stage(raw, parts)
+        if (
+            parts[:2] == ["drafter", "acceptance"]
+            and len(parts) == 3
+            and parts[2] in ACCEPTANCE_SOURCES
+            and value is not None
+            and isinstance(_get(raw, "drafter", "acceptance"), dict)
+        ):
+            acc = merge_acceptance(raw["drafter"]["acceptance"], {parts[2]: value})
+            raw["drafter"]["acceptance"] = acc
         set_dotted(raw, key, value)
+        if parts == ["stages"]:
+            _resize_per_stage(raw)
     return raw
+
+
+# the per-stage lists: (path, what an entry inheriting everything looks like)
+_PER_STAGE = (
+    (("network", "hops"), lambda raw: {}),
+    (
+        ("model", "stage_compute"),
+        lambda raw: {"kind": "linear", **(copy.deepcopy(_get(raw, "model", "compute")) or {})},
+    ),
+)
+PER_STAGE_PATHS = ("network.hops", "model.stage_compute")
+HOP_GLOBALS = ("latency_ms", "bandwidth_mbps", "jitter", "loss_rate")
+
+
+def has_per_stage_lists(raw: Mapping) -> bool:
+    """Whether ``network.hops`` or ``model.stage_compute`` lists per-stage entries (then
+    ``stages`` cannot vary as an array: each stage count is its own scenario)."""
+    return any(bool(_get(raw, *where)) for where, _ in _PER_STAGE)
+
+
+def _stage_count(raw: dict) -> int | None:
+    stages = raw.get("stages", Scenario.stages)
+    if isinstance(stages, int) and not isinstance(stages, bool) and 1 <= stages <= 1024:
+        return stages
+    return None
+
+
+def _materialise_per_stage(raw: dict, parts: list[str | int]) -> None:
+    for where, entry in _PER_STAGE:
+        if tuple(parts[:2]) != where or len(parts) < 3 or not isinstance(parts[2], int):
+            continue
+        current = _get(raw, *where)
+        count = _stage_count(raw)
+        if (current is None or current == []) and count is not None:
+            raw.setdefault(where[0], {})
+            if isinstance(raw[where[0]], dict):
+                raw[where[0]][where[1]] = [entry(raw) for _ in range(count)]
+
+
+def _resize_per_stage(raw: dict) -> None:
+    count = _stage_count(raw)
+    for where, _ in _PER_STAGE:
+        current = _get(raw, *where)
+        if count is None or not isinstance(current, list) or len(current) in (0, count):
+            continue
+        if all(e == current[0] for e in current):
+            raw[where[0]][where[1]] = [copy.deepcopy(current[0]) for _ in range(count)]
+
+
+def _check_shadowed(raw: dict, items: list[tuple[str, Any]]) -> None:
+    keys = [split_path(k) for k, _ in items]
+
+    def gives(*where: str) -> bool:  # the overrides set the list itself (or its parent)
+        return any(k[: len(where)] == list(where) or k == list(where[:-1]) for k in keys)
+
+    hops = _get(raw, "network", "hops")
+    stage_compute = _get(raw, "model", "stage_compute")
+    for (key, value), parts in zip(items, keys, strict=True):
+        if (
+            len(parts) >= 2
+            and parts[0] == "network"
+            and parts[1] in HOP_GLOBALS
+            and isinstance(hops, list)
+            and hops
+            and all(isinstance(h, Mapping) and h.get(parts[1]) is not None for h in hops)
+            and not gives("network", "hops")
+        ):
+            raise ScenarioError(
+                key,
+                f"has no effect: every entry of network.hops sets its own {parts[1]} (change"
+                f" network.hops[i].{parts[1]}, or remove {parts[1]} from the hops)",
+                value,
+            )
+        if (
+            parts[:2] == ["model", "compute"]
+            and isinstance(stage_compute, list)
+            and stage_compute
+            and not gives("model", "stage_compute")
+        ):
+            raise ScenarioError(
+                key,
+                "has no effect: model.stage_compute gives every stage its own compute model"
+                " (change model.stage_compute[i], or remove model.stage_compute)",
+                value,
+            )
 
 
 def set_dotted(raw: dict, dotted: str, value: Any) -> None:
@@ -643,15 +944,16 @@ def get_dotted(obj: Any, dotted: str) -> Any:
     return node
 
 
-def resolve_file(value: str, base_dir: Path) -> Path | None:
+def resolve_file(value: str, base_dir: Path, *, search_cwd: bool = True) -> Path | None:
     p = Path(value)
     if p.is_absolute():
         return p if p.exists() else None
-    candidates = [base_dir / p, Path.cwd() / p] + [d / p for d in base_dir.parents]
+    candidates = [base_dir / p] + ([Path.cwd() / p] if search_cwd else [])
+    candidates += [d / p for d in base_dir.parents]
     for c in candidates:
         if c.exists():
             return c.resolve()
-    return None
+    return shipped(p)  # a shipped name (traces/reference/..., scenarios/...) from anywhere
 
 
 def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
@@ -671,6 +973,9 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         found = resolve_file(j.samples_file, base_dir)
         if found is None:
             raise ScenarioError(f"{where}.samples_file", "file not found", j.samples_file)
+        from wansim.network import read_samples
+
+        read_samples(found, f"{where}.samples_file")  # its values are checked now, not mid-run
         return dataclasses.replace(j, samples_file=str(found))
 
     net = scenario.network

@@ -67,6 +67,8 @@ from wansim.scenario import AcceptanceSpec, Scenario
 from wansim.wire import activation_bytes_per_token, tree_mask_bytes, verdict_bytes
 
 MAX_TREE_NODES = 4096
+# bounded work: Sequoia's dynamic programme costs D R (N+2)^2 steps (~2e7 a second here)
+MAX_SEQUOIA_STEPS = 200_000_000
 
 
 # ----------------------------------------------------------------------------- acceptance
@@ -345,6 +347,15 @@ def _tree_policy(
         return Policy("tree", kind, tree.nodes, tree.max_depth, acc, tree)
     depth = acc.depth_cap(min(budget, max_depth or budget))
     if kind == "sequoia":
+        steps = tr.optimal_tree_steps(acc.pooled_rates(depth), budget)
+        if steps > MAX_SEQUOIA_STEPS:
+            raise ScenarioError(
+                "speculation.tree.budget_nodes",
+                f"a sequoia tree of {budget} nodes up to depth {depth} over {acc.ranks} ranks"
+                f" takes {steps:.2g} steps to optimise (at most {MAX_SEQUOIA_STEPS:.0e}, ~10 s):"
+                " lower budget_nodes or tree.max_depth, or use kind: dynamic",
+                budget,
+            )
         tree, _ = tr.optimal_tree(acc.pooled_rates(depth), budget)
         return Policy("tree", kind, tree.nodes, tree.max_depth, acc, tree)
     # dynamic: the greedy tree always fills min(budget, capacity) nodes
@@ -443,8 +454,13 @@ def policy_terms(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
         out["depth"][i] = pol.depth
         out["tree_nodes"][i] = pol.nodes if pol.kind == "tree" else 0
         out["passes"][i] = w @ n_mean
-        out["rate_factor"][i] = w @ (m / n_mean * (1.0 + n_var / n_mean**2))
-        out["lap_noise_factor"][i] = w @ (m / n_mean**2)
+        exact = closed_form.inverse_pass_moments(surv, m) if depth else None
+        if exact is not None:  # short outputs: E[M / N] exactly
+            out["rate_factor"][i] = w @ (m * exact[0])
+            out["lap_noise_factor"][i] = w @ (m * exact[1])
+        else:
+            out["rate_factor"][i] = w @ (m / n_mean * (1.0 + n_var / n_mean**2))
+            out["lap_noise_factor"][i] = w @ (m / n_mean**2)
         per_node.append((w, n_mean, n_var))
     res = {n: v[inverse].reshape(shape) for n, v in out.items()}
     res["node_row"] = np.asarray(inverse).reshape(shape)

@@ -5,12 +5,22 @@ of a tagged union). :func:`parse` walks a mapping, rejects unknown keys and wron
 omitted fields from defaults (a partial mapping keeps the defaults of what it omits), checks the
 bounds and finally calls the instance's ``check(path)`` hook for cross-field rules. Every failure
 is a one-line :class:`~wansim.errors.ScenarioError` naming the dotted path.
+
+Limits every field obeys, on top of its own bounds (so that no product of a few fields
+overflows and no input makes the engines allocate or loop without bound):
+
+- numbers are finite, and at most :data:`MAX_MAGNITUDE` (1e9) in magnitude unless the field
+  declares its own ``le``/``lt`` bound; a nonzero float is at least :data:`MIN_MAGNITUDE`
+  (1e-9) in magnitude (write 0 for zero);
+- lists hold at most :data:`MAX_ITEMS` items (``max_items`` in :func:`spec` for fewer), counted
+  before their items are parsed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import types
 import typing
 from collections.abc import Mapping
@@ -20,6 +30,9 @@ from typing import Any
 from wansim.errors import ScenarioError
 
 _NOTHING = dataclasses.MISSING
+MAX_MAGNITUDE = 1e9
+MIN_MAGNITUDE = 1e-9
+MAX_ITEMS = 100_000
 
 
 def spec(
@@ -32,6 +45,7 @@ def spec(
     lt: float | None = None,
     le: float | None = None,
     variants: Mapping[str, type] | None = None,
+    max_items: int | None = None,
     doc: str = "",
 ) -> Any:
     """A dataclass field with validation metadata.
@@ -46,6 +60,7 @@ def spec(
         "lt": lt,
         "le": le,
         "variants": dict(variants) if variants else None,
+        "max_items": max_items,
         "doc": doc,
     }
     if factory is not _NOTHING:
@@ -123,7 +138,7 @@ def _convert_variant(variants: Mapping[str, type], value: Any, path: str, defaul
     if not isinstance(value, Mapping):
         raise ScenarioError(path, "must be a mapping", value)
     kind = value.get("kind", getattr(default, "kind", None))
-    if kind not in variants:
+    if not isinstance(kind, str) or kind not in variants:
         raise ScenarioError(f"{path}.kind", f"must be one of {' | '.join(variants)}", kind)
     cls = variants[kind]
     base = default if isinstance(default, cls) else None
@@ -133,6 +148,9 @@ def _convert_variant(variants: Mapping[str, type], value: Any, path: str, defaul
 def _convert_tuple(tp: Any, value: Any, path: str, meta: Mapping) -> tuple:
     if not isinstance(value, (list, tuple)):
         raise ScenarioError(path, "must be a list", value)
+    limit = meta.get("max_items") or MAX_ITEMS
+    if len(value) > limit:
+        raise ScenarioError(path, f"must have at most {limit:,} items", f"{len(value):,} items")
     args = typing.get_args(tp)
     if len(args) == 2 and args[1] is Ellipsis:
         item_types = [args[0]] * len(value)
@@ -160,6 +178,8 @@ def _convert_scalar(tp: Any, value: Any, path: str, meta: Mapping) -> Any:
     elif tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ScenarioError(path, "must be a number", value)
+        if isinstance(value, int):
+            check_bounds(value, path, meta)  # exactly, before float() (which may overflow)
         value = float(value)
         if not math.isfinite(value):
             raise ScenarioError(path, "must be a finite number", value)
@@ -173,16 +193,24 @@ def _convert_scalar(tp: Any, value: Any, path: str, meta: Mapping) -> Any:
 
 
 def check_bounds(value: Any, path: str, meta: Mapping) -> None:
-    """Raise if ``value`` breaks the field's choices or numeric bounds."""
+    """Raise if ``value`` breaks the field's choices or numeric bounds (or the module's
+    magnitude limits). Numbers are compared exactly (a 400-digit integer is not converted to a
+    float)."""
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise ScenarioError(path, f"must be one of {' | '.join(map(str, choices))}", value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
     for key, op, word in (
-        ("gt", float.__gt__, ">"),
-        ("ge", float.__ge__, ">="),
-        ("lt", float.__lt__, "<"),
-        ("le", float.__le__, "<="),
+        ("gt", operator.gt, ">"),
+        ("ge", operator.ge, ">="),
+        ("lt", operator.lt, "<"),
+        ("le", operator.le, "<="),
     ):
         bound = meta.get(key)
-        if bound is not None and not op(float(value), float(bound)):
+        if bound is not None and not op(value, bound):
             raise ScenarioError(path, f"must be {word} {bound:g}", value)
+    if meta.get("le") is None and meta.get("lt") is None and not abs(value) <= MAX_MAGNITUDE:
+        raise ScenarioError(path, f"must be at most {MAX_MAGNITUDE:g} in magnitude", value)
+    if isinstance(value, float) and value != 0 and abs(value) < MIN_MAGNITUDE:
+        raise ScenarioError(path, f"must be 0 or at least {MIN_MAGNITUDE:g} in magnitude", value)

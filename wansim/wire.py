@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from wansim.links.delivery import wire_ms
 from wansim.scenario import Payload
 
 PARENT_INDEX_BYTES = 2  # int16 parent index per verified token
@@ -56,8 +57,9 @@ def return_bytes(payload: Payload) -> np.ndarray:
 
 
 def serialise_ms(n_bytes, bandwidth_mbps) -> np.ndarray:
-    """Time to put ``n_bytes`` on a link of ``bandwidth_mbps`` megabits per second."""
-    return np.asarray(n_bytes, dtype=float) * 8.0 / (np.asarray(bandwidth_mbps, dtype=float) * 1e3)
+    """Time to put ``n_bytes`` on a link of ``bandwidth_mbps`` megabits per second (the shared
+    rule's :func:`wansim.links.delivery.wire_ms`, on arrays)."""
+    return wire_ms(np.asarray(n_bytes, dtype=float), np.asarray(bandwidth_mbps, dtype=float))
 
 
 def tree_mask_bytes(tree_nodes) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from wansim.real.errors import RealConfigError
-from wansim.real.link import LinkScheduler, LinkSpec, measure_link_accuracy, sample_jitter_ms
+from wansim.real.link import LinkScheduler, LinkSpec, link_draws, measure_link_accuracy
 
 pytestmark = pytest.mark.real
 
@@ -18,7 +18,7 @@ MS = 1_000_000
 def test_serialisation_queues_but_propagation_overlaps():
     # 1250 bytes at 1 Mbit/s = 10 ms on the wire; latency 50 ms
     s = LinkScheduler(LinkSpec(latency_ms=50, bandwidth_mbps=1.0))
-    d1, ser, prop, _ = s.schedule(0, 1250)
+    d1, ser, prop, _, _ = s.schedule(0, 1250)
     d2, *_ = s.schedule(0, 1250)  # arrives together: waits for the first's serialisation only
     d3, *_ = s.schedule(200 * MS, 1250)  # link idle again
     assert ser == pytest.approx(10.0) and prop == 50.0
@@ -49,8 +49,8 @@ def test_loss_adds_retransmissions():
 )
 def test_jitter_moments(kind, extra):
     spec = LinkSpec(latency_ms=30, jitter_kind=kind, jitter_std_ms=3.0, **extra)
-    rng = np.random.default_rng(0)
-    j = np.array([sample_jitter_ms(spec, rng) for _ in range(40000)])
+    draws = link_draws(spec)  # max(0, 30 + J): no clipping at 10 standard deviations
+    j = np.array([draws.propagation_ms() for _ in range(40000)]) - 30.0
     mean = {"normal": 0.0, "lognormal": extra.get("jitter_mean_ms", 3.0)}.get(kind)
     if mean is not None:
         assert j.mean() == pytest.approx(mean, abs=0.1)
@@ -98,3 +98,175 @@ def test_relay_bandwidth_serialisation():
     assert acc.scheduled_ms_mean > 5.0 + 5 * ser  # queueing behind earlier frames counted
     assert acc.error_ms_min >= -0.05
     assert acc.error_ms_p50 < 6.0
+
+
+# ----------------------------------------------------------------------------- one link model
+HOPS = [
+    # (latency, bandwidth, jitter, loss, rto): every jitter kind, loss, queueing at 40 Mbit/s
+    (20.0, 40.0, {"jitter_kind": "lognormal", "jitter_std_ms": 4.0}, 0.05, 200.0),
+    (5.0, 10.0, {"jitter_kind": "normal", "jitter_std_ms": 8.0}, 0.3, 60.0),
+    (30.0, 100.0, {"jitter_kind": "pareto", "jitter_std_ms": 3.0, "jitter_shape": 3.5}, 0.1, 90.0),
+    (10.0, 1000.0, {"jitter_kind": "empirical", "jitter_samples_ms": (-12.0, 0.0, 4.0)}, 0.0, 0),
+    # per-message software costs: 4 ms a message and 3 ms per MB at 40 Mbit/s, with loss
+    (15.0, 40.0, {"per_message_ms": 4.0, "codec_ms_per_mb": 3.0}, 0.1, 120.0),
+    # TCP: window-limited sender with restart after idle, and without
+    (12.0, 200.0, {"transport": "tcp", "jitter_kind": "normal", "jitter_std_ms": 2.0}, 0.02, 200),
+    (12.0, 200.0, {"transport": "tcp", "tcp_restart_after_idle": False}, 0.05, 200.0),
+]
+
+
+def _des_deliveries(spec: LinkSpec, offers_ms, sizes) -> list[float]:
+    """The DES's own Link on the hop ``spec`` describes, with the DES's streams for its seed."""
+    import simpy
+
+    from wansim.links.draws import hop_streams, ring_seeds
+    from wansim.scenario import Hop, Jitter
+    from wansim.sim.link import Link
+
+    jitter = Jitter(
+        kind=spec.jitter_kind,
+        std_ms=spec.jitter_std_ms if spec.jitter_kind != "empirical" else 0.0,
+        shape=spec.jitter_shape,
+        samples_ms=spec.jitter_samples_ms,
+    )
+    hop = Hop(
+        spec.latency_ms,
+        spec.bandwidth_mbps,
+        jitter,
+        spec.loss_rate,
+        spec.retransmit_ms,
+        spec.per_message_ms,
+        spec.codec_ms_per_mb,
+    )
+    log: list = []
+    streams = hop_streams(ring_seeds(spec.seed, spec.ring_stages), spec.hop)
+    tcp = LinkScheduler(spec).sender.tcp
+    link = Link(
+        simpy.Environment(), spec.hop, hop, lambda _p: None, *streams, log, tcp and tcp.params
+    )
+    for t, b in zip(offers_ms, sizes, strict=True):
+        link.send([], float(b), 0.0, offer_ms=float(t))
+    return [r[4] for r in log]
+
+
+@pytest.mark.parametrize("case", range(len(HOPS)))
+def test_emulator_schedules_exactly_what_the_des_schedules(case):
+    """Same seed, same hop of the same ring, same offers: the emulator's scheduler and the DES's
+    link deliver every message at the same time (to the ns the emulator rounds to)."""
+    lat, bw, jit, loss, rto = HOPS[case]
+    spec = LinkSpec(
+        latency_ms=lat,
+        bandwidth_mbps=bw,
+        loss_rate=loss,
+        retransmit_ms=rto,
+        seed=11 + case,
+        ring_stages=len(HOPS),
+        hop=case,
+        **jit,
+    )
+    rng = np.random.default_rng(case)
+    gaps = np.where(rng.random(3000) < 0.5, 0.0, rng.exponential(40.0, 3000))  # bursts queue
+    offers = np.cumsum(gaps)
+    sizes = rng.choice([56, 120, 14_000, 57_400], 3000)
+    sched = LinkScheduler(spec)
+    emulated = [
+        sched.schedule(round(t * MS), int(b))[0] for t, b in zip(offers, sizes, strict=False)
+    ]
+    des = np.array(_des_deliveries(spec, offers, sizes))
+    assert np.abs(np.array(emulated) / MS - des).max() < 2e-6
+    if loss:
+        assert sched.draws.loss_rate == loss
+
+
+def test_emulator_retransmission_pays_serialisation_again():
+    # 1250 B at 1 Mbit/s = 10 ms a transmission, rto 100 ms, L = 50 ms: find lost messages
+    s = LinkScheduler(
+        LinkSpec(latency_ms=50, bandwidth_mbps=1.0, loss_rate=0.4, retransmit_ms=100, seed=2)
+    )
+    t = 0
+    seen = 0
+    for _ in range(200):
+        t += 10**12  # idle link between messages
+        deliver_ns, busy, prop, _, g = s.schedule(t, 1250)
+        assert busy == pytest.approx(10.0 * (1 + g))
+        assert prop == pytest.approx(50.0 + 100.0 * g)
+        assert (deliver_ns - t) / MS == pytest.approx(10.0 * (1 + g) + 100.0 * g + 50.0)
+        seen += g > 0
+    assert seen > 40  # about 0.4 * 200 messages had a loss
+    # queueing: a message offered while a lost one is re-sent waits for both transmissions
+    s2 = LinkScheduler(LinkSpec(latency_ms=0, bandwidth_mbps=1.0, loss_rate=0.4, seed=2))
+    for _ in range(50):
+        _d1, _busy1, *_rest, g1 = s2.schedule(0, 1250)
+        if g1:
+            break
+    before = s2.free_ms
+    _d2, busy2, *_ = s2.schedule(0, 1250)
+    assert before == pytest.approx(s2.free_ms - busy2)  # started when the link was free again
+
+
+def test_relay_process_groups_frames_into_messages_and_matches_the_des():
+    """Through a real relay process: a pass's draft-id frame and its activations are one message
+    (one jitter and one loss draw), and the relay's schedule, given the arrival times it
+    recorded, is the DES link's schedule on the same seed."""
+    import csv
+    import multiprocessing
+    import os
+    import socket
+    import tempfile
+    import threading
+
+    from wansim.real.frames import Kind, array_frame, recv_frame, send_frame
+    from wansim.real.link import start_relay
+
+    spec = LinkSpec(
+        latency_ms=3.0,
+        bandwidth_mbps=50.0,
+        jitter_kind="normal",
+        jitter_std_ms=1.0,
+        loss_rate=0.2,
+        retransmit_ms=4.0,
+        seed=5,
+        ring_stages=3,
+        hop=1,
+        busy_wait_ms=0.0,
+    )
+    passes = 40
+    ctx = multiprocessing.get_context("spawn")
+    sink = socket.create_server(("127.0.0.1", 0))
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = os.path.join(tmp, "link.csv")
+        proc, conn, port = start_relay(ctx, spec, 1, "127.0.0.1", sink.getsockname()[1], rec)
+        recv_sock, _ = sink.accept()
+        sink.close()
+        send_sock = socket.create_connection(("127.0.0.1", port))
+        got = []
+        t = threading.Thread(target=lambda: got.extend(recv_frame(recv_sock) for _ in range(80)))
+        t.start()
+        for step in range(passes):
+            send_frame(send_sock, array_frame(Kind.DRAFT_IDS, np.arange(4, dtype=np.int32), step))
+            send_frame(send_sock, array_frame(Kind.HIDDEN, np.zeros((5, 64), np.float32), step))
+        t.join(60)
+        send_sock.close()
+        proc.join(10)
+        recv_sock.close()
+        conn.close()
+        with open(rec) as fh:
+            rows = list(csv.DictReader(fh))
+    assert [f.kind for f in got] == [Kind.DRAFT_IDS, Kind.HIDDEN] * passes  # order kept
+    assert len(rows) == 2 * passes
+    messages = {}
+    for r in rows:
+        messages.setdefault(int(r["message"]), []).append(r)
+    assert len(messages) == passes
+    for frames in messages.values():  # one schedule, one draw per message
+        assert len({f["scheduled_ns"] for f in frames}) == 1
+        assert len({f["losses"] for f in frames}) == 1
+        assert {int(f["step"]) for f in frames} == {int(frames[0]["step"])}
+    ordered = [messages[m] for m in sorted(messages)]
+    origin = int(ordered[0][-1]["arrival_ns"])
+    offers = [(int(m[-1]["arrival_ns"]) - origin) / MS for m in ordered]
+    sizes = [sum(int(f["bytes"]) for f in m) for m in ordered]
+    des = np.array(_des_deliveries(spec, offers, sizes))
+    relay = np.array([(int(m[0]["scheduled_ns"]) - origin) / MS for m in ordered])
+    assert np.abs(relay - des).max() < 2e-6
+    assert sum(int(m[0]["losses"]) for m in ordered) > 0  # the loss path was exercised

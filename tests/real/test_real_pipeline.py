@@ -216,3 +216,25 @@ def test_lossless_pipeline_distribution_chi_square(pipe2, local):
     assert chi2_pvalue(joint.sum(axis=1), p1) > 1e-3
     assert chi2_pvalue(joint.sum(axis=0), (p1[:, None] * p2).sum(axis=0)) > 1e-3
     assert chi2_pvalue(joint.ravel(), (p1[:, None] * p2).ravel()) > 1e-3
+
+
+def test_heterogeneous_hops(tiny_dirs, code_prompts, tmp_path):
+    """Per-hop links in the real path: each hop keeps its own latency, bandwidth and jitter, and
+    draws the DES's streams for its own hop of the ring."""
+    target_dir, drafter_dir = tiny_dirs
+    links = (
+        LinkSpec(latency_ms=2.0, bandwidth_mbps=200.0),
+        LinkSpec(latency_ms=6.0, jitter_kind="lognormal", jitter_std_ms=1.0, seed=3),
+        LinkSpec(latency_ms=10.0, bandwidth_mbps=50.0),
+    )
+    spec = PipelineSpec(target_dir=target_dir, drafter_dir=drafter_dir, stages=3, links=links)
+    assert [(h.hop, h.ring_stages) for h in spec.hop_links()] == [(0, 3), (1, 3), (2, 3)]
+    with Pipeline(spec, tmp_path) as pipe:
+        res = pipe.generate(code_prompts[:1], DecodeSpec(k=3, max_new_tokens=16), name="het")
+    sched = res.links["scheduled_ms_mean"].to_numpy()
+    # hop 0: 2 ms + serialisation at 200 Mbit/s; hop 1: 6 ms + lognormal jitter of mean 1 ms;
+    # return hop: 10 ms + a 64-byte verdict frame at 50 Mbit/s (0.01 ms)
+    assert 2.0 < sched[0] < 2.5
+    assert 6.0 < sched[1] < 9.0
+    assert sched[2] == pytest.approx(10.0 + 64 * 8 / 50e3, abs=0.01)
+    assert res.summary["lap_ms_p50"] >= 18.0

@@ -40,7 +40,12 @@ BASE = {
         "bandwidth_mbps": 100,
         "jitter": {"kind": "lognormal", "std_ms": 2},
     },
-    "drafter": {"draft_ms": 1.5, "placement": "first_stage", "acceptance": {"alpha": 0.75}},
+    "drafter": {
+        "draft_ms": 1.5,
+        "placement": "first_stage",
+        "kind": "draft_model",
+        "acceptance": {"alpha": 0.75},
+    },
     "speculation": {"policy": "chain", "k": 3},
     "schedule": {"kind": "async", "max_inflight_blocks": 4},
     "workload": {"requests": 16, "prompt_tokens": 32, "output_tokens": 60},
@@ -219,6 +224,7 @@ def deterministic(**over):
         "drafter": {
             "draft_ms": 3.0,
             "placement": "first_stage",
+            "kind": "draft_model",
             "acceptance": {"per_position": [1.0], "extrapolate": True},
         },
         "schedule": {"kind": "sync", "max_inflight_blocks": 1},
@@ -302,6 +308,7 @@ def test_trees_and_hedges_with_async_are_refused_by_the_des():
         REFERENCE,
         [
             "drafter.placement=first_stage",
+            "drafter.kind=draft_model",
             "schedule.kind=async",
             "schedule.max_inflight_blocks=2",
             "speculation.policy=tree",

@@ -3,8 +3,9 @@
 Property test over random valid scenarios (stages 1-16, latency 0-200 ms, bandwidth
 1 Mbit/s-100 Gbit/s, activation bits {3,4,8,16}, K 1-16 or policy none, alpha or per-position
 acceptance with ``extrapolate`` where K exceeds the list, optional per-prompt difficulty, every
-jitter kind or none, loss, per-hop overrides, either drafter placement). Each example makes four
-comparisons, each at level 1 - FAMILY_ALPHA / (4 x examples) (Bonferroni, so the whole run
+jitter kind or none, loss, per-hop overrides, per-message software costs per hop and by
+default, per-stage pass overheads and a host-CPU factor, either drafter placement). Each example
+makes four comparisons, each at level 1 - FAMILY_ALPHA / (4 x examples) (Bonferroni, so the whole run
 fails by chance with probability <= FAMILY_ALPHA if the analytical model is right; 0.001: at
 0.05 the derandomised 300-example run drew a 40-request sample 3.8 standard errors out, where
 the t-interval's far tail is no longer exact for skewed, lattice-valued pass counts):
@@ -83,6 +84,8 @@ def scenarios(draw) -> dict:
         "jitter": draw(jitters()),
         "loss_rate": draw(st.sampled_from([0.0, 0.0, 0.0, 0.001, 0.02])),
         "retransmit_ms": draw(st.floats(0, 300)),
+        "per_message_ms": draw(st.sampled_from([0.0, 0.0, 0.4, 6.0])),
+        "codec_ms_per_mb": draw(st.sampled_from([0.0, 0.0, 2.5])),
     }
     if draw(st.integers(0, 4)) == 0:  # per-hop overrides
         network["hops"] = [
@@ -90,9 +93,18 @@ def scenarios(draw) -> dict:
                 "latency_ms": draw(st.floats(0, 200)),
                 "bandwidth_mbps": 10 ** draw(st.floats(0, 5)),
                 **({"jitter": draw(jitters())} if draw(st.booleans()) else {}),
+                **({"per_message_ms": draw(st.floats(0, 10))} if draw(st.booleans()) else {}),
             }
             for _ in range(stages)
         ]
+    overheads = {
+        "overhead_ms": draw(st.sampled_from([0.0, 0.0, 1.5])),
+        "host_cpu_factor": draw(st.sampled_from([1.0, 1.0, 1.7])),
+    }
+    if draw(st.integers(0, 5)) == 0:
+        overheads["stage_overhead_ms"] = draw(
+            st.lists(st.floats(0, 5), min_size=stages, max_size=stages)
+        )
     return {
         "name": "random",
         "seed": draw(st.integers(0, 2**31)),
@@ -104,6 +116,7 @@ def scenarios(draw) -> dict:
                 "base_ms": draw(st.floats(0, 20)),
                 "per_token_ms": draw(st.floats(0, 0.2)),
             },
+            **overheads,
         },
         "network": network,
         "payload": {"activation_bits": draw(st.sampled_from([3, 4, 8, 16]))},

@@ -85,7 +85,12 @@ def test_perfetto_needs_a_timeline_and_the_des(run_cli, tmp_path):
     "overrides",
     [
         # async bets on a chain's drafts: the DES refuses it with trees
-        ["drafter.placement=first_stage", "schedule.kind=async", "speculation.policy=tree"],
+        [
+            "drafter.placement=first_stage",
+            "drafter.kind=draft_model",
+            "schedule.kind=async",
+            "speculation.policy=tree",
+        ],
     ],
 )
 def test_options_the_des_cannot_honour_exit_2_with_one_line(run_cli, overrides):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -132,7 +130,11 @@ def test_streams_are_independent_by_purpose():
 
 def test_deterministic_case_equals_closed_forms_exactly():
     """No jitter, no loss, no speculation: every metric is a number both engines must hit."""
-    for extra in ({}, {"stages": 1}, {"drafter.placement": "first_stage"}):
+    for extra in (
+        {},
+        {"stages": 1},
+        {"drafter.placement": "first_stage", "drafter.kind": "draft_model"},
+    ):
         sc = small(
             **{
                 "network.jitter": {"kind": "none"},
@@ -270,10 +272,11 @@ def test_reference_agrees_with_analytical_within_the_interval():
 
 
 @pytest.mark.slow
-def test_hundred_thousand_tokens_take_seconds():
+def test_hundred_thousand_tokens_cost_bounded_events():
+    """100k tokens cost a bounded number of SimPy events per verify pass (one long-lived process
+    per stage, one timeout per pass, no per-token events): the work bound that makes the DES
+    fast, counted rather than timed (a wall-clock assert fails by chance under load)."""
     sc = load_scenario(REFERENCE, ["workload.requests=391"])  # 100,096 output tokens
-    start = time.perf_counter()
     r = simulate(sc)
-    wall = time.perf_counter() - start
     assert r.details["record"].output_tokens >= 100_000
-    assert wall < 20.0, wall
+    assert 0 < r.details["events"] <= 4 * sc.stages * r.details["verify_passes"]

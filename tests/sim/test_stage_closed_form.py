@@ -78,6 +78,7 @@ scenarios = st.fixed_dictionaries(
         "network.jitter": st.just({"kind": "normal", "std_ms": 3.0}),
         "network.loss_rate": st.just(0.02),
         "drafter.placement": st.just("first_stage"),
+        "drafter.kind": st.just("draft_model"),
         "speculation.policy": st.just("tree"),
     },
 )
@@ -119,5 +120,9 @@ def test_only_stages_before_the_last_in_the_sync_schedule_are_closed_form():
 
     assert kinds() == [True, True, False]
     assert kinds(**{"schedule.batching": "continuous"}) == [False, False, False]
-    async_ = {"schedule.kind": "async", "drafter.placement": "first_stage"}
+    async_ = {
+        "schedule.kind": "async",
+        "drafter.placement": "first_stage",
+        "drafter.kind": "draft_model",
+    }
     assert kinds(**async_) == [False, False, False]

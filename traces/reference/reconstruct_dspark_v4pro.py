@@ -1,6 +1,6 @@
-"""Rebuild traces/reference/dspark-v4pro.yaml from the review's published figures.
+"""Rebuild traces/reference/dspark-v4pro.yaml from the literature review's ("Literature review, Pluralis, compiled August–October 2026") published figures.
 
-RECONSTRUCTED, NOT MEASURED. The review (Part VII) reports, for the DSpark drafter shipped with
+RECONSTRUCTED, NOT MEASURED. "Literature review, Pluralis, compiled August–October 2026" (Part VII) reports, for the DSpark drafter shipped with
 DeepSeek-V4-Pro at K = 7, T = 1.0 over 4.3M verify steps on nine datasets, a step-weighted
 acceptance length tau of 4.9-5.3 on math/code and 2.8-3.5 on chat, and that per-position
 acceptance declines with position. It does not publish the per-position rates, the histogram
@@ -13,17 +13,17 @@ or the dispersion split in the summary we have. This script therefore:
    for p_1 so that tau(7) hits the target exactly;
 3. derives the outcome histogram as expected counts for a NOMINAL 1,000,000 steps per workload
    (P(A=a) = S_a (1 - p_(a+1)) from the rates; not the measured counts);
-4. sets the between-prompt share of Var(A) to an ASSUMED value (DISPERSION) - the review names
+4. sets the between-prompt share of Var(A) to an ASSUMED value (DISPERSION) - "Literature review, Pluralis, compiled August–October 2026" names
    the split (prompt difficulty vs sampling noise) but its size is not in the summary;
 5. (trees) writes the sibling model's parameters, ASSUMED: the rank-r candidate (r >= 2) at any
    depth is accepted with sigmoid(logit p_d - D_r), D_r = SIBLING_A + SIBLING_B * ln(r - 1), for
-   r = 2..SIBLING_RANKS (see wansim/acceptance/trees.py). The review's Part X gives only the
+   r = 2..SIBLING_RANKS (see wansim/acceptance/trees.py). The literature review's ("Literature review, Pluralis, compiled August–October 2026") Part X gives only the
    outcome (+~0.7 accepted tokens/step for a tree at batch 1); no per-rank rates. The values put
    the conditional rank-2 rate at ~0.25-0.35 on a 0.7-0.8 chain rate (~0.55 on math's 0.9 first
    position) and make each further rank less likely, the shape of published top-k match tables
    (a candidate's chance falls with its rank); they are an assumption of plausible magnitude, not
    a fit. What they imply is checked, not tuned, in tests/test_tree_reproductions.py: the
-   tokens/s-optimal tree on the reference scenario adds ~0.8 accepted tokens/step (review: ~0.7);
+   tokens/s-optimal tree on the reference scenario adds ~0.8 accepted tokens/step (Literature review, Pluralis, compiled August–October 2026: ~0.7);
 6. (verifier rules) writes ASSUMED logit shifts from the measured lossless rates to greedy exact
    match (+VERIFIER_SHIFT["greedy"]) and typical acceptance (+VERIFIER_SHIFT["typical"], lossy):
    the ordering lossless < greedy <= typical follows the published comparisons (greedy decoding
@@ -118,7 +118,7 @@ def build() -> Profile:
 
 
 HEADER = f"""RECONSTRUCTED FROM PUBLISHED SUMMARY FIGURES - NOT MEASURED DATA.
-DSpark drafter shipped with DeepSeek-V4-Pro, K = 7, T = 1.0 (review Part VII: 4.3M verify steps
+DSpark drafter shipped with DeepSeek-V4-Pro, K = 7, T = 1.0 (Literature review, Pluralis, compiled August–October 2026, Part VII: 4.3M verify steps
 over nine datasets; step-weighted tau 4.9-5.3 on math/code, 2.8-3.5 on chat).
 Per-position rates: linear decline with position (assumed slope) solved to hit a tau inside the
 published range; histogram: expected counts for a nominal 1,000,000 steps; dispersion: assumed.

@@ -127,3 +127,41 @@ def passes_moments(surv: np.ndarray, m_tokens: float) -> tuple[np.ndarray, np.nd
         mean[i] = e[-1]
         var[i] = max(s2[-1] - e[-1] ** 2, 0.0)
     return mean.reshape(lead), var.reshape(lead)
+
+
+EXACT_INVERSE_MAX_TOKENS = (
+    64  # beyond it the delta expansion is within 0.1% (k <= 7, alpha 0.3-0.9)
+)
+
+
+def inverse_pass_moments(surv: np.ndarray, m_tokens: float):
+    """(E[1 / N(M)], E[1 / N(M)^2]) per row of survival S_1..S_D, exactly, or None when M
+    exceeds ``EXACT_INVERSE_MAX_TOKENS`` (then the delta expansion around E[N] serves).
+
+    A request's decode rate is M / (N lap): for short outputs E[1/N] differs from
+    (1 + Var N / E[N]^2) / E[N] by several percent (4 tokens: -4.7%). The distribution of N
+    by dynamic programming over the tokens committed so far: each pass commits X tokens,
+    P(X = x) for x = 1..D+1, and N is the first pass that reaches M."""
+    surv = np.asarray(surv, dtype=float)
+    m = round(float(m_tokens))
+    if m > EXACT_INVERSE_MAX_TOKENS:
+        return None
+    lead = surv.shape[:-1]
+    depth = surv.shape[-1]
+    rows = surv.reshape(-1, depth)
+    pmf_x = -np.diff(np.concatenate([np.ones((len(rows), 1)), rows, np.zeros((len(rows), 1))], 1))
+    inv = np.zeros(len(rows))
+    inv2 = np.zeros(len(rows))
+    live = np.zeros((len(rows), m))  # P(t tokens committed, t < M) after n passes
+    live[:, 0] = 1.0
+    for n in range(1, m + 1):
+        nxt = np.zeros((len(rows), m + 1 + depth))
+        for x in range(1, depth + 2):
+            nxt[:, x : x + m] += pmf_x[:, x - 1 : x] * live
+        done = nxt[:, m:].sum(axis=1)
+        inv += done / n
+        inv2 += done / n**2
+        live = nxt[:, :m]
+        if live.sum() < 1e-15:
+            break
+    return inv.reshape(lead), inv2.reshape(lead)

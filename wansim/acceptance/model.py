@@ -2,7 +2,7 @@
 
 A model holds conditional rates q_1..q_Kmax at median difficulty, the logit-normal spread sigma
 of per-request difficulty (see :mod:`wansim.acceptance.heterogeneity`) and a domain-shift factor
-g in (0, 1] that multiplies every conditional rate (review Part IX: a generic drafter loses
+g in (0, 1] that multiplies every conditional rate (Literature review, Pluralis, compiled August–October 2026, Part IX: a generic drafter loses
 28-38% of its acceptance out of domain; on a fine-tuned target tau ~ 1.2). "Acceptance" can be
 read three ways, each a different g: the first-position rate p_1 (g = 0.62-0.72 directly),
 tokens per pass tau or accepted drafts per pass tau - 1 (on the reference math profile

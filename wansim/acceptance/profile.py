@@ -1,4 +1,4 @@
-"""Acceptance profiles: a drafter on a target, per workload (DESIGN.md section 4).
+"""Acceptance profiles: a drafter on a target, per workload (the file format below).
 
 File format (YAML, ``format: wansim-profile/1``)::
 
@@ -44,7 +44,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from wansim.errors import ProfileError, ScenarioError
+from wansim.data import on_disk_or_shipped
+from wansim.errors import ProfileError, ScenarioError, WansimInputError
 from wansim.validation import parse, spec
 
 FORMAT = "wansim-profile/1"
@@ -178,8 +179,9 @@ def _profile_from_mapping(raw: dict, where: str) -> Profile:
 
 
 def load_profile(path: str | os.PathLike) -> Profile:
-    """Read and validate a profile file (cached by path and modification time)."""
-    p = Path(path)
+    """Read and validate a profile file (cached by path and modification time); a missing
+    relative path naming a shipped profile (``traces/reference/...``) reads that one."""
+    p = on_disk_or_shipped(path)
     if not p.is_file():
         raise ProfileError("profile", "file not found", str(path))
     return _load_cached(str(p.resolve()), p.stat().st_mtime_ns)
@@ -187,10 +189,12 @@ def load_profile(path: str | os.PathLike) -> Profile:
 
 @lru_cache(maxsize=64)
 def _load_cached(path: str, mtime_ns: int) -> Profile:
+    from wansim.user_yaml import read_yaml_file
+
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError:
-        raise ProfileError(path, "not valid YAML", None) from None
+        raw = read_yaml_file(path, "profile")
+    except WansimInputError as err:
+        raise ProfileError(err.path, err.problem, err.value) from None
     return profile_from_mapping(raw, path)
 
 

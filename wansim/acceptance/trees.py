@@ -281,6 +281,15 @@ def static_nodes(branching: tuple[int, ...] | list[int]) -> int:
     return int(np.cumprod(np.asarray(branching, dtype=np.int64)).sum()) if len(branching) else 0
 
 
+def optimal_tree_steps(rates: np.ndarray, budget: int) -> int:
+    """Cells :func:`optimal_tree` evaluates: D R (N+2)^2, or R (N+2)^2 when the rates are
+    depth-independent and the depth cap does not bind (its uniform case)."""
+    m = marginals(np.asarray(rates, dtype=float))
+    depth_cap, ranks = m.shape
+    uniform = depth_cap >= budget and bool(np.all(m == m[:1]))
+    return (1 if uniform else depth_cap) * ranks * (budget + 2) ** 2
+
+
 def optimal_tree(rates: np.ndarray, budget: int, method: str = "auto") -> tuple[Tree, float]:
     """Sequoia's dynamic programme: the tree of at most ``budget`` draft nodes, depth at most
     ``rates.shape[0]``, ranks at most ``rates.shape[1]``, maximising expected tokens.

@@ -61,8 +61,8 @@ from scipy import stats
 from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
 from wansim.analytical.path import hop_service_ms, ring_sums, stage_services_ms
-from wansim.compute import mean_stage_ms, stage_ms_each
-from wansim.network import hop_mean_ms
+from wansim.compute import mean_stage_ms, stage_overheads_ms, stage_pass_ms
+from wansim.network import hop_mean
 from wansim.wire import forward_bytes
 
 TAIL_SD = 10.0  # admissions per verdict: k up to mean + TAIL_SD sd (+ 10), at most b
@@ -103,10 +103,29 @@ def convoy_delay_ms(prefill_services, batch_services, live, gap_ms) -> np.ndarra
 
 def _forward_hops_ms(scenario, n_bytes) -> np.ndarray:
     """Sum of the forward hops' mean times for an ``n_bytes`` message."""
-    return ring_sums(scenario, lambda link, n: hop_mean_ms(*link, n), n_bytes, n_bytes)[0]
+    return ring_sums(scenario, hop_mean, n_bytes, n_bytes)[0]
 
 
-def admissions(scenario, lockstep: dict, parts: dict, waves: list) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Admissions:
+    """Replacements admitted at a verdict, seen by one sequence (:func:`admissions`)."""
+
+    delay_ms: np.ndarray  # E[D(j)] per lap, exposed laps only
+    ttft_ms: np.ndarray  # a replacement's TTFT over the waves
+    hazard: np.ndarray  # 1 / E[N]
+    exposed: np.ndarray  # share of laps that can follow an admission
+    others: tuple  # (j, P(j), D(j)): j others admitted at once, its probability and delay
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchedRun:
+    """Continuous batching in steady state: the mean metrics and the admissions behind them."""
+
+    means: dict[str, np.ndarray]
+    admissions: Admissions
+
+
+def admissions(scenario, lockstep: dict, parts: dict, waves: list) -> Admissions:
     """Seen by one sequence of the batch, j ~ Binomial(b - 1, h) others finish at a verdict
     (Palm: given that it continues, or that it is one of those replaced). Returns E[D(j)] at
     the renewal hazard h, the mean TTFT E[ttft(1 + j)] of a replacement (its prefill holds
@@ -154,13 +173,9 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list) -> dict:
         delay = delay + pj * late * exposed
         ttft = ttft + pj_wave * prefill((1 + j) * prompt)[1]
         others.append((j, pj, late))
-    return {
-        "delay_ms": delay,
-        "ttft_ms": ttft,
-        "hazard": hazard,
-        "exposed": exposed,
-        "others": others,
-    }
+    return Admissions(
+        delay_ms=delay, ttft_ms=ttft, hazard=hazard, exposed=exposed, others=tuple(others)
+    )
 
 
 def wave_hazards(b, requests, mean_n, sd_n, period) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -207,6 +222,11 @@ def _single_lap_ms(scenario) -> np.ndarray:
 def batched_metrics(scenario, lockstep: dict, parts: dict) -> dict:
     """``lockstep`` (:func:`wansim.analytical.sync.sync_metrics` with batch b) -> the same keys
     for continuous batching in steady state (module docstring)."""
+    return batched_run(scenario, lockstep, parts).means
+
+
+def batched_run(scenario, lockstep: dict, parts: dict) -> BatchedRun:
+    """:func:`batched_metrics` with the admissions behind it."""
     from wansim.analytical.blocks import acceptance_nodes
 
     wl = scenario.workload
@@ -220,15 +240,15 @@ def batched_metrics(scenario, lockstep: dict, parts: dict) -> dict:
     lap_lock = np.asarray(lockstep["lap_ms_mean"], dtype=float)
     # the waves' period includes the replacement's TTFT: first at the renewal rate
     renewal = admissions(scenario, lockstep, parts, [(np.ones(()), 1.0 / mean_n)])
-    period = mean_n + renewal["ttft_ms"] / lap_lock
+    period = mean_n + renewal.ttft_ms / lap_lock
     adm = admissions(scenario, lockstep, parts, wave_hazards(b, requests, mean_n, sd_n, period))
-    lap = lap_lock + adm["delay_ms"]
+    lap = lap_lock + adm.delay_ms
     stretch = lap / lap_lock
     passes = np.asarray(lockstep["passes_per_request"], dtype=float)
 
     rounds = np.maximum(requests / b, 1.0)
     cold = np.asarray(lockstep["prefill_ms"], dtype=float)
-    ttft = adm["ttft_ms"]
+    ttft = adm.ttft_ms
     # the DES leaves the first wave (cold start) out of its per-request statistics only when
     # there are at least two waves (wansim.sim.metrics.warmup_requests)
     first = np.minimum(b, requests)
@@ -257,15 +277,14 @@ def batched_metrics(scenario, lockstep: dict, parts: dict) -> dict:
             "ttft_ms_mean": measured,
             "bubble_fraction": 1.0 - busy / makespan,
             "lockstep_lap_ms": lap_lock,
-            "convoy_ms_per_lap": adm["delay_ms"],
+            "convoy_ms_per_lap": adm.delay_ms,
             "makespan_ms": makespan,
-            "_admissions": adm,
         }
     )
-    return out
+    return BatchedRun(means=out, admissions=adm)
 
 
-def busy_ms(scenario, lockstep: dict, adm: dict, stage_t, draft_ms) -> np.ndarray:
+def busy_ms(scenario, lockstep: dict, adm: Admissions, stage_t, draft_ms) -> np.ndarray:
     """Busy ms over the run of a stage whose pass of n tokens takes ``stage_t(n)``: the cold
     prefill, the R - b replacements' prefills (each shares one with j others) and the batch's
     R E[N] / b passes, each with ``draft_ms`` of drafting."""
@@ -276,7 +295,7 @@ def busy_ms(scenario, lockstep: dict, adm: dict, stage_t, draft_ms) -> np.ndarra
     # each of the R - b replacements shares its prefill with j others: t((1 + j) prompt) / (1 + j)
     prompt = np.asarray(wl.prompt_tokens, dtype=float)
     per_request = sum(
-        (pj * stage_t((1 + j) * prompt) / (1 + j) for j, pj, _ in adm["others"]),
+        (pj * stage_t((1 + j) * prompt) / (1 + j) for j, pj, _ in adm.others),
         start=np.zeros(()),
     )
     admitted = np.maximum(requests - b, 0.0)
@@ -284,18 +303,20 @@ def busy_ms(scenario, lockstep: dict, adm: dict, stage_t, draft_ms) -> np.ndarra
     return stage_t(b * wl.prompt_tokens) + admitted * per_request + verdicts * (verify + draft_ms)
 
 
-def stage_utilization(scenario, means: dict) -> list[float]:
-    """Per-stage busy fraction (scalar scenario) of :func:`batched_metrics`'s run."""
+def stage_busy_ms(scenario, run: BatchedRun) -> tuple[list[float], float]:
+    """Per-stage busy ms and the makespan (scalar scenario) of :func:`batched_run`'s run."""
     p = int(scenario.stages)
-    adm = means["_admissions"]
+    means, adm = run.means, run.admissions
     makespan = float(np.asarray(means["makespan_ms"]))
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
+    models = scenario.stage_compute_models()
+    overheads = stage_overheads_ms(scenario)
     util = []
     for i in range(p):
 
-        def stage_t(n, i=i):
-            return np.asarray(stage_ms_each(scenario, n)[i])
+        def stage_t(n, i=i):  # stage i's own model only (all P of them per stage was O(P^2))
+            return np.asarray(stage_pass_ms(models[i], overheads[i], n))
 
         draft = float(np.asarray(means["draft_ms"])) if i == draft_stage else 0.0
-        util.append(float(np.asarray(busy_ms(scenario, means, adm, stage_t, draft))) / makespan)
-    return util
+        util.append(float(np.asarray(busy_ms(scenario, means, adm, stage_t, draft))))
+    return util, makespan

@@ -49,6 +49,8 @@ import numpy as np
 
 from wansim import speculation
 from wansim.acceptance import closed_form
+from wansim.acceptance.bet import bet_win_probability, guess_acceptance
+from wansim.analytical.resequencing import ring_hol_ms
 from wansim.compute import mean_stage_ms, stage_ms_each
 from wansim.scenario import Scenario
 
@@ -89,7 +91,10 @@ class Schedule:
         out["gated"] = np.cumsum(self.gated[:, :h], axis=1)
         for q, wq in enumerate(self.weights):
             heard = self.heard[q][:, :h]
-            j = np.minimum(self.started[q][:, :h], cap)
+            # block g itself started before its loss was heard; a verdict clipped to arrive
+            # the instant g ends (zero delay) finds no block "before" it: clamp to g (its end
+            # is <= the verdict), never -1 (which would read the schedule's last column)
+            j = np.clip(self.started[q][:, :h], g, cap)
             jf = np.minimum(self.finished[q][:, :h], j)
             cycle = np.maximum(
                 heard, self.end[rows, j] - (self.d[:, None] if self.overlap else 0.0)
@@ -201,10 +206,8 @@ def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
         depth = surv.shape[1]
         if depth:
             n_mean, n_var = closed_form.passes_moments(surv, m)
-            acc = pol.acceptance
-            held = dataclasses.replace(acc, model=dataclasses.replace(acc.model, extrapolate=True))
-            _, rates = held.nodes(depth + 1)
-            r = surv[:, -1] * rates[:, depth, 0]
+            _, rates = guess_acceptance(pol.acceptance).nodes(depth + 1)
+            r = bet_win_probability(surv[:, -1], rates[:, depth, 0])
         else:
             n_mean, n_var, r = np.full(len(w), float(m)), np.zeros(len(w)), np.zeros(len(w))
         found.append((w, n_mean, n_var, r, float(m) / n_mean))
@@ -247,6 +250,18 @@ def block_metrics(scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0) -> di
     else:  # last_stage (sync + overlap): blocks are released at the last stage
         c0 = np.zeros_like(mean_stage)
         rest = stages * mean_stage + fwd + ret
+    if np.any(window > 1):
+        # in-order links: a request's own blocks follow each other (one per issue interval,
+        # at most a window per lap), so a retransmitted or late block holds up those behind
+        # it; their mean hold adds to the rest of the lap (wansim.analytical.resequencing)
+        issue = np.maximum((0.0 if overlap else d) + c0, d if overlap else 0.0)
+        lap = rest + c0 + (0.0 if overlap else d)
+        rate = np.where(
+            window > 1,
+            np.minimum(1.0 / np.maximum(issue, 1e-9), window / np.maximum(lap, 1e-9)),
+            0.0,
+        )
+        rest = rest + ring_hol_ms(scenario, rate, parts["forward_bytes"], parts["return_bytes"])
     acc = acceptance_nodes(scenario, m)
     shape = np.broadcast_shapes(
         *(np.shape(x) for x in (d, c0, rest, var, window, m, n, stages)), acc["w"].shape[:-1]
@@ -368,9 +383,35 @@ def uses_blocks(scenario: Scenario) -> bool:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class ChainStats:
+    """Per difficulty node (last axis) of the block schedule: the node weights and a
+    request's decode time (mean, variance); for one scenario the laps' atoms (values,
+    weights), else None."""
+
+    weights: np.ndarray
+    decode_node_ms: np.ndarray
+    decode_node_var: np.ndarray
+    lap_atoms: tuple[np.ndarray, np.ndarray] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSchedule:
+    """The block schedule for one request at a time: the mean metrics (the keys of
+    :func:`wansim.analytical.sync.sync_metrics` plus the stale-block counts) and its chains."""
+
+    means: dict[str, np.ndarray]
+    chains: ChainStats
+
+
 def block_schedule_metrics(scenario: Scenario, s0_wait=0.0) -> dict[str, np.ndarray]:
     """The keys of :func:`wansim.analytical.sync.sync_metrics` for the block schedule, one
     request at a time (arrays)."""
+    return block_schedule(scenario, s0_wait).means
+
+
+def block_schedule(scenario: Scenario, s0_wait=0.0) -> BlockSchedule:
+    """:func:`block_schedule_metrics` with the chains' statistics (for the percentiles)."""
     from wansim.analytical.sync import _hop_sums, lap_parts
 
     wl = scenario.workload
@@ -411,7 +452,13 @@ def block_schedule_metrics(scenario: Scenario, s0_wait=0.0) -> dict[str, np.ndar
     ) * resend
     exact = speculation.target_exact(scenario)
     lap = res["lap_ms_mean"]
-    return {
+    chains = ChainStats(
+        weights=res["weights"],
+        decode_node_ms=res["decode_node_ms"],
+        decode_node_var=res["decode_node_var"],
+        lap_atoms=res["lap_atoms"],
+    )
+    means = {
         "tokens_per_s": res["tokens_per_s"],
         "throughput_tokens_per_s": 1e3 * (m + 1) / duration,
         "tau": parts["tau"],
@@ -436,8 +483,8 @@ def block_schedule_metrics(scenario: Scenario, s0_wait=0.0) -> dict[str, np.ndar
         "stale_drafts_per_request": res["stale_draft_per_request"],
         "bet_win_rate": res["bet_win_rate"],
         "decode_ms": decode,
-        "_block_details": res,
     }
+    return BlockSchedule(means=means, chains=chains)
 
 
 def flattening_depth(depths, gains, fraction: float = 0.9) -> int:

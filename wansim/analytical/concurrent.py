@@ -41,6 +41,8 @@ import functools
 import numpy as np
 from scipy import stats
 
+from wansim.analytical.resequencing import delay_atoms, resequencing_wait_ms
+
 BISECTION_STEPS = 60
 CONVOY_SWEEPS = 30
 
@@ -81,18 +83,38 @@ def slowest_excess(w, n_mean, n_var, n_slots, rounds) -> np.ndarray:
     return np.where(b > 1, e_b * sd * np.sqrt(rounds) + (one - e_b * sd), 0.0)
 
 
-def ring_waits(x, n_customers, s_d, s_p, v_d, v_p):
+def ring_waits(x, n_customers, s_d, s_p, v_d, v_p, arrival_scv=1.0):
     """Per station waiting time of a verify pass at request throughput ``x`` (per ms).
 
-    Arrays (pts, S): service per verify visit / prefill visit, visits per request. M/D/1
-    waiting W = s rho' / (2 (1 - rho')) with rho' the load of the other N - 1 requests (the
-    arrival theorem) and s the verify pass's deterministic service; the load counts both
-    classes, the prefills' long services are the convoy's (:func:`convoy_wait`)."""
+    Arrays (pts, S): service per verify visit / prefill visit, visits per request. G/D/1
+    waiting (Kingman) W = c_a^2 s rho' / (2 (1 - rho')) with rho' the load of the other N - 1
+    requests (the arrival theorem), s the verify pass's deterministic service and c_a^2
+    (``arrival_scv``, per point) the arrivals' squared coefficient of variation: 1 (Poisson,
+    M/D/1) when the requests' phases around the ring are mixed, 0 when nothing random moves
+    them (:func:`arrival_scv`). The load counts both classes, the prefills' long services are
+    the convoy's (:func:`convoy_wait`)."""
     rho = x[:, None] * (v_d * s_d + v_p * s_p)
     seen = rho * (n_customers[:, None] - 1.0) / n_customers[:, None]
     seen = np.minimum(seen, 0.999999)
-    wait = np.where(v_d > 0, s_d * seen / (2.0 * (1.0 - seen)), 0.0)
+    ca2 = np.asarray(arrival_scv, dtype=float)
+    ca2 = ca2[:, None] if ca2.ndim else ca2
+    wait = np.where(v_d > 0, ca2 * s_d * seen / (2.0 * (1.0 - seen)), 0.0)
     return wait, rho
+
+
+def arrival_scv(lap_ms, lap_var_ms2, passes, passes_var) -> np.ndarray:
+    """Squared coefficient of variation of the arrivals at a station of the ring, in [0, 1].
+
+    N requests circulating a ring of FIFO stations with deterministic services lock into a
+    rotation: if nothing random moves them, they arrive evenly spaced and never wait below
+    the bottleneck's capacity (a deterministic cyclic network: X = min(N / lap, 1 / s_max)).
+    Randomness mixes their phases: over a request's life its phase on the ring drifts by
+    Var = E[N] Var(lap) (the laps' jitter and retransmissions) + lap^2 Var N (when it ends
+    and its successor's prefill re-enters); once that reaches the variance of a uniform phase,
+    lap^2 / 12, the arrivals are taken as Poisson (c_a^2 = 1, M/D/1). In between, linearly."""
+    lap = np.maximum(np.asarray(lap_ms, dtype=float), 1e-12)
+    drift = np.asarray(passes) * np.asarray(lap_var_ms2) + lap**2 * np.asarray(passes_var)
+    return np.clip(12.0 * drift / lap**2, 0.0, 1.0)
 
 
 def convoy_wait(n, lap, slower, passes):
@@ -108,7 +130,7 @@ def convoy_wait(n, lap, slower, passes):
     return (n - 1.0) * (slower * m - 0.5 * m**2) / (lap * passes)
 
 
-def solve(n_customers, alone, stations, *, chain_blocks=None):
+def solve(n_customers, alone, stations, *, chain_blocks=None, scv=1.0):
     """Throughput and loaded times of N requests (module docstring).
 
     ``alone``: prefill_ms, decode_ms, passes (arrays); ``stations``: s_d, s_p, v_d, v_p and
@@ -127,10 +149,22 @@ def solve(n_customers, alone, stations, *, chain_blocks=None):
     slower = (np.maximum(s_p - s_d, 0.0) * ppath).sum(axis=1)
     messages = (v_d * ppath).max(axis=1)  # verify messages per request on the forward path
     eg = None if chain_blocks is None else np.maximum(chain_blocks, 1.0)
+    # in-order links: the messages offered to a hop are the other requests' (one message of
+    # the request's own in flight under sync) or all of them (a request's own blocks follow
+    # each other under the block schedule)
+    own = np.ones_like(n) if chain_blocks is not None else (n - 1.0) / n
+    hol = [(c, atoms) for c, atoms in enumerate(stations.get("delay_atoms", ())) if atoms]
+
+    def waits(x):
+        wait, rho = ring_waits(x, n, s_d, s_p, v_d, v_p, scv)
+        for c, (values, weights) in hol:
+            offered = x * (v_d[:, c] + v_p[:, c]) * own
+            wait[:, c] = wait[:, c] + resequencing_wait_ms(offered, values, weights)
+        return wait, rho
 
     def loaded(x):
         # the prefill's own variability is the convoy's; the queues see verify passes only
-        wait, rho = ring_waits(x, n, s_d, s_p, v_d, v_p)
+        wait, rho = waits(x)
         lap_wait = (wait * dpath).sum(axis=1)
         if eg is not None:
             lap_wait = lap_wait / eg + wait[:, 0] * (1.0 - 1.0 / eg)
@@ -156,17 +190,23 @@ def solve(n_customers, alone, stations, *, chain_blocks=None):
     dec = dec + excess
     # that excess queues at the bottleneck (a saturated closed network parks its customers
     # there): it is the wait per visit there
-    wait, _ = ring_waits(x, n, s_d, s_p, v_d, v_p)
+    wait, _ = waits(x)
     neck = np.argmax(demand, axis=1)
     rows = np.arange(len(neck))
     wait[rows, neck] += excess / np.maximum(v_d[rows, neck] + v_p[rows, neck], 1e-300)
-    return {"x": x, "prefill_ms": pre, "decode_ms": dec, "rho": rho, "wait": wait}
+    return {
+        "x": x,
+        "prefill_ms": pre,
+        "decode_ms": dec,
+        "rho": rho,
+        "wait": wait,
+    }
 
 
 def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> dict:
     """The ring's stations (arrays (pts, S), S = 2 max(P) + 1) for :func:`solve`."""
     from wansim.analytical.path import hop_service_ms, stage_services_ms
-    from wansim.wire import forward_bytes
+    from wansim.wire import forward_bytes, serialise_ms
 
     wl = scenario.workload
     stages = np.asarray(scenario.stages)
@@ -189,14 +229,28 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
             )
         )
     )
+    net = scenario.network
+    links = (
+        [
+            (h.latency_ms, h.bandwidth_mbps, h.jitter, h.loss_rate, h.retransmit_ms)
+            for h in scenario.resolved_hops()
+        ]
+        if net.hops
+        else None
+    )
+    one_link = (net.latency_ms, net.bandwidth_mbps, net.jitter, net.loss_rate, net.retransmit_ms)
+    link_shapes = [np.shape(v) for v in one_link if not hasattr(v, "kind")]
     shape = np.broadcast_shapes(
-        *(np.shape(x) for x in (stages, n, d, passes, parts["forward_bytes"], pre_bytes)), *extra
+        *(np.shape(x) for x in (stages, n, d, passes, parts["forward_bytes"], pre_bytes)),
+        *extra,
+        *link_shapes,
     )
     pmax = int(np.max(stages))
     dec_c = stage_services_ms(scenario, b * n, pmax)
     pre_c = stage_services_ms(scenario, b * prompt, pmax)
     hop_ser = functools.partial(hop_service_ms, scenario)
     cols = 2 * pmax + 1
+    atoms: list = [None] * cols
     out = {k: np.zeros((*shape, cols)) for k in ("s_d", "s_p", "v_d", "v_p")}
     out["decode_path"] = np.zeros((*shape, cols))
     out["prefill_path"] = np.zeros((*shape, cols))
@@ -228,12 +282,22 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
         out["v_p"][..., hcol] = np.where(live & ~last, 1.0, 0.0)
         out["decode_path"][..., hcol] = live
         out["prefill_path"][..., hcol] = live & ~last
+        lat, bw, jit, loss, rto = links[i] if links else one_link
+        if jit.kind != "none" or np.any(np.asarray(loss) > 0):
+            ser = serialise_ms(np.where(last, parts["return_bytes"], parts["forward_bytes"]), bw)
+            values, weights = delay_atoms(lat, jit, loss, rto, ser)
+            a = values.shape[-1]
+            atoms[hcol] = tuple(
+                np.broadcast_to(v, (*shape, a)).reshape(-1, a) for v in (values, weights)
+            )
     if overlap:  # the drafter device: one pass per drafted block, off the critical path
         drafted = passes + blocks["stale_drafts_per_request"]
         out["s_d"][..., 0] = d
         out["v_d"][..., 0] = drafted
         out["decode_path"][..., 0] = 1.0 - win
-    return {k: v.reshape(-1, cols) for k, v in out.items()}
+    ring = {k: v.reshape(-1, cols) for k, v in out.items()}
+    ring["delay_atoms"] = atoms
+    return ring
 
 
 STALE_SWEEPS = 12
@@ -311,18 +375,28 @@ def _concurrent(scenario, alone: dict, parts: dict, stale: dict | None) -> dict:
     }
     size = int(np.prod(shape))
     ring = stations(scenario, parts, {"passes": alone["passes_per_request"]}, stale)
-    ring = {k: np.broadcast_to(v, (size, v.shape[-1])) for k, v in ring.items()}
+    ring = {
+        k: (v if k == "delay_atoms" else np.broadcast_to(v, (size, v.shape[-1])))
+        for k, v in ring.items()
+    }
+    ring["delay_atoms"] = [
+        a and tuple(np.broadcast_to(v, (size, v.shape[-1])) for v in a) for a in ring["delay_atoms"]
+    ]
     chain = None
     if blocks:
         chain = 1.0 / np.maximum(1.0 - flat(alone["bet_win_rate"]), 1e-9)
-    res = solve(flat(n_conc), base, ring, chain_blocks=chain)
-    stretch = res["decode_ms"] / base["decode_ms"]
     # the makespan of R requests through N slots: the slowest slot ends the run
     acc = acceptance_nodes(scenario, m)
     q = acc["w"].shape[-1]
     w, n_mean, n_var = (
         np.broadcast_to(acc[k], (*shape, q)).reshape(size, q) for k in ("w", "n_mean", "n_var")
     )
+    passes_var = (w * (n_var + n_mean**2)).sum(axis=1) - (w * n_mean).sum(axis=1) ** 2
+    scv = arrival_scv(
+        flat(alone["lap_ms_mean"]), flat(alone["lap_ms_var"]), base["passes"], passes_var
+    )
+    res = solve(flat(n_conc), base, ring, chain_blocks=chain, scv=scv)
+    stretch = res["decode_ms"] / base["decode_ms"]
     per_pass = res["decode_ms"] / base["passes"]
     residence = res["prefill_ms"] + res["decode_ms"]
     rounds = flat(requests) / flat(n_conc)

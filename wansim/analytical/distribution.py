@@ -14,15 +14,19 @@ the difficulty quadrature.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 from scipy import stats
 from scipy.optimize import brentq
 
+from wansim.links.delivery import software_ms
 from wansim.network import jitter_dist
 from wansim.scenario import Hop
 from wansim.wire import serialise_ms
 
 GRID_POINTS = 1 << 15
+MAX_SHIFTED_POINTS = 1 << 20  # shifted_mixture's grid (coarsened beyond)
 TAIL = 1e-7
 
 
@@ -69,7 +73,11 @@ def lap_distribution(
     sers = [
         float(serialise_ms(b, h.bandwidth_mbps)) for h, b in zip(hops, message_bytes, strict=True)
     ]
-    constant = constant_ms + sum(sers)
+    software = [
+        float(software_ms(b, h.per_message_ms, h.codec_ms_per_mb))
+        for h, b in zip(hops, message_bytes, strict=True)
+    ]
+    constant = constant_ms + sum(sers) + sum(software)
     random_hops = [
         (h, s)
         for h, s in zip(hops, sers, strict=True)
@@ -84,8 +92,9 @@ def lap_distribution(
     size = GRID_POINTS
     nfft = 2 * size
     spectrum = np.ones(nfft // 2 + 1, dtype=complex)
-    for h, s in random_hops:
-        spectrum *= np.fft.rfft(_hop_pmf(h, s, dt, size), nfft)
+    # identical hops (the usual uniform ring) share one transform: work O(distinct hops)
+    for (h, s), count in Counter(random_hops).items():
+        spectrum *= np.fft.rfft(_hop_pmf(h, s, dt, size), nfft) ** count
     pmf = np.fft.irfft(spectrum, nfft)[:size]
     pmf = np.clip(pmf, 0.0, None)
     pmf /= pmf.sum()
@@ -135,16 +144,25 @@ def shifted_mixture(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The distribution of X + D, D independent of X taking ``shifts_ms`` (>= 0) with
     ``weights`` (the rest of the mass at 0), on X's uniform grid extended to the largest
-    shift (each shift rounded to the grid)."""
+    shift (each shift rounded to the grid); X's grid is coarsened (bins summed) where that
+    would exceed ``MAX_SHIFTED_POINTS``."""
     if len(values) == 1:
         atoms = np.concatenate([[0.0], np.asarray(shifts_ms, dtype=float)]) + values[0]
         mass = np.concatenate([[1.0 - np.sum(weights)], np.asarray(weights, dtype=float)])
         dt = max(float(np.max(atoms) - np.min(atoms)) / 1024, 1e-9)
-        grid = np.arange(values[0], np.max(atoms) + dt, dt)
+        # (a grid by index: arange(v0, v0 + dt, dt) is empty where v0 + dt rounds to v0)
+        grid = values[0] + dt * np.arange(int(np.rint((np.max(atoms) - values[0]) / dt)) + 1)
         out = np.zeros(len(grid))
         np.add.at(out, np.rint((atoms - values[0]) / dt).astype(int), mass)
         return grid, out
     dt = values[1] - values[0]
+    # bounded work: where the largest shift is many grids long, coarsen X's grid first
+    span = len(pmf) + float(np.max(shifts_ms, initial=0.0)) / dt
+    factor = int(np.ceil(span / MAX_SHIFTED_POINTS))
+    if factor > 1:
+        pmf = np.bincount(np.arange(len(pmf)) // factor, weights=pmf)
+        values = values[0] + (factor - 1) * dt / 2 + factor * dt * np.arange(len(pmf))
+        dt *= factor
     steps = np.rint(np.asarray(shifts_ms, dtype=float) / dt).astype(int)
     top = int(steps.max(initial=0))
     out = np.zeros(len(pmf) + top)

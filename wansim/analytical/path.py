@@ -10,41 +10,38 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.compute import stage_ms, stage_ms_each
+from wansim.compute import mean_stage_ms, stage_ms_each
+from wansim.links.delivery import busy_ms
 from wansim.network import expected_losses
-from wansim.wire import serialise_ms
 
 
 def stage_services_ms(scenario, n_tokens, n_stations: int) -> list[np.ndarray]:
     """Compute ms of a pass of ``n_tokens`` at stages 0 .. n_stations - 1 (each stage's own
     model with ``model.stage_compute``, else the one model; ``stages`` may then be an array
     and ``n_stations`` its maximum)."""
-    if scenario.model.stage_compute:
+    if scenario.model.stage_compute or scenario.model.stage_overhead_ms:
         return [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, n_tokens)]
-    one = np.asarray(stage_ms(scenario.model.compute, n_tokens), dtype=float)
+    one = np.asarray(mean_stage_ms(scenario, n_tokens), dtype=float)  # every stage the same
     return [one] * n_stations
 
 
 def hop_service_ms(scenario, hop: int, n_bytes) -> np.ndarray:
-    """Serialisation ms of an ``n_bytes`` message on hop ``hop`` (retransmissions included)."""
+    """Expected time an ``n_bytes`` message holds hop ``hop``'s sender (the shared rule's
+    :func:`wansim.links.delivery.busy_ms` at E[losses]: retransmissions included)."""
     net = scenario.network
-    if net.hops:
-        h = scenario.resolved_hops()[hop]
-        return serialise_ms(n_bytes, h.bandwidth_mbps) * (1 + expected_losses(h.loss_rate))
-    return serialise_ms(n_bytes, net.bandwidth_mbps) * (1 + expected_losses(net.loss_rate))
+    h = scenario.resolved_hops()[hop] if net.hops else net
+    n = np.asarray(n_bytes, dtype=float)
+    bw = np.asarray(h.bandwidth_mbps, dtype=float)
+    return busy_ms(n, bw, h.per_message_ms, h.codec_ms_per_mb, expected_losses(h.loss_rate))
 
 
 def ring_sums(scenario, fn, n_bytes_fwd, n_bytes_ret) -> tuple[np.ndarray, np.ndarray]:
     """(sum over the forward hops of fn(link, n_bytes_fwd), fn(return link, n_bytes_ret)), with
-    link = (latency_ms, bandwidth_mbps, jitter, loss_rate, retransmit_ms): per-hop overrides
-    hop by hop, else the one network (``stages`` may then be an array)."""
+    link a resolved ``Hop`` hop by hop when per-hop overrides are given, else the one
+    ``Network`` (the same field names; ``stages`` may then be an array)."""
     net = scenario.network
     if net.hops:
-        links = [
-            (h.latency_ms, h.bandwidth_mbps, h.jitter, h.loss_rate, h.retransmit_ms)
-            for h in scenario.resolved_hops()
-        ]
+        links = scenario.resolved_hops()
         fwd = sum((fn(link, n_bytes_fwd) for link in links[:-1]), start=np.zeros(()))
         return fwd, fn(links[-1], n_bytes_ret)
-    link = (net.latency_ms, net.bandwidth_mbps, net.jitter, net.loss_rate, net.retransmit_ms)
-    return (np.asarray(scenario.stages) - 1) * fn(link, n_bytes_fwd), fn(link, n_bytes_ret)
+    return (np.asarray(scenario.stages) - 1) * fn(net, n_bytes_fwd), fn(net, n_bytes_ret)

@@ -1,7 +1,7 @@
 """Closed forms for the sync schedule, vectorised.
 
 Every numeric scenario field read here may be a numpy array (all broadcast to one shape), so one
-call evaluates a whole grid. The model (DESIGN.md section 2). The speculation policy (none,
+call evaluates a whole grid. The model: docs/architecture.md ("The physics in one lap"). The speculation policy (none,
 chain, tree, verifier rule) enters only through :mod:`wansim.speculation`: per sequence a pass
 verifies n = K + 1 (chain), N + 1 (tree of N nodes) or 1 token(s), and the accepted length has
 survival S_d per difficulty node. A batch of b sequences (``workload.concurrency`` with
@@ -49,7 +49,7 @@ from wansim.acceptance import closed_form
 from wansim.analytical.path import ring_sums
 from wansim.analytical.rate import mean_rate
 from wansim.compute import mean_stage_ms, stage_ms_each
-from wansim.network import expected_losses, hop_mean_ms, hop_var_ms, loss_terms_ms
+from wansim.network import expected_losses, hop_mean, hop_var, loss_terms_ms
 from wansim.scenario import Scenario
 from wansim.wire import forward_bytes
 
@@ -68,11 +68,14 @@ def passes_per_node(scenario: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndar
 def _hop_sums(scenario: Scenario, n_bytes_fwd, n_bytes_ret) -> tuple:
     """(sum of forward hop means, return hop mean, wire bytes per pass incl. retransmissions,
     variance of the lap's hop time)."""
-    fwd, ret = ring_sums(scenario, lambda link, n: hop_mean_ms(*link, n), n_bytes_fwd, n_bytes_ret)
-    var = sum(ring_sums(scenario, lambda link, n: hop_var_ms(*link, n), n_bytes_fwd, n_bytes_ret))
+    fwd, ret = ring_sums(scenario, hop_mean, n_bytes_fwd, n_bytes_ret)
+    var = sum(ring_sums(scenario, hop_var, n_bytes_fwd, n_bytes_ret))
     wire = sum(
         ring_sums(
-            scenario, lambda link, n: n * (1 + expected_losses(link[3])), n_bytes_fwd, n_bytes_ret
+            scenario,
+            lambda link, n: n * (1 + expected_losses(link.loss_rate)),
+            n_bytes_fwd,
+            n_bytes_ret,
         )
     )
     return fwd, ret, wire, var
@@ -84,7 +87,7 @@ def _loss_sums(scenario: Scenario, n_bytes_fwd, n_bytes_ret) -> dict[str, np.nda
 
     def total(key: str) -> np.ndarray:
         def term(link, n):
-            return loss_terms_ms(link[3], link[4], link[1], n)[key]
+            return loss_terms_ms(link.loss_rate, link.retransmit_ms, link.bandwidth_mbps, n)[key]
 
         return sum(ring_sums(scenario, term, n_bytes_fwd, n_bytes_ret))
 
@@ -201,8 +204,9 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     }
 
 
-def stage_utilization(scenario: Scenario, means: dict) -> list[float]:
-    """Per-stage busy fraction (scalar scenario): the drafter's stage also pays its passes."""
+def stage_busy_ms(scenario: Scenario, means: dict) -> tuple[list[float], float]:
+    """Per-stage busy ms of one request (scalar scenario; the drafter's stage also pays its
+    passes) and the request's duration."""
     stages = int(scenario.stages)
     passes = float(means["passes_per_request"])
     duration = float(means["prefill_ms"] + passes * means["lap_ms_mean"])
@@ -212,4 +216,4 @@ def stage_utilization(scenario: Scenario, means: dict) -> list[float]:
     busy = [float(pre) + passes * float(ver) for pre, ver in zip(prefill, verify, strict=True)]
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else stages - 1
     busy[draft_stage] += passes * float(means["draft_ms"])
-    return [x / duration for x in busy]
+    return busy, duration

@@ -1,6 +1,6 @@
 """Bandwidth-aware tree sizing and the tree / domain-shift comparisons built on it.
 
-The review's sizing model (Part III): a tree of N nodes commits tau(N) tokens per lap, and each
+The literature review's ("Literature review, Pluralis, compiled August–October 2026") sizing model (Part III): a tree of N nodes commits tau(N) tokens per lap, and each
 node costs every forward hop s_act / B (plus the mask) and every stage its share of a pass of
 b (N + 1) tokens, so the best N maximises
 

@@ -17,9 +17,9 @@ and in ``OUT/calibration.json``) and exits 130. Bad input: one line naming the f
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from wansim import strict_json
 from wansim.errors import WansimInputError
 
 
@@ -115,20 +115,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             des_requests=_int("--des-requests", args.des_requests) if args.des_requests else None,
             progress=progress,
         )
-        print(json.dumps(result) if args.json else format_table(result))
+        print(strict_json.dumps(result) if args.json else format_table(result))
         return 0
     try:
         result = run_calibration(settings, progress)
     except (KeyboardInterrupt, PipelineError, CellError) as err:
         result = getattr(err, "result", None)
         if result is not None and result["cells"]:
-            print(json.dumps(result) if args.json else format_table(result), flush=True)
+            print(strict_json.dumps(result) if args.json else format_table(result), flush=True)
         if isinstance(err, KeyboardInterrupt):
             print("interrupted", file=sys.stderr)
             return 130
         print(f"calibrate failed: {err}", file=sys.stderr)
         return 1
-    print(json.dumps(result) if args.json else format_table(result))
+    print(strict_json.dumps(result) if args.json else format_table(result))
     return 0
 
 

@@ -29,14 +29,21 @@ from pathlib import Path
 
 import numpy as np
 
+from wansim import strict_json
 from wansim.calibrate.cells import DRAFTER_KINDS, PLACEMENT
+from wansim.data import models_dir
 from wansim.errors import WansimInputError
+from wansim.hold import checkpoint
 from wansim.real.config import MTP_FILES  # no torch there (settings only)
 
-ROOT = Path(__file__).resolve().parents[2]
-TARGET = ROOT / "models" / "tiny-target"
-DRAFTER = ROOT / "models" / "tiny-drafter"
-MTP = ROOT / "models" / "tiny-mtp"
+
+def tiny_model(name: str) -> str:
+    """A tiny model of the source checkout (wansim.data.models_dir), else ``models/NAME``
+    (which the settings check then reports as missing, in one line)."""
+    found = models_dir(name)
+    return str(found if found is not None else Path("models") / name)
+
+
 VERIFIERS = ("greedy", "lossless")
 LINK_MODES = ("measured", "configured")
 BITS = (32, 16, 8, 4, 3)
@@ -70,10 +77,10 @@ class Settings:
     temperature: float = 0.0
     bandwidth_mbps: float = 1000.0
     activation_bits: int = 32
-    target_dir: str = str(TARGET)
-    drafter_dir: str = str(DRAFTER)
+    target_dir: str = dataclasses.field(default_factory=lambda: tiny_model("tiny-target"))
+    drafter_dir: str = dataclasses.field(default_factory=lambda: tiny_model("tiny-drafter"))
     drafter_kind: str = "draft_model"
-    mtp_dir: str = str(MTP)
+    mtp_dir: str = dataclasses.field(default_factory=lambda: tiny_model("tiny-mtp"))
     des_requests: int = 2000
     seed: int = 0
     links: str = "measured"
@@ -320,7 +327,7 @@ def evaluate_cell(
             key: {"value": conf[key], "error": relative_error(conf[key], real.get(key))}
             for key in ("tokens_per_s", "lap_ms_mean")
         }
-    (cell_dir / "cell.json").write_text(json.dumps(cell, indent=1) + "\n")
+    (cell_dir / "cell.json").write_text(strict_json.dumps(cell, indent=1) + "\n")
     return cell
 
 
@@ -404,7 +411,7 @@ def run_calibration(
             "cells": cells,
             "summary": summarize(cells, settings, time.perf_counter() - t0, complete),
         }
-        (out / "calibration.json").write_text(json.dumps(result, indent=1) + "\n")
+        (out / "calibration.json").write_text(strict_json.dumps(result, indent=1) + "\n")
         return result
 
     from wansim.real.prompts import builtin_prompts
@@ -509,7 +516,7 @@ def recalibrate(
     }
     result["summary"]["reused_from"] = str(src)
     Path(raw["out"]).mkdir(parents=True, exist_ok=True)
-    (Path(raw["out"]) / "calibration.json").write_text(json.dumps(result, indent=1) + "\n")
+    (Path(raw["out"]) / "calibration.json").write_text(strict_json.dumps(result, indent=1) + "\n")
     return result
 
 
@@ -581,6 +588,7 @@ def _run_pipeline(settings, target_cfg, prompts, p, lat, cells, total, t0, say, 
             cells.append(cell)
             write(False)
             say(_progress_line(len(cells), total, cell, t_real, time.perf_counter() - t_cell, t0))
+            checkpoint("calibrate-cell", len(cells))
     except KeyboardInterrupt:
         pipe.abort()
         raise

@@ -16,11 +16,11 @@ import json
 import sys
 from pathlib import Path
 
+from wansim.data import models_dir
 from wansim.real.errors import PipelineError, RealConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
-TARGET = str(ROOT / "models" / "tiny-target")
-DRAFTER = str(ROOT / "models" / "tiny-drafter")
+TARGET = str(models_dir("tiny-target") or Path("models") / "tiny-target")
+DRAFTER = str(models_dir("tiny-drafter") or Path("models") / "tiny-drafter")
 
 
 def _ints(text: str) -> list[int]:

@@ -158,16 +158,14 @@ class PipelineSpec:
         return self.drafter_kind == "mtp" or self.drafter_dir is not None
 
     def hop_links(self) -> tuple[LinkSpec, ...]:
-        """One LinkSpec per hop (``stages`` entries, the last is the return hop)."""
-        if not self.links:
-            return tuple(LinkSpec(seed=h) for h in range(self.stages))
-        if len(self.links) == 1:
-            from dataclasses import replace
+        """One LinkSpec per hop (``stages`` entries, the last is the return hop), each drawing
+        the DES's streams for its hop of this ring (``ring_stages``, ``hop``; seed as given)."""
+        from dataclasses import replace
 
-            return tuple(
-                replace(self.links[0], seed=self.links[0].seed + h) for h in range(self.stages)
-            )
-        return self.links
+        links = self.links or (LinkSpec(),)
+        if len(links) == 1:
+            links = links * self.stages
+        return tuple(replace(link, ring_stages=self.stages, hop=h) for h, link in enumerate(links))
 
     def as_dict(self) -> dict:
         d = asdict(self)

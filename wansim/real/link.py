@@ -1,22 +1,27 @@
 """User-space WAN link emulator: one asyncio relay process per hop (kernel netem is unavailable).
 
-Model (the same one the simulator uses). A frame whose header reaches the relay at ``arrival``
-starts serialising at ``start = max(arrival, link_free)`` and occupies the link for
-``ser = bytes * 8 / bandwidth``; propagation overlaps (it does not occupy the link). It is
-delivered at ``max(start + ser + prop, previous_delivery)`` (FIFO, like TCP), where
-``prop = max(0, latency + jitter) + retransmissions * retransmit_ms`` (each transmission is lost
-with probability ``loss_rate``). Jitter follows ``wansim.scenario.Jitter``: normal N(mean, std);
-lognormal >= 0 with mean (default std) and std; pareto = Lomax with tail index ``shape`` and std;
-empirical resamples given values.
+Model: the one the engines use, by the same code. The relay groups frames into messages (a
+pass's draft ids and probabilities ride with the activations or verdict that end the message:
+:data:`LEADING_KINDS`) and schedules each message with :func:`wansim.links.delivery.deliver`:
+it starts at ``max(arrival, link free)``, holds the link for ``busy = per_message_ms +
+codec_ms_per_mb * bytes / 1e6 + (1 + G) * bytes * 8 / bandwidth`` (the sender's software cost,
+paid once; a lost transmission is sent again and pays serialisation again), and is delivered
+at ``max(free + G * retransmit_ms + max(0, latency + jitter), previous delivery)``. Jitter J and
+lost transmissions G are drawn once per message (not per frame) by
+:class:`wansim.links.draws.LinkDraws` from the DES's streams for this hop: a ``LinkSpec`` with
+``seed``, ``ring_stages`` and ``hop`` draws exactly what the DES draws for hop ``hop`` of a ring
+of ``ring_stages`` stages run with scenario seed ``seed``. Jitter kinds and parameters are
+``wansim.scenario.Jitter``'s (:mod:`wansim.links.jitter`).
 
 Timing: ``asyncio.sleep`` until ``busy_wait_ms`` before delivery, then a busy-wait (asyncio's
 epoll timeout is rounded up to whole ms; uvloop's clock is cached to 1 ms, so it is not used).
 Frames arriving while the relay busy-waits are time-stamped late by at most ``busy_wait_ms``.
-Every frame's timings are appended to a CSV as it is delivered. The loopback legs into and out
-of the relay and the wake-up error are the emulator's own error: :func:`measure_link_accuracy`
-measures it (achieved one-way delay minus the scheduled one).
+Every frame's timings are appended to a CSV as it is delivered (a message's frames share its
+schedule). The loopback legs into and out of the relay and the wake-up error are the emulator's
+own error: :func:`measure_link_accuracy` measures it (achieved one-way delay minus the
+scheduled one).
 
-numpy and the standard library only (no torch), so relays start fast.
+numpy and the standard library only (no torch, no scipy), so relays start fast.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from wansim.links.delivery import HopSender
+from wansim.links.draws import LinkDraws, hop_streams, ring_seeds
+from wansim.links.jitter import jitter_dist
+from wansim.links.tcp import TcpParams
 from wansim.real.errors import RealConfigError
 from wansim.real.frames import (
     HEADER_BYTES,
@@ -50,8 +59,12 @@ from wansim.real.frames import (
 )
 
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
+# frames that open a message and wait for the frame that ends it (a pass's drafts ride with its
+# activations forward and with its verdict on the return hop); every other kind ends a message
+LEADING_KINDS = frozenset({Kind.DRAFT_IDS, Kind.DRAFT_PROBS})
 RECORD_COLUMNS = (
     "frame",
+    "message",
     "kind",
     "step",
     "bytes",
@@ -59,16 +72,20 @@ RECORD_COLUMNS = (
     "arrival_ns",
     "scheduled_ns",
     "delivered_ns",
-    "ser_ms",
+    "busy_ms",
     "prop_ms",
     "jitter_ms",
     "queue_ms",
+    "losses",
 )
 
 
 @dataclass(frozen=True)
 class LinkSpec:
     """One hop's emulated link. ``bandwidth_mbps=None`` means no serialisation delay.
+
+    Random draws come from the DES's streams of hop ``hop`` in a ring of ``ring_stages`` stages
+    with scenario seed ``seed`` (:func:`wansim.links.draws.ring_seeds`).
 
     ``stall_after_frames`` / ``corrupt_frame`` inject faults for tests: hold every frame after
     the first N, or flip a header byte of frame number N (0-based).
@@ -83,7 +100,16 @@ class LinkSpec:
     jitter_samples_ms: tuple[float, ...] = ()
     loss_rate: float = 0.0
     retransmit_ms: float = 200.0
+    per_message_ms: float = 0.0
+    codec_ms_per_mb: float = 0.0
+    transport: str = "ideal"
+    tcp_mss_bytes: int = 1448
+    tcp_initial_window_segments: int = 10
+    tcp_max_window_bytes: float = 4194304.0
+    tcp_restart_after_idle: bool = True
     seed: int = 0
+    ring_stages: int = 1
+    hop: int = 0
     busy_wait_ms: float = 1.0
     stall_after_frames: int | None = None
     corrupt_frame: int | None = None
@@ -113,13 +139,42 @@ class LinkSpec:
             bad("loss_rate", "must be in [0, 1)")
         if self.retransmit_ms < 0:
             bad("retransmit_ms", "must be >= 0")
+        for name in ("per_message_ms", "codec_ms_per_mb"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                bad(name, "must be a finite number >= 0")
+        if self.transport not in ("ideal", "tcp"):
+            bad("transport", "must be one of ['ideal', 'tcp']")
+        if not 64 <= self.tcp_mss_bytes <= 65535:
+            bad("tcp_mss_bytes", "must be in 64..65535")
+        if not self.tcp_initial_window_segments >= 1:
+            bad("tcp_initial_window_segments", "must be >= 1")
+        if not self.tcp_max_window_bytes >= self.tcp_mss_bytes:
+            bad("tcp_max_window_bytes", "must be >= tcp_mss_bytes")
+        if not 1 <= self.ring_stages <= 1024:
+            bad("ring_stages", "must be in 1..1024")
+        if not 0 <= self.hop < self.ring_stages:
+            bad("hop", f"must be in 0..{self.ring_stages - 1} (ring_stages - 1)")
         if not 0 <= self.busy_wait_ms <= 20:
             bad("busy_wait_ms", "must be in [0, 20]")
 
     @classmethod
-    def from_hop(cls, hop, seed: int = 0) -> LinkSpec:
-        """From a resolved ``wansim.scenario.Hop`` (latency, bandwidth, jitter, loss)."""
+    def from_hop(
+        cls, hop, seed: int = 0, ring_stages: int = 1, index: int = 0, tcp=None
+    ) -> LinkSpec:
+        """From a resolved ``wansim.scenario.Hop`` (latency, bandwidth, jitter, loss, software
+        costs), hop ``index`` of a ring of ``ring_stages`` (the DES's draws for that hop and
+        seed); ``tcp``: ``wansim.links.tcp.TcpParams`` for ``transport: tcp``."""
         j = hop.jitter
+        tcp_fields = {}
+        if tcp is not None:
+            tcp_fields = {
+                "transport": "tcp",
+                "tcp_mss_bytes": tcp.mss_bytes,
+                "tcp_initial_window_segments": tcp.initial_window_segments,
+                "tcp_max_window_bytes": tcp.max_window_bytes,
+                "tcp_restart_after_idle": tcp.restart_after_idle,
+            }
         return cls(
             latency_ms=hop.latency_ms,
             bandwidth_mbps=hop.bandwidth_mbps,
@@ -130,7 +185,12 @@ class LinkSpec:
             jitter_samples_ms=tuple(j.samples_ms),
             loss_rate=hop.loss_rate,
             retransmit_ms=hop.retransmit_ms,
+            per_message_ms=hop.per_message_ms,
+            codec_ms_per_mb=hop.codec_ms_per_mb,
             seed=seed,
+            ring_stages=ring_stages,
+            hop=index,
+            **tcp_fields,
         )
 
     def to_json(self) -> str:
@@ -143,51 +203,77 @@ class LinkSpec:
         return cls(**raw)
 
 
-def sample_jitter_ms(spec: LinkSpec, rng: np.random.Generator) -> float:
-    """One draw of the jitter J (ms) for ``spec``; the propagation delay is max(0, L + J)."""
-    kind = spec.jitter_kind
-    if kind == "none":
-        return 0.0
-    s = spec.jitter_std_ms
-    if kind == "normal":
-        return float(rng.normal(spec.jitter_mean_ms or 0.0, s))
-    if kind == "lognormal":
-        m = spec.jitter_mean_ms if spec.jitter_mean_ms is not None else s
-        sigma2 = math.log1p((s / m) ** 2)
-        return float(rng.lognormal(math.log(m) - sigma2 / 2, math.sqrt(sigma2)))
-    if kind == "pareto":
-        a = spec.jitter_shape
-        lam = s * (a - 1) * math.sqrt((a - 2) / a)
-        return float(lam * rng.pareto(a))
-    return float(spec.jitter_samples_ms[int(rng.integers(len(spec.jitter_samples_ms)))])
+def link_draws(spec: LinkSpec) -> LinkDraws:
+    """The per-message draws of ``spec``'s hop: the DES's streams for (seed, ring_stages, hop)."""
+    prop_rng, loss_rng = hop_streams(ring_seeds(spec.seed, spec.ring_stages), spec.hop)
+    jitter = jitter_dist(
+        _JitterFields(
+            spec.jitter_kind,
+            spec.jitter_std_ms,
+            spec.jitter_mean_ms,
+            spec.jitter_shape,
+            spec.jitter_samples_ms,
+        )
+    )
+    return LinkDraws(spec.latency_ms, jitter, spec.loss_rate, prop_rng, loss_rng)
+
+
+@dataclass(frozen=True)
+class _JitterFields:
+    """``wansim.scenario.Jitter``'s fields, as :func:`wansim.links.jitter.jitter_dist` reads them."""
+
+    kind: str
+    std_ms: float
+    mean_ms: float | None
+    shape: float
+    samples_ms: tuple[float, ...]
+    samples_file: str | None = None
 
 
 @dataclass
 class LinkScheduler:
-    """The delivery-time rule, separated from I/O so it can be tested and reused."""
+    """The shared per-hop sender (:class:`wansim.links.delivery.HopSender`) on this hop, one
+    call per message; times in ns of ``time.monotonic_ns``, computed in ms from the first
+    message's arrival (the DES's clock starts there too in the emulator-against-DES test)."""
 
     spec: LinkSpec
-    rng: np.random.Generator = field(init=False)
-    link_free_ns: int = 0
-    last_delivery_ns: int = 0
+    draws: LinkDraws = field(init=False)
+    sender: HopSender = field(init=False)
+    origin_ns: int | None = None
 
     def __post_init__(self):
-        self.rng = np.random.default_rng(self.spec.seed)
-
-    def schedule(self, arrival_ns: int, nbytes: int) -> tuple[int, float, float, float]:
-        """(delivery_ns, ser_ms, prop_ms, jitter_ms) for a frame of ``nbytes`` arriving now."""
         spec = self.spec
-        start = max(arrival_ns, self.link_free_ns)
-        ser_ms = 0.0 if spec.bandwidth_mbps is None else nbytes * 8 / (spec.bandwidth_mbps * 1e3)
-        self.link_free_ns = start + int(ser_ms * 1e6)
-        jitter = sample_jitter_ms(spec, self.rng)
-        prop = max(0.0, spec.latency_ms + jitter)
-        if spec.loss_rate > 0:
-            while self.rng.random() < spec.loss_rate:
-                prop += spec.retransmit_ms
-        deliver = max(start + int((ser_ms + prop) * 1e6), self.last_delivery_ns)
-        self.last_delivery_ns = deliver
-        return deliver, ser_ms, prop, jitter
+        self.draws = link_draws(spec)
+        tcp = None
+        if spec.transport == "tcp":
+            tcp = TcpParams(
+                spec.tcp_mss_bytes,
+                spec.tcp_initial_window_segments,
+                spec.tcp_max_window_bytes,
+                spec.tcp_restart_after_idle,
+            )
+        bw = math.inf if spec.bandwidth_mbps is None else spec.bandwidth_mbps
+        self.sender = HopSender(
+            bw, spec.per_message_ms, spec.codec_ms_per_mb, spec.retransmit_ms, spec.latency_ms, tcp
+        )
+
+    @property
+    def free_ms(self) -> float:
+        return self.sender.free_ms
+
+    def schedule(self, arrival_ns: int, nbytes: int) -> tuple[int, float, float, float, int]:
+        """(delivery_ns, busy_ms, prop_ms, jitter_ms, losses) for a message of ``nbytes``
+        complete at ``arrival_ns``: ``busy_ms`` holds the link, ``prop_ms`` is the rest of the
+        way (max(0, L + J) plus any loss repair), ``jitter_ms`` = max(0, L + J) - L."""
+        if self.origin_ns is None:
+            self.origin_ns = arrival_ns
+        offer_ms = (arrival_ns - self.origin_ns) / 1e6
+        g = self.draws.losses()
+        propagation = self.draws.propagation_ms()
+        start, free, delivery = self.sender.send(offer_ms, nbytes, g, propagation)
+        delivery_ns = self.origin_ns + round(delivery * 1e6)
+        busy = free - start
+        return delivery_ns, busy, delivery - free, propagation - self.spec.latency_ms, g
 
 
 # ----------------------------------------------------------------------------- the relay
@@ -204,8 +290,15 @@ class _Relay:
             self.records.flush()
         self.error: str | None = None
 
+    def _offer(self, message: int, frames: list) -> None:
+        """Schedule one message (its frames, complete at the last frame's arrival)."""
+        nbytes = sum(len(f[2]) for f in frames)
+        deliver, busy, prop, jit, g = self.sched.schedule(frames[-1][3], nbytes)
+        self.queue.put_nowait((message, frames, deliver, busy, prop, jit, g))
+
     async def read_loop(self, reader: asyncio.StreamReader) -> None:
-        idx = 0
+        idx = message = 0
+        pending: list = []  # frames of the message being read (leading kinds so far)
         try:
             while True:
                 try:
@@ -216,6 +309,7 @@ class _Relay:
                             f"truncated header: {len(e.partial)} of {HEADER_BYTES} bytes"
                         ) from None
                     break  # clean EOF between frames
+
                 arrival = time.monotonic_ns()
                 h = decode_header(head)
                 try:
@@ -227,9 +321,14 @@ class _Relay:
                 data = head + payload
                 if self.spec.corrupt_frame is not None and idx == self.spec.corrupt_frame:
                     data = data[:20] + bytes([data[20] ^ 0xFF]) + data[21:]
-                deliver, ser, prop, jit = self.sched.schedule(arrival, len(data))
-                self.queue.put_nowait((idx, h, data, arrival, deliver, ser, prop, jit))
+                pending.append((idx, h, data, arrival))
                 idx += 1
+                if h.kind not in LEADING_KINDS:
+                    self._offer(message, pending)
+                    message += 1
+                    pending = []
+            if pending:  # the sender closed inside a message: deliver what came
+                self._offer(message, pending)
         except FrameError as e:
             self.error = f"malformed frame from upstream: {e}"
         except (ConnectionError, OSError) as e:
@@ -243,36 +342,42 @@ class _Relay:
             item = await self.queue.get()
             if item is None:
                 break
-            idx, h, data, arrival, deliver, ser, prop, jit = item
-            if stall is not None and idx >= stall:
-                continue  # fault injection: the link swallows everything from here on
+            message, frames, deliver, busy, prop, jit, g = item
+            if stall is not None:  # fault injection: the link swallows every frame from here on
+                frames = [f for f in frames if f[0] < stall]
+                if not frames:
+                    continue
             remaining = deliver - time.monotonic_ns()
             if remaining > busy_ns:
                 await asyncio.sleep((remaining - busy_ns) / 1e9)
             while time.monotonic_ns() < deliver:
                 pass
-            writer.write(data)
+            for _, _, data, _ in frames:
+                writer.write(data)
             delivered = time.monotonic_ns()
             if writer.transport.get_write_buffer_size() > (1 << 20):
                 await writer.drain()
             if self.writer_csv:
-                queue_ms = (deliver - arrival) / 1e6 - ser - prop
-                self.writer_csv.writerow(
-                    (
-                        idx,
-                        int(h.kind),
-                        h.step,
-                        len(data),
-                        h.send_ns,
-                        arrival,
-                        deliver,
-                        delivered,
-                        f"{ser:.6f}",
-                        f"{prop:.6f}",
-                        f"{jit:.6f}",
-                        f"{queue_ms:.6f}",
+                for idx, h, data, arrival in frames:
+                    queue_ms = (deliver - arrival) / 1e6 - busy - prop
+                    self.writer_csv.writerow(
+                        (
+                            idx,
+                            message,
+                            int(h.kind),
+                            h.step,
+                            len(data),
+                            h.send_ns,
+                            arrival,
+                            deliver,
+                            delivered,
+                            f"{busy:.6f}",
+                            f"{prop:.6f}",
+                            f"{jit:.6f}",
+                            f"{queue_ms:.6f}",
+                            g,
+                        )
                     )
-                )
                 if self.queue.empty():
                     self.records.flush()
         await writer.drain()

@@ -6,7 +6,8 @@ hops (hop i carries S_i's output to S_(i+1); hop P-1 is the return hop to S0; wi
 ring is the return hop alone), one :class:`~wansim.sim.verifier.Verifier` at the last stage and
 a :class:`~wansim.sim.request.RequestSource`. The run ends when every request has finished.
 
-Random streams: ``np.random.SeedSequence(scenario.seed).spawn(4 + 2P)`` gives independent
+Random streams: ``np.random.SeedSequence(scenario.seed).spawn(4 + 2P)``
+(:func:`wansim.links.draws.ring_seeds`, which the link emulator shares) gives independent
 generators, by position: 0 acceptance draws, 1 per-request difficulty, 2 arrivals, then for
 each hop i: 3 + 2i propagation jitter, 4 + 2i losses; the last child (3 + 2P) seeds the block
 schedule's bets, one stream per request. Same seed -> identical run.
@@ -23,8 +24,10 @@ import functools
 import numpy as np
 import simpy
 
-from wansim.compute import drafter_tree_ms, stage_ms
+from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.errors import ScenarioError
+from wansim.links.draws import hop_streams, ring_seeds
+from wansim.links.tcp import tcp_params
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
 from wansim.sim.link import Link
@@ -37,11 +40,24 @@ from wansim.sim.stage import Stage
 from wansim.sim.verifier import Verifier
 from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
 
+# bounded work: a run simulates requests x output_tokens tokens (~1e5-1e6 a second)
+MAX_TOKENS = 100_000_000
+
 
 def check_supported(scenario: Scenario) -> None:
     """The DES runs the sync schedule with any speculation policy, and the block schedule
-    (async, overlapped drafter: :mod:`wansim.sim.schedule`) with chains; the rest is refused."""
+    (async, overlapped drafter: :mod:`wansim.sim.schedule`) with chains; the rest is refused.
+    At most :data:`MAX_TOKENS` output tokens over all requests."""
     sched = scenario.schedule
+    wl = scenario.workload
+    if wl.requests * wl.output_tokens > MAX_TOKENS:
+        raise ScenarioError(
+            "workload.requests",
+            f"x output_tokens ({wl.output_tokens}) is {wl.requests * wl.output_tokens:.2g} tokens"
+            f" to simulate, more than the DES's {MAX_TOKENS:.0e} (lower them, or use"
+            " --engine analytical)",
+            wl.requests,
+        )
     if not uses_blocks(scenario):
         return
     field = "schedule.kind" if sched.kind == "async" else "drafter.overlap"
@@ -82,7 +98,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     env = simpy.Environment()
     p_stages = scenario.stages
     # the block schedule's bets come from one more child, after the documented streams
-    seeds = np.random.SeedSequence(scenario.seed).spawn(4 + 2 * p_stages)
+    seeds = ring_seeds(scenario.seed, p_stages)
     streams = [np.random.default_rng(s) for s in seeds[:-1]]
     blocks = uses_blocks(scenario)
     difficulty_copy = copy.deepcopy(streams[1]) if blocks else None
@@ -104,7 +120,10 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     draft_per_sequence = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 1)) - draft
     first_stage = scenario.drafter.placement == "first_stage"
     overlap = blocks and scenario.drafter.overlap  # drafting on its own device (schedule.py)
-    computes = [functools.partial(stage_ms, m) for m in scenario.stage_compute_models()]
+    computes = [
+        functools.partial(stage_pass_ms, m, o)
+        for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
+    ]
     fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
     stages = [
         Stage(
@@ -141,15 +160,19 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
         )
         for stage in stages:
             stage.hooks = scheduler
+    tcp = tcp_params(scenario.network)
+    d = scenario.network.drift
+    drift = d if (d.latency_factor, d.bandwidth_factor) != (1.0, 1.0) else None
     links = [
         Link(
             env,
             i,
             hop,
             scheduler.deliver((i + 1) % p_stages) if blocks else stages[(i + 1) % p_stages].receive,
-            streams[3 + 2 * i],
-            streams[4 + 2 * i],
+            *hop_streams(seeds, i),
             tl.transfers if tl else None,
+            tcp,
+            drift,
         )
         for i, hop in enumerate(scenario.resolved_hops())
     ]
@@ -176,12 +199,15 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     unfinished = int(np.isnan(record.finish_ms).sum())
     if unfinished:  # cannot happen with a correct engine; never report partial metrics
         raise RuntimeError(f"DES ended with {unfinished} unfinished requests")
+    method = ci_method(record)
     details = {
         "record": record,
         "timeline": tl,
         "makespan_ms": record.makespan_ms,
         "events": events,
-        "ci_method": ci_method(wl.concurrency),
+        "ci_method": method,
+        # metric -> why it is null in the JSON (wansim.result.Result.to_json)
+        "undefined": {"tokens_per_s_ci95": method} if method.startswith("undefined") else {},
         "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
         "verify_passes": record.verify_passes,
     }

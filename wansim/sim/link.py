@@ -1,18 +1,11 @@
 """A link (one hop of the ring): FIFO, bandwidth-limited, with latency, jitter and loss.
 
-Not a process: sending computes the delivery time in closed form (``wansim.network``'s model)
-and schedules one timeout whose callback drops the message into the next stage's mailbox:
-
-    start    = max(offer, link free)            FIFO: a message waits for the link (TCP)
-    busy     = (1 + G) * bytes*8/B              only serialisation occupies the link
-    free     = start + busy
-    delivery = start + busy + G * rto + max(0, L + J)
-    delivery = max(delivery, previous delivery on this hop)     no overtaking
-
-Propagation overlaps: the link is free again after ``busy``, however long the latency. Jitter
-J and losses G are drawn in vectorised blocks from the hop's own streams. Each delivery pops
-the oldest message in flight, so delivery order is the send order even when two deliveries
-fall on the same instant.
+Not a process: sending applies the shared delivery rule (:func:`wansim.links.delivery.deliver`,
+the same code the analytical engine takes expectations of and the real-path emulator runs) and
+schedules one timeout whose callback drops the message into the next stage's mailbox. Jitter
+and losses are drawn once per message from the hop's own streams
+(:class:`wansim.links.draws.LinkDraws`). Each delivery pops the oldest message in flight, so
+delivery order is the send order even when two deliveries fall on the same instant.
 """
 
 from __future__ import annotations
@@ -24,11 +17,11 @@ import numpy as np
 import simpy
 from simpy.events import Timeout
 
-from wansim.network import jitter_dist, sample_losses
+from wansim.links.delivery import HopSender
+from wansim.links.draws import LinkDraws
+from wansim.network import jitter_dist
 from wansim.scenario import Hop
 from wansim.sim.messages import VERIFY, Pass
-
-DRAW_BLOCK = 4096
 
 
 class Link:
@@ -36,29 +29,16 @@ class Link:
 
     __slots__ = (
         "_arrive_cb",
-        "_losses",
-        "_losses_i",
-        "_prop",
-        "_prop_i",
         "bytes_decode",
         "bytes_total",
         "deliver",
+        "draws",
         "env",
-        "free_ms",
-        "has_jitter",
-        "has_loss",
         "hop",
         "in_flight",
         "index",
-        "jitter",
-        "last_delivery_ms",
-        "latency_ms",
-        "loss_rate",
-        "loss_rng",
         "messages",
-        "ms_per_byte",
-        "prop_rng",
-        "rto_ms",
+        "sender",
         "timeline",
     )
 
@@ -71,51 +51,23 @@ class Link:
         prop_rng: np.random.Generator,
         loss_rng: np.random.Generator,
         timeline: list | None = None,
+        tcp=None,
+        drift=None,
     ):
         self.env = env
         self.index = index
         self.hop = hop
         self.deliver = deliver
-        self.ms_per_byte = 8.0 / (hop.bandwidth_mbps * 1e3)
-        self.latency_ms = hop.latency_ms
-        self.jitter = jitter_dist(hop.jitter)
-        self.loss_rate = hop.loss_rate
-        self.rto_ms = hop.retransmit_ms
-        self.prop_rng = prop_rng
-        self.loss_rng = loss_rng
-        self._prop: list[float] = []
-        self._prop_i = 0
-        self._losses: list[int] = []
-        self._losses_i = 0
-        self.free_ms = 0.0
-        self.last_delivery_ms = 0.0
+        self.sender = hop_sender(hop, tcp, drift)
+        self.draws = LinkDraws(
+            hop.latency_ms, jitter_dist(hop.jitter), hop.loss_rate, prop_rng, loss_rng
+        )
         self.in_flight: deque[list[Pass]] = deque()
         self.messages = 0
         self.bytes_total = 0.0  # including retransmissions
         self.bytes_decode = 0.0  # the share carrying verify passes
         self.timeline = timeline  # (hop, offer, start, busy_end, delivery, bytes, losses, passes)
-        self.has_jitter = self.jitter.kind != "none"
-        self.has_loss = self.loss_rate > 0
         self._arrive_cb = self._arrive
-
-    def _propagation(self) -> float:
-        """max(0, L + J) for the next message (a jittered hop)."""
-        if self._prop_i >= len(self._prop):
-            j = self.jitter.sample(self.prop_rng, DRAW_BLOCK)
-            self._prop = np.maximum(0.0, self.latency_ms + j).tolist()
-            self._prop_i = 0
-        d = self._prop[self._prop_i]
-        self._prop_i += 1
-        return d
-
-    def _lost(self) -> int:
-        """G: lost transmissions of the next message (a lossy hop)."""
-        if self._losses_i >= len(self._losses):
-            self._losses = sample_losses(self.loss_rng, self.loss_rate, DRAW_BLOCK).tolist()
-            self._losses_i = 0
-        g = self._losses[self._losses_i]
-        self._losses_i += 1
-        return g
 
     def send(
         self,
@@ -131,29 +83,34 @@ class Link:
         now = env._now
         if offer_ms is None:
             offer_ms = now
-        start = self.free_ms if self.free_ms > offer_ms else offer_ms
-        g = self._lost() if self.has_loss else 0
-        busy = n_bytes * self.ms_per_byte * (1 + g)
-        self.free_ms = start + busy
-        delivery = start + busy + (self._propagation() if self.has_jitter else self.latency_ms)
-        if g:
-            delivery += g * self.rto_ms
-        if delivery < self.last_delivery_ms:
-            delivery = self.last_delivery_ms
-        self.last_delivery_ms = delivery
+        draws = self.draws
+        g = draws.losses()
+        start, free, delivery = self.sender.send(offer_ms, n_bytes, g, draws.propagation_ms())
         self.in_flight.append(passes)
         Timeout(env, delivery - now).callbacks.append(self._arrive_cb)
-        wire = n_bytes * (1 + g)
+        wire = self.sender.wire_bytes(n_bytes, g) if g else n_bytes
         self.messages += 1
         self.bytes_total += wire
         self.bytes_decode += wire * decode_share
         if self.timeline is not None:
-            self.timeline.append(
-                (self.index, offer_ms, start, start + busy, delivery, n_bytes, g, passes)
-            )
+            self.timeline.append((self.index, offer_ms, start, free, delivery, n_bytes, g, passes))
 
     def _arrive(self, _event: object) -> None:
         self.deliver(self.in_flight.popleft())
+
+
+def hop_sender(hop: Hop, tcp=None, drift=None) -> HopSender:
+    """The shared per-hop sender for a resolved hop (``tcp``: TcpParams, or None: ideal;
+    ``drift``: the network's Drift, or None)."""
+    return HopSender(
+        hop.bandwidth_mbps,
+        hop.per_message_ms,
+        hop.codec_ms_per_mb,
+        hop.retransmit_ms,
+        hop.latency_ms,
+        tcp,
+        drift,
+    )
 
 
 def decode_share(passes: list[Pass]) -> float:

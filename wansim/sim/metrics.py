@@ -1,4 +1,4 @@
-"""Event record -> the metrics of ``wansim.metrics`` (DESIGN.md section 3).
+"""Event record -> the metrics of ``wansim.metrics``.
 
 Warm-up rule: none at concurrency 1 (each request runs alone from an idle pipeline). With
 concurrency c > 1 the first c requests (ids 0..c-1, which start into an empty pipeline) are
@@ -29,11 +29,25 @@ Whole-run statistics (every request, every pass):
   which is the sync formula when nothing was cancelled;
 - ``target_exact``: false for typical acceptance (a lossy rule), else true.
 
-``tokens_per_s_ci95`` (method in :func:`rate_interval`): at concurrency 1 the requests are
-independent replications (each runs alone; the links are idle between requests), so a Student-t
-interval over the per-request rates; at concurrency > 1 requests overlap and interact, so batch
-means: the measured requests in completion order are cut into b = min(20, max(2, n // 5))
-contiguous batches and the t-interval (b - 1 degrees of freedom) is taken over the batch means.
+``tokens_per_s_ci95`` (method in :func:`rate_interval`, named by :func:`ci_method`):
+
+- with at least ``MIN_REQUESTS_FOR_REQUEST_CI`` (10) measured requests, at concurrency 1 the
+  requests are independent replications (each runs alone; the links are idle between
+  requests), so a Student-t interval over the per-request rates; at concurrency > 1 requests
+  overlap and interact, so batch means: the measured requests in completion order are cut into
+  b = min(20, max(2, n // 5)) contiguous batches and the t-interval (b - 1 degrees of freedom)
+  is taken over the batch means;
+- with fewer requests (one long request, or a handful), batch means over the laps of the run:
+  each measured request's laps, in order, are cut into the same number b = min(20, max(2,
+  L // 5)) of contiguous batches (L = the fewest laps of any measured request); batch j's
+  estimate is the mean over requests of (tokens committed in the request's j-th batch) / (its
+  duration); the interval is the point estimate +- t_{b-1} * sd(batch estimates) / sqrt(b).
+  Laps of one request are close to independent (acceptance and jitter are drawn afresh each
+  pass), so contiguous batches of several laps behave as replications;
+- undefined (``None``, with the reason in ``details["ci_method"]``) when a request has fewer
+  than two laps;
+- a rate is positive, so a lower bound below zero (very few, very noisy batches) is reported
+  as 0.
 """
 
 from __future__ import annotations
@@ -41,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from wansim.metrics import stage_utilization
 from wansim.sim.record import RunRecord
 
 MAX_BATCHES = 20
@@ -63,18 +78,36 @@ def measured_mask(record: RunRecord) -> np.ndarray:
     return np.arange(n) >= warmup_requests(record.concurrency, n)
 
 
-def ci_method(concurrency: int) -> str:
-    return "t-interval over requests" if concurrency == 1 else "batch means over requests"
+MIN_REQUESTS_FOR_REQUEST_CI = 10
+UNDEFINED_CI = "undefined: a request has fewer than two laps (no spread to estimate)"
+
+
+def ci_method(record: RunRecord) -> str:
+    """The method :func:`rate_interval` uses for this run (module docstring)."""
+    mask = measured_mask(record)
+    if mask.sum() >= MIN_REQUESTS_FOR_REQUEST_CI:
+        if record.concurrency == 1:
+            return "t-interval over requests"
+        return "batch means over requests"
+    laps = np.bincount(record.lap_request, minlength=len(mask))[mask]
+    return "batch means over laps" if laps.min() >= 2 else UNDEFINED_CI
 
 
 def rate_interval(record: RunRecord, level: float = 0.95) -> tuple[float, float]:
-    """Confidence interval of ``tokens_per_s`` at ``level`` (module docstring: the method)."""
+    """Confidence interval of ``tokens_per_s`` at ``level`` (module docstring: the method);
+    NaN when undefined, the lower bound never below 0."""
+    method = ci_method(record)
     mask = measured_mask(record)
-    rates = request_rates(record)[mask]
-    if record.concurrency == 1:
-        return t_interval(rates, level)
-    order = np.argsort(record.finish_ms[mask], kind="stable")
-    return batch_means_interval(rates[order], level)
+    if method == "t-interval over requests":
+        low, high = t_interval(request_rates(record)[mask], level)
+    elif method == "batch means over requests":
+        order = np.argsort(record.finish_ms[mask], kind="stable")
+        low, high = batch_means_interval(request_rates(record)[mask][order], level)
+    elif method == "batch means over laps":
+        low, high = lap_batch_means_interval(record, mask, level)
+    else:
+        return float("nan"), float("nan")
+    return max(low, 0.0), high
 
 
 def t_interval(values: np.ndarray, level: float) -> tuple[float, float]:
@@ -99,6 +132,32 @@ def batch_means_interval(ordered: np.ndarray, level: float) -> tuple[float, floa
     return centre - half, centre + half
 
 
+def lap_batch_means_interval(
+    record: RunRecord, mask: np.ndarray, level: float
+) -> tuple[float, float]:
+    """Batch means over each measured request's laps (module docstring), centred on
+    ``tokens_per_s``. Laps can take 0 ms (several blocks of a request verified in one pass):
+    a batch of such laps only has no rate, so b shrinks until every batch has a duration;
+    NaN if even two batches cannot."""
+    ids = np.flatnonzero(mask)
+    per_request = [np.flatnonzero(record.lap_request == i) for i in ids]
+    for b in range(min(MAX_BATCHES, max(2, min(len(x) for x in per_request) // 5)), 1, -1):
+        tokens = np.zeros((len(ids), b))
+        ms = np.zeros((len(ids), b))
+        for r, laps in enumerate(per_request):
+            for j, chunk in enumerate(np.array_split(laps, b)):
+                tokens[r, j] = record.lap_tokens[chunk].sum()
+                ms[r, j] = record.laps_ms[chunk].sum()
+        if (ms > 0).all():
+            break
+    else:
+        return float("nan"), float("nan")
+    estimates = (1e3 * tokens / ms).mean(axis=0)
+    centre = float(request_rates(record)[mask].mean())
+    half = float(stats.t.ppf(0.5 + level / 2, b - 1) * np.std(estimates, ddof=1) / np.sqrt(b))
+    return centre - half, centre + half
+
+
 def wasted_fraction(record: RunRecord) -> float:
     """Verified-but-rejected plus cancelled tokens over all processed (module docstring)."""
     if not record.cancelled_stage_tokens:
@@ -115,8 +174,9 @@ def compute_metrics(record: RunRecord) -> dict:
     tpot = (record.decode_ms / record.decode_tokens)[mask]
     ttft = (record.first_token_ms - record.arrival_ms)[mask]
     makespan = record.makespan_ms
-    utilisation = record.stage_busy_ms / makespan
+    utilisation = np.asarray(stage_utilization(record.stage_busy_ms, makespan))
     low, high = rate_interval(record)
+    interval = None if np.isnan(low) else [low, high]
     lap_p50, lap_p99 = np.quantile(laps, [0.5, 0.99])
     tpot_p50, tpot_p99 = np.quantile(tpot, [0.5, 0.99])
     return {
@@ -134,5 +194,5 @@ def compute_metrics(record: RunRecord) -> dict:
         "bytes_per_token": float(record.link_bytes_decode.sum() / record.tokens_committed),
         "wasted_token_fraction": wasted_fraction(record),
         "target_exact": record.target_exact,
-        "tokens_per_s_ci95": [low, high],
+        "tokens_per_s_ci95": interval,
     }

@@ -14,10 +14,10 @@ busy time, so divided by the makespan they give ``stage_utilization``.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from wansim import strict_json
 from wansim.errors import WansimInputError
 from wansim.result import Result
 from wansim.sim.messages import batch_label
@@ -106,7 +106,7 @@ def write_perfetto(result: Result, path: str | os.PathLike) -> Path:
         },
     }
     try:
-        out.write_text(json.dumps(doc))
+        out.write_text(strict_json.dumps(doc))
     except OSError as exc:
         raise WansimInputError("--perfetto", f"cannot write ({exc.strerror})", str(path)) from None
     return out

@@ -59,6 +59,8 @@ class RunRecord:
     # the block schedule (async, overlapped drafter): stage-tokens computed for blocks that
     # were then cancelled (a block of n tokens computed by s stages counts s n)
     cancelled_stage_tokens: int = 0
+    # tokens committed by each lap's verify pass (aligned with laps_ms)
+    lap_tokens: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def start_ms(self) -> float:
@@ -106,4 +108,5 @@ def build_record(
         events=events,
         timeline=timeline,
         cancelled_stage_tokens=0 if scheduler is None else scheduler.cancelled_stage_tokens,
+        lap_tokens=np.concatenate([np.asarray(r.lap_tokens, dtype=np.int64) for r in requests]),
     )

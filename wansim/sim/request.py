@@ -40,6 +40,7 @@ class Request:
         "decode_tokens",
         "finish_ms",
         "first_token_ms",
+        "lap_tokens",
         "laps_ms",
         "last_verify_ms",
         "passes",
@@ -59,6 +60,7 @@ class Request:
         self.finish_ms = float("nan")
         self.last_verify_ms = 0.0  # the lap clock: last verify (or prefill) completion
         self.laps_ms: list[float] = []
+        self.lap_tokens: list[int] = []  # committed by each lap's verify pass
         self.accepted: list[int] = []  # pre-drawn accepted-draft counts (see verifier)
         self.accepted_i = 0
 

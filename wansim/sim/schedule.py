@@ -523,12 +523,11 @@ def guess_rates(policy, rng_difficulty: np.random.Generator, n_requests: int) ->
     """p_{K+1} of every request: its rate at the position after the K drafts, from the same
     difficulty draw the verifier makes (pass a copy of the difficulty stream in the state the
     verifier receives it). Beyond the measured positions the last measured rate is held."""
-    import dataclasses
+    from wansim.acceptance.bet import guess_acceptance
 
     acc = policy.acceptance
     k = policy.depth
     if acc is None or k == 0:
         return np.zeros(n_requests)
-    held = dataclasses.replace(acc, model=dataclasses.replace(acc.model, extrapolate=True))
-    rates = held.request_rates(rng_difficulty, n_requests, k + 1)
+    rates = guess_acceptance(acc).request_rates(rng_difficulty, n_requests, k + 1)
     return np.asarray(rates[:, k, 0], dtype=float)

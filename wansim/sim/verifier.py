@@ -101,6 +101,7 @@ class Verifier:
         remaining = req.decode_tokens - req.committed
         committed = accepted + 1 if accepted < remaining else remaining
         req.committed += committed
+        req.lap_tokens.append(committed)
         req.passes += 1
         self.passes += 1
         self.tokens_verified += p.n

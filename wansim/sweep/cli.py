@@ -12,11 +12,13 @@ PREVIEW_METRICS = ("tokens_per_s", "tau", "lap_ms_mean", "bytes_per_token")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from wansim.output_paths import writable_dir
     from wansim.sweep.runner import SweepRunError, run_sweep
     from wansim.sweep.spec import load_sweep
 
     sweep = load_sweep(args.sweep)
     out = Path(args.out) if args.out else Path("out") / "sweeps" / Path(args.sweep).stem
+    writable_dir(out, "--out")
     try:
         outcome = run_sweep(
             sweep,

@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 
 from wansim.errors import WansimInputError
+from wansim.hold import checkpoint
+from wansim.scenario import has_per_stage_lists
 from wansim.sweep.executors import (
     Executor,
     SweepRunError,
@@ -165,6 +167,7 @@ def _run_pointwise(plan, store, todo, executor, batch_size, bar) -> None:
             metrics = pd.DataFrame([m for _, m in ok])
             store.write_part(_shard(plan, ids // seeds, ids % seeds, metrics))
             bar.update(len(ok))
+            checkpoint("sweep-part", store.parts_written)
         failed = [(rid, err) for rid, _, err in batch if err is not None]
         if failed:
             rid, (kind, text) = failed[0]
@@ -179,7 +182,7 @@ def _run_vectorised(plan, store, done_mask, bar) -> None:
     from wansim.scenario import load_scenario
 
     sweep = plan.sweep
-    vec, cat = split_fields(plan.fields, plan.values)
+    vec, cat = split_fields(plan.fields, plan.values, has_per_stage_lists(plan.base_raw))
     for group in category_groups(cat, plan.values, plan.index):
         missing = ~done_mask[group.points]
         if not missing.any():
@@ -198,6 +201,7 @@ def _run_vectorised(plan, store, done_mask, bar) -> None:
         metrics = frame.iloc[pos].reset_index(drop=True)
         store.write_part(_shard(plan, group.points[pos], rep, metrics))
         bar.update(len(pos))
+        checkpoint("sweep-part", store.parts_written)
 
 
 def _integral(values: list) -> bool:

@@ -36,8 +36,10 @@ import numpy as np
 
 from wansim.errors import _UNSET, WansimInputError
 from wansim.scenario import (
+    PER_STAGE_PATHS,
     Scenario,
     apply_overrides,
+    has_per_stage_lists,
     load_scenario,
     read_scenario_raw,
     resolve_file,
@@ -135,7 +137,7 @@ def load_sweep(path: str | Path) -> Sweep:
 
     path = Path(path)
     raw = read_yaml_mapping(path, "sweep")
-    return parse_sweep(raw, path.resolve().parent, path)
+    return parse_sweep(raw or {}, path.resolve().parent, path)
 
 
 def parse_sweep(raw: Mapping, base_dir: Path, path: Path | None = None) -> Sweep:
@@ -369,7 +371,7 @@ def _validate_vectorised(sweep, raw, base_dir, values, index, fields, check_engi
     """Per category (distinct values of the non-vectorisable fields): the category's first
     point, then every combination of the vectorised fields' values when there are at most 256,
     else every value of each field with the other fields at the first point's values."""
-    vec, cat = split_fields(fields, values)
+    vec, cat = split_fields(fields, values, has_per_stage_lists(raw))
     for group in category_groups(cat, values, index):
         first = group_base_overrides(values, index, group, vec, cat)
         distinct = {
@@ -409,15 +411,24 @@ def group_base_overrides(values, index, group, vec, cat) -> dict[str, Any]:
     return {f: values[f][int(index[f][p0])] for f in [*cat, *vec]}
 
 
-def split_fields(fields: list[str], values: dict) -> tuple[list[str], list[str]]:
+def split_fields(
+    fields: list[str], values: dict, per_stage_lists: bool = False
+) -> tuple[list[str], list[str]]:
     """(fields the closed forms take as arrays, category fields looped over): a field is
-    vectorised when ``evaluate_grid`` accepts it and all its values are numbers."""
+    vectorised when ``evaluate_grid`` accepts it and all its values are numbers (``stages`` is a
+    category when the base or the sweep gives per-stage hops or compute: each count is its own
+    scenario)."""
     from wansim.analytical.grid import VECTOR_FIELDS
 
     def numeric(vs: list) -> bool:
         return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vs)
 
-    vec = [f for f in fields if f in VECTOR_FIELDS and numeric(values[f])]
+    per_stage_lists = per_stage_lists or any(f.startswith(PER_STAGE_PATHS) for f in fields)
+    vec = [
+        f
+        for f in fields
+        if f in VECTOR_FIELDS and numeric(values[f]) and not (f == "stages" and per_stage_lists)
+    ]
     return vec, [f for f in fields if f not in vec]
 
 

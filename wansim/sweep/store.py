@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from wansim import strict_json
 from wansim.errors import WansimInputError
 from wansim.metrics import ORDER
 from wansim.sweep.spec import Plan, canonical, hash_column, run_seeds
@@ -89,7 +90,7 @@ class ResultStore:
             "runs": plan.n_runs,
         }
         tmp = self.dir / f"tmp-{META}"
-        tmp.write_text(json.dumps(meta, indent=2, default=canonical) + "\n")
+        tmp.write_text(strict_json.dumps(meta, indent=2, default=canonical) + "\n")
         os.replace(tmp, meta_path)
 
     def _read_meta(self) -> dict:
@@ -112,6 +113,11 @@ class ResultStore:
         if self._frames is not None:
             self._frames.append(frame)
         return self.parts / name
+
+    @property
+    def parts_written(self) -> int:
+        """Shards this store object wrote (in this process)."""
+        return self._count
 
     def read_parts(self) -> pd.DataFrame:
         """Every shard on disk (read once; shards written since are added in memory)."""

@@ -1,5 +1,5 @@
 """CLI commands for speculation policies: ``wansim trees best``, ``wansim drafters`` and
-``wansim optimize`` (registered through ``wansim.cli.EXTRA_COMMANDS``).
+``wansim optimize`` (the study itself: :mod:`wansim.studies.optimize`).
 
 Bad input exits 2 with one line ``flag: problem, got value`` (flags are validated here, not by
 argparse, so that a bad value never prints a usage block).
@@ -8,27 +8,11 @@ argparse, so that a bad value never prints a usage block).
 from __future__ import annotations
 
 import argparse
-import itertools
-import json
-import math
-import re
 import sys
 from typing import Any
 
+from wansim import strict_json
 from wansim.errors import WansimInputError
-
-LOWER_IS_BETTER = (
-    "lap_ms_mean",
-    "lap_ms_p50",
-    "lap_ms_p99",
-    "tpot_ms_mean",
-    "tpot_ms_p50",
-    "tpot_ms_p99",
-    "ttft_ms_mean",
-    "bubble_fraction",
-    "bytes_per_token",
-    "wasted_token_fraction",
-)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -77,7 +61,7 @@ def cmd_trees_best(args: argparse.Namespace) -> int:
         "branching": tree.branching(),
     }
     if args.json:
-        print(json.dumps(out))
+        print(strict_json.dumps(out))
         return 0
     print(
         f"{args.kind} tree for P = {', '.join(f'{p:g}' for p in acceptance)}, budget {budget}"
@@ -95,7 +79,7 @@ def cmd_drafters(args: argparse.Namespace) -> int:
 
     rows = catalog_rows()
     if args.json:
-        print(json.dumps(rows))
+        print(strict_json.dumps(rows))
         return 0
     cols = ["preset", "kind", "placement", "drafting", "draft_ms", "width_ms", "acceptance"]
     widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
@@ -112,166 +96,15 @@ def cmd_drafters(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- optimize
-_RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
-
-
-def parse_over(text: str) -> tuple[str, list[Any]]:
-    """'speculation.k=1..16' -> ('speculation.k', [1..16]); 'a.b=4,8,16' -> list of scalars."""
-    import yaml
-
-    if "=" not in text:
-        raise WansimInputError("--over", "expected FIELD=a..b or FIELD=v1,v2,...", text)
-    field, _, spec = text.partition("=")
-    field = field.strip()
-    if not field:
-        raise WansimInputError("--over", "names no field", text)
-    m = _RANGE.match(spec)
-    if m:
-        lo, hi = int(m.group(1)), int(m.group(2))
-        if hi < lo:
-            raise WansimInputError(f"--over {field}", "range a..b needs a <= b", spec)
-        if hi - lo > 100_000:
-            raise WansimInputError(f"--over {field}", "range has more than 100000 values", spec)
-        return field, list(range(lo, hi + 1))
-    values = []
-    for item in spec.split(","):
-        if not item.strip():
-            raise WansimInputError(f"--over {field}", "empty value in the list", spec)
-        try:
-            values.append(yaml.safe_load(item))
-        except yaml.YAMLError:
-            raise WansimInputError(f"--over {field}", "value is not valid YAML", item) from None
-    return field, values
-
-
-def optimize(
-    path: str,
-    overs: list[tuple[str, list[Any]]],
-    *,
-    sets: list[str] | None = None,
-    metric: str = "tokens_per_s",
-    direction: str | None = None,
-) -> dict:
-    """Evaluate the grid with the analytical engine; returns the ranked table and skips.
-
-    Numeric fields the vectorised grid accepts (``analytical.grid.VECTOR_FIELDS``) are evaluated
-    in one call per combination of the other fields. A value that makes the scenario invalid
-    (e.g. K beyond the measured positions) is skipped and reported, not fatal.
-    """
-    import numpy as np
-    import pandas as pd
-
-    from wansim.analytical import check_supported, evaluate_grid
-    from wansim.analytical.grid import VECTOR_FIELDS
-    from wansim.metrics import METRICS
-    from wansim.scenario import load_scenario, scenario_to_dict
-
-    names = [f for f, _ in overs]
-    if len(set(names)) != len(names):
-        raise WansimInputError("--over", "names a field twice", names)
-    if metric not in METRICS or metric in ("stage_utilization", "tokens_per_s_ci95"):
-        raise WansimInputError("--metric", "not a scalar metric name", metric)
-    if direction is None:
-        direction = "min" if metric in LOWER_IS_BETTER else "max"
-    sets = list(sets or [])
-    base = load_scenario(path, sets)
-    vec = [
-        (f, v)
-        for f, v in overs
-        if f in VECTOR_FIELDS
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
-    ]
-    other = [(f, v) for f, v in overs if (f, v) not in vec]
-    skipped: list[dict] = []
-    frames = []
-    points = math.prod(len(v) for _, v in overs) if overs else 1
-    for combo in itertools.product(*(v for _, v in other)):
-        fixed = dict(zip((f for f, _ in other), combo, strict=True))
-        try:
-            sc = load_scenario(path, sets + [f"{k}={_yaml(v)}" for k, v in fixed.items()])
-            check_supported(sc)
-        except WansimInputError as err:
-            skipped.append({"point": fixed, "error": str(err)})
-            continue
-        raw = scenario_to_dict(sc)
-        grid = {}
-        for field, values in vec:
-            keep = []
-            for v in dict.fromkeys(values):
-                try:
-                    load_scenario(data=raw, overrides={field: v})
-                    keep.append(v)
-                except WansimInputError as err:
-                    skipped.append({"point": {**fixed, field: v}, "error": str(err)})
-            grid[field] = keep
-        if any(len(v) == 0 for v in grid.values()):
-            continue
-        try:
-            frame = evaluate_grid(sc, grid) if grid else evaluate_grid(sc, {})
-        except WansimInputError as err:
-            skipped.append({"point": fixed, "error": str(err)})
-            continue
-        for key, value in fixed.items():
-            frame.insert(0, key, [value] * len(frame))
-        frames.append(frame)
-    if not frames:
-        first = skipped[0]["error"] if skipped else "no points"
-        raise WansimInputError("--over", f"no feasible point ({first})", [f for f, _ in overs])
-    table = pd.concat(frames, ignore_index=True)
-    if metric not in table:
-        raise WansimInputError("--metric", "the analytical grid does not give it", metric)
-    table = table.sort_values(metric, ascending=direction == "min", kind="stable")
-    table = table.reset_index(drop=True)
-    return {
-        "scenario": base.name,
-        "metric": metric,
-        "direction": direction,
-        "fields": names,
-        "points": points,
-        "evaluated": len(table),
-        "skipped": skipped,
-        "table": table,
-        "base": base,
-        "values": np.asarray(table[metric]),
-    }
-
-
-def _yaml(value: Any) -> str:
-    import yaml
-
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    return value
-
-
-def confirm_des(path: str, sets: list[str], configs: list[dict], metric: str) -> list[dict]:
-    """Re-run configurations with the DES; each entry gets the DES metric and its interval."""
-    import wansim
-    from wansim.scenario import load_scenario
-
-    out = []
-    for cfg in configs:
-        sc = load_scenario(path, sets + [f"{k}={_yaml(v)}" for k, v in cfg.items()])
-        res = wansim.simulate(sc)
-        entry = {"value": float(res.metrics[metric])}
-        ci = res.metrics.get(f"{metric}_ci95")
-        if ci is not None:
-            entry["ci95"] = [float(ci[0]), float(ci[1])]
-        out.append(entry)
-    return out
-
-
 def cmd_optimize(args: argparse.Namespace) -> int:
+    from wansim.studies.optimize import confirm_des, optimize, parse_over, scalar, trust
+
     if not args.over:
         raise WansimInputError("--over", "give at least one FIELD=a..b or FIELD=v1,v2", None)
     overs = [parse_over(o) for o in args.over]
     top = _int_flag("--top", args.top, 1)
-    if args.confirm not in ("des", "none"):
-        raise WansimInputError("--confirm", "must be des or none", args.confirm)
+    if args.confirm not in ("auto", "des", "none"):
+        raise WansimInputError("--confirm", "must be auto, des or none", args.confirm)
     if args.direction not in (None, "max", "min"):
         raise WansimInputError("--direction", "must be max or min", args.direction)
     res = optimize(
@@ -281,7 +114,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     fields = res["fields"]
     metric = res["metric"]
     head = table.head(top)
-    configs = [{f: _plain(row[f]) for f in fields} for _, row in head.iterrows()]
+    configs = [{f: scalar(row[f]) for f in fields} for _, row in head.iterrows()]
     rows = [
         {
             "config": cfg,
@@ -292,12 +125,21 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         }
         for cfg, (_, row) in zip(configs, head.iterrows(), strict=True)
     ]
-    if args.confirm == "des":
-        for row, des in zip(
-            rows, confirm_des(args.scenario, args.set, configs, metric), strict=True
-        ):
+    for row in rows:
+        row["approximation"] = trust(args.scenario, args.set, row["config"])
+    # auto: the DES re-checks every top configuration the analytical engine cannot vouch for
+    recheck = [
+        i
+        for i, row in enumerate(rows)
+        if args.confirm == "des"
+        or (args.confirm == "auto" and not row["approximation"]["validated"])
+    ]
+    if recheck:
+        found = confirm_des(args.scenario, args.set, [configs[i] for i in recheck], metric)
+        for i, des in zip(recheck, found, strict=True):
+            row = rows[i]
             row["des"] = des
-            if "ci95" in des:
+            if des.get("ci95") is not None and None not in des["ci95"]:
                 lo, hi = des["ci95"]
                 row["des"]["analytical_inside_ci95"] = bool(lo <= row[metric] <= hi)
     out = {
@@ -311,7 +153,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         "top": rows,
         "confirm": args.confirm,
     }
-    if args.confirm == "des":
+    if args.confirm == "des":  # every top row re-run: the DES's own ranking of them
         des_best = (
             max(range(len(rows)), key=lambda i: rows[i]["des"]["value"])
             if (res["direction"] == "max")
@@ -319,7 +161,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         )
         out["des_best_rank"] = des_best + 1
     if args.json:
-        print(json.dumps(out))
+        print(strict_json.dumps(out))
         return 0
     print(
         f"{res['scenario']}: {res['evaluated']} of {res['points']} points evaluated"
@@ -376,6 +218,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", default="tokens_per_s")
     p.add_argument("--direction", default=None, metavar="max|min")
     p.add_argument("--top", default="3", metavar="T")
-    p.add_argument("--confirm", default="none", metavar="des|none")
+    p.add_argument(
+        "--confirm",
+        default="auto",
+        metavar="auto|des|none",
+        help="auto (default): re-run with the DES every top configuration whose analytical"
+        " result is not validated; des: all of them; none: never",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_optimize)

@@ -1,0 +1,56 @@
+"""network.drift: a ring that slows down over time (hand-worked hop and laps; DES only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from wansim.analytical import analyze
+from wansim.errors import ScenarioError
+from wansim.links.delivery import HopSender, drift_factors
+from wansim.scenario import Drift, load_scenario
+from wansim.sim import simulate
+
+
+def test_drift_factors_and_one_hop_hand_worked():
+    d = Drift(latency_factor=1.3, bandwidth_factor=0.5, over_ms=1000.0)
+    assert drift_factors(0.0, d) == (1.0, 1.0)
+    assert drift_factors(500.0, d) == pytest.approx((1.15, 0.75))
+    assert drift_factors(5000.0, d) == pytest.approx((1.3, 0.5))  # held after over_ms
+    hop = HopSender(1.0, 0.0, 0.0, 200.0, 50.0, None, d)
+    # at 500 ms: 1250 B at 0.75 Mbit/s = 13.33 ms; latency 50 x 1.15 = 57.5 ms
+    start, free, delivery = hop.send(500.0, 1250, 0, 50.0)
+    assert free - start == pytest.approx(10.0 / 0.75)
+    assert delivery == pytest.approx(500.0 + 10.0 / 0.75 + 57.5)
+
+
+def ring(**network) -> dict:
+    return {
+        "stages": 4,
+        "model": {
+            "hidden_size": 256,
+            "compute": {"kind": "linear", "base_ms": 1.0, "per_token_ms": 0.0},
+        },
+        "network": {"latency_ms": 50.0, "bandwidth_mbps": 1e5, **network},
+        "speculation": {"policy": "none"},
+        "workload": {"requests": 10, "prompt_tokens": 8, "output_tokens": 30},
+    }
+
+
+def test_ring_laps_drift_from_1x_to_1_3x():
+    drift = {"latency_factor": 1.3, "over_ms": 2000.0}
+    res = simulate(load_scenario(data=ring(drift=drift)))
+    laps = res.details["record"].laps_ms
+    ser = (64 + 256 * 2) * 8 / 1e8 * 3 + 50 * 8 / 1e8
+    # the first lap starts near 0 (its hops drift by at most a few %), the last one is held
+    assert laps[0] == pytest.approx(4 * 1.0 + 4 * 50.0 + ser, rel=0.05)
+    assert laps[-1] == pytest.approx(4 * 1.0 + 4 * 65.0 + ser, rel=1e-9)
+
+
+def test_drift_validation_and_scope():
+    with pytest.raises(ScenarioError, match=r"^network.drift.latency_factor: must be > 0"):
+        load_scenario(data=ring(drift={"latency_factor": 0}))
+    with pytest.raises(ScenarioError, match=r"^network.drift.over_ms: must be > 0"):
+        load_scenario(data=ring(drift={"over_ms": -1}))
+    drifting = load_scenario(data=ring(drift={"latency_factor": 1.3}))
+    with pytest.raises(ScenarioError, match=r"^network.drift: a drifting ring is not modelled"):
+        analyze(drifting)

@@ -1,0 +1,165 @@
+"""network.transport: tcp (wansim.links.tcp): the window-limited sender against independent
+computations (slow-start rounds, the bandwidth and window bounds, Mathis et al.'s throughput
+law), and the engines with it (one frame per lap vs back-to-back frames, DES vs analytical)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from wansim.analytical import analyze
+from wansim.errors import ScenarioError
+from wansim.links.delivery import HopSender
+from wansim.links.tcp import TcpParams, TcpSender, periodic_busy_ms
+from wansim.scenario import load_scenario
+from wansim.sim import simulate
+
+MSS = 1000
+
+
+@pytest.mark.parametrize(("segments", "iw"), [(1, 10), (10, 10), (11, 10), (100, 10), (70, 4)])
+def test_slow_start_takes_the_textbook_number_of_rounds(segments, iw):
+    """On a link fast enough that serialisation is negligible, a fresh window sends IW, 2 IW,
+    4 IW ... segments per round trip: n segments take ceil(log2(n / IW + 1)) rounds, i.e.
+    (rounds - 1) RTTs plus the serialisation of at most n segments (Kurose & Ross's slow-start
+    latency with a huge link rate)."""
+    rtt = 20.0
+    bw = 1e5  # Mbit/s: a 1000-byte segment serialises in 0.08 us
+    sender = TcpSender(TcpParams(MSS, iw, 1e9, True), bw, rtt / 2, 200.0)
+    busy, repair = sender.send(0.0, segments * MSS, 0)
+    rounds = math.ceil(math.log2(segments / iw + 1))
+    ser = segments * MSS * 8 / (bw * 1e3)
+    assert repair == 0.0
+    assert (rounds - 1) * rtt <= busy <= (rounds - 1) * rtt + ser + 1e-9
+
+
+def test_throughput_is_bounded_by_window_over_rtt_and_by_bandwidth():
+    # 64 KiB receiver window, RTT 100 ms, 1 Gbit/s: 10 MB need >= 10e6 / 65536 round trips
+    window, rtt, bw = 65536.0, 100.0, 1000.0
+    sender = TcpSender(TcpParams(1448, 10, window, False), bw, rtt / 2, 200.0)
+    busy, _ = sender.send(0.0, 10e6, 0)
+    bound = 10e6 / window * rtt
+    assert bound <= busy <= bound + 10 * rtt  # slow start to the window costs a few RTTs
+    # an open window on a slow link: the bytes go at the link's rate, no faster
+    slow = TcpSender(TcpParams(1448, 1000, 1e9, False), 10.0, 5.0, 200.0)
+    busy, _ = slow.send(0.0, 1e6, 0)
+    assert busy == pytest.approx(1e6 * 8 / 10e3)
+
+
+def test_restart_after_idle_is_a_switch():
+    """One 200 kB frame per 1 s lap on a 40 ms RTT: with restart each frame slow-starts from
+    IW = 10 segments (4 rounds); without, the window stays open after the first frames."""
+    kwargs = {"bandwidth_mbps": 1000.0, "latency_ms": 20.0, "rto_ms": 200.0, "n_bytes": 2e5}
+    restart = periodic_busy_ms(TcpParams(restart_after_idle=True), period_ms=1000.0, **kwargs)
+    open_ = periodic_busy_ms(TcpParams(restart_after_idle=False), period_ms=1000.0, **kwargs)
+    # 139 segments from IW 10: 10, 20, 40, 69 -> 3 round trips
+    assert restart == pytest.approx(3 * 40.0, abs=2.0)
+    assert open_ == pytest.approx(2e5 * 8 / 1e6, rel=0.01)  # serialisation only
+    # back to back (period shorter than the busy time) the window never idles: no restart
+    busy = periodic_busy_ms(TcpParams(restart_after_idle=True), period_ms=1.0, **kwargs)
+    assert busy == pytest.approx(open_, rel=0.01)
+
+
+def test_loss_repairs_fast_retransmit_and_timeout():
+    p = TcpParams(MSS, 10, 1e9, False)
+    fast = TcpSender(p, 1e5, 10.0, 300.0)
+    _, repair = fast.send(0.0, 50 * MSS, 1)  # window of 10+ segments: three dup ACKs follow
+    assert repair == pytest.approx(20.0 + MSS * 8 / 1e8)
+    assert fast.cwnd == fast.ssthresh >= 2 * MSS
+    small = TcpSender(TcpParams(MSS, 2, 1e9, False), 1e5, 10.0, 300.0)
+    _, repair = small.send(0.0, MSS, 1)  # a 2-segment window: no dup ACKs, wait for the RTO
+    assert repair == pytest.approx(300.0 + MSS * 8 / 1e8)
+    assert small.cwnd == MSS
+
+
+def test_mathis_throughput_in_congestion_avoidance():
+    """Back-to-back segments, each lost with probability p, window-limited (the link is much
+    faster than cwnd/RTT): the long-run rate follows Mathis et al. (1997),
+    BW = MSS / RTT * C / sqrt(p). Their simulations give C = 1.22 for periodic loss and 1.31
+    for random loss without delayed ACKs; the model's losses are random (geometric draws) and
+    it has no delayed ACKs, so its C must fall in [1.1, 1.5] (about +-15% around 1.31)."""
+    rtt, p, n = 50.0, 0.01, 60_000
+    rng = np.random.default_rng(0)
+    hop = HopSender(1e4, 0.0, 0.0, 1000.0, rtt / 2, TcpParams(MSS, 10, 1e12, False))
+    losses = (rng.random(n) < p).astype(int)
+    free = []
+    for g in losses:
+        _, f, _ = hop.send(0.0, MSS, int(g), 0.0)
+        free.append(f)
+    warm = n // 5
+    rate = (n - warm) * MSS / (free[-1] - free[warm])  # bytes per ms
+    c = rate / (MSS / rtt) * math.sqrt(p)
+    assert 1.1 <= c <= 1.5, c
+
+
+def ring(**over) -> dict:
+    data = {
+        "stages": 4,
+        "model": {"hidden_size": 8192, "compute": {"kind": "linear", "base_ms": 5.0}},
+        "network": {
+            "latency_ms": 20.0,
+            "bandwidth_mbps": 1000.0,
+            "transport": "tcp",
+            "tcp": {"restart_after_idle": True},
+        },
+        "drafter": {"kind": "draft_model", "placement": "first_stage", "draft_ms": 2.0},
+        "speculation": {"policy": "chain", "k": 7},
+        "drafter_acceptance": None,
+        "workload": {"requests": 24, "prompt_tokens": 64, "output_tokens": 64},
+    }
+    data.pop("drafter_acceptance")
+    data["drafter"]["acceptance"] = {"alpha": 0.7}
+    for key, value in over.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return data
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_des_and_analytical_agree_one_frame_per_lap(restart):
+    """Sync, one request, no jitter: every hop carries one 131 kB frame a lap. With restart
+    (laps of ~250 ms > RTO 200 ms) every frame slow-starts: both engines use the same sender, so
+    the laps agree exactly; without, the DES's first frames still open the window (its mean lap
+    is above the settled one by that transient, < 1%)."""
+    net = {"tcp": {"restart_after_idle": restart}, "retransmit_ms": 200.0}
+    sc = load_scenario(data=ring(network=net))
+    des, ana = simulate(sc), analyze(sc)
+    des_lap = des.metrics["lap_ms_mean"]
+    ana_lap = ana.metrics["lap_ms_mean"]
+    if restart:
+        assert des_lap == pytest.approx(ana_lap, rel=1e-9)
+    else:
+        assert ana_lap * (1 - 1e-9) <= des_lap <= 1.01 * ana_lap
+    ideal = analyze(load_scenario(data=ring(network={**net, "transport": "ideal"})))
+    gap = ana_lap - ideal.metrics["lap_ms_mean"]
+    assert gap > (60.0 if restart else -1e-9)  # restart: 3 hops x >= 1 extra RTT of 40 ms
+
+
+def test_one_frame_per_lap_vs_back_to_back_frames_differ():
+    """The same ring: one request (one frame per lap, the window restarts every frame) vs 8
+    concurrent requests (frames back to back keep the window open): the mean time a forward
+    frame holds its sender differs by round trips, as on real links."""
+
+    def mean_busy(concurrency):
+        wl = {"requests": 24, "concurrency": concurrency, "prompt_tokens": 64, "output_tokens": 64}
+        res = simulate(load_scenario(data=ring(workload=wl)), timeline=True)
+        rows = res.details["timeline"].transfers
+        busy = [r[3] - r[2] for r in rows if r[0] != 3 and r[5] < 200_000]  # verify frames
+        return float(np.mean(busy))
+
+    one, pipelined = mean_busy(1), mean_busy(8)
+    assert one > pipelined + 40.0  # at least one round trip (40 ms) more per frame
+
+
+def test_tcp_validation_and_analytical_scope():
+    with pytest.raises(ScenarioError, match=r"^network.transport: must be one of ideal \| tcp"):
+        load_scenario(data=ring(network={"transport": "quic"}))
+    with pytest.raises(ScenarioError, match=r"^network.tcp.max_window_bytes: must hold at least"):
+        load_scenario(data=ring(network={"tcp": {"max_window_bytes": 100}}))
+    with pytest.raises(ScenarioError, match=r"^network.tcp.mss_bytes: must be >= 64"):
+        load_scenario(data=ring(network={"tcp": {"mss_bytes": 10}}))
+    lossy = load_scenario(data=ring(network={"loss_rate": 0.01}))
+    with pytest.raises(ScenarioError, match=r"^network.transport: tcp beyond one lossless"):
+        analyze(lossy)
+    simulate(lossy)  # the DES models it

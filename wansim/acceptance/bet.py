@@ -1,0 +1,27 @@
+"""The bet of async in-pipe speculation and of the overlapped drafter (one rule, both engines).
+
+A block drafted ahead of its predecessor's verdict assumes that predecessor is accepted whole:
+all K drafts *and* the drafter's guess of the token after them (verified as draft K + 1 of the
+earlier block). The bet wins with probability S_K(Z) p_{K+1}(Z) for a request of difficulty Z;
+p_{K+1} is the acceptance rate at position K + 1, the last measured rate held beyond the
+measured positions (whatever the scenario's ``extrapolate``: the guess is not a draft the
+scenario's K asked for).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+def guess_acceptance(acceptance):
+    """The acceptance with rates extended past the measured positions (the guess's rate)."""
+    return dataclasses.replace(
+        acceptance, model=dataclasses.replace(acceptance.model, extrapolate=True)
+    )
+
+
+def bet_win_probability(survival_k, guess_rate) -> np.ndarray:
+    """P(the bet wins) = S_K p_{K+1}: all K drafts accepted, then the guess."""
+    return np.asarray(survival_k, dtype=float) * np.asarray(guess_rate, dtype=float)

@@ -1,0 +1,350 @@
+"""The agreement hunt: random valid scenarios across every mechanism, both engines compared.
+
+Each point draws a scenario from a seeded generator (:func:`draw_scenario`): pipeline depth,
+per-hop links, every jitter kind, loss, drafter placement and overlap, chains, trees and no
+speculation, sync and async schedules, concurrency with and without continuous batching, short
+and long outputs. Both engines run it; a point is *out of band* when
+
+    |analytical - DES| > band * DES + 2 * (the DES's 95% half-width)
+
+on tokens/s, with ``band`` the analytical result's own ``approximation.error_band`` (so an
+unvalidated point carries the band measured over the unvalidated points). *Silent* errors are
+out-of-band points whose result said ``validated: true``: the target is none.
+
+    python -m wansim.agreement_hunt [--points N] [--seed S] [--workers W] [--out CSV]
+
+``tests/test_agreement_hunt.py`` runs a slice in the default suite and a few hundred points
+in the slow run; ``docs/approximations.md`` is rendered from the table this writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
+
+
+def draw_scenario(seed: int) -> dict:
+    """One random valid scenario (a plain mapping for ``load_scenario(data=...)``).
+
+    Sizes are kept small enough for the DES to run it in about a second: at most ~12k decoded
+    tokens, at most 10 stages."""
+    rng = np.random.default_rng(seed)
+
+    def pick(*xs, p=None):
+        return xs[int(rng.choice(len(xs), p=p))]
+
+    stages = int(pick(1, 2, 3, 4, 6, 8, 10, p=[0.06, 0.14, 0.14, 0.2, 0.16, 0.15, 0.15]))
+    jitter_kind = pick(*JITTER_KINDS, p=[0.3, 0.15, 0.3, 0.1, 0.15])
+    std = float(pick(0.5, 2.0, 5.0, 15.0, 30.0, p=[0.25, 0.3, 0.25, 0.12, 0.08]))
+    jitter: dict = {"kind": jitter_kind}
+    if jitter_kind in ("normal", "lognormal", "pareto"):
+        jitter["std_ms"] = std
+    elif jitter_kind == "empirical":
+        jitter["samples_ms"] = [float(x) for x in rng.exponential(std, size=16).round(3)]
+    network: dict = {
+        "latency_ms": float(pick(0.5, 5.0, 25.0, 60.0)),
+        "bandwidth_mbps": float(pick(100.0, 1000.0, 10000.0, 100000.0, p=[0.2, 0.35, 0.25, 0.2])),
+        "jitter": jitter,
+        "loss_rate": float(pick(0.0, 0.001, 0.01, 0.04, p=[0.55, 0.15, 0.2, 0.1])),
+    }
+    if rng.random() < 0.2:  # per-hop links
+        network["hops"] = [
+            {
+                "latency_ms": float(rng.choice([1.0, 10.0, 40.0])),
+                "bandwidth_mbps": float(rng.choice([300.0, 3000.0, 30000.0])),
+            }
+            for _ in range(stages)
+        ]
+    policy = pick("none", "chain", "tree", p=[0.15, 0.65, 0.2])
+    schedule_kind = "sync"
+    overlap = False
+    placement = pick("first_stage", "last_stage")
+    batching = "none"
+    concurrency = int(pick(1, 2, 4, 8, 16, p=[0.35, 0.2, 0.2, 0.15, 0.1]))
+    window = 1
+    if policy == "chain":
+        if rng.random() < 0.35:
+            schedule_kind, placement = "async", "first_stage"
+            window = int(rng.integers(2, max(3, 2 * stages + 1)))
+        overlap = bool(rng.random() < 0.3)
+    if concurrency > 1 and schedule_kind == "sync" and not overlap and rng.random() < 0.35:
+        batching = "continuous"
+    k = int(rng.integers(1, 8))
+    acceptance: dict
+    if policy == "tree" or rng.random() < 0.3:  # trees need the profile's sibling rates
+        acceptance = {
+            "profile": "traces/reference/dspark-v4pro.yaml",
+            "workload": str(pick("math", "chat")),
+        }
+        k = min(k, 7)
+    else:
+        acceptance = {
+            "alpha": float(pick(0.3, 0.6, 0.8, 0.95, 0.999)),
+            "dispersion": float(pick(0.0, 0.2)),
+            "extrapolate": True,
+        }
+    speculation: dict = {"policy": policy, "k": k}
+    if policy == "tree":
+        speculation["tree"] = {"kind": "sequoia", "budget_nodes": int(pick(4, 8, 16, 32))}
+    output = int(pick(4, 9, 32, 128, 256, p=[0.08, 0.08, 0.24, 0.4, 0.2]))
+    requests = int(max(4 * concurrency, 16 if output > 32 else 48))
+    requests = int(min(requests, max(4 * concurrency, 12_000 // output)))
+    return {
+        "name": f"hunt-{seed}",
+        "seed": int(seed),
+        "stages": stages,
+        "model": {
+            "hidden_size": int(pick(1024, 4096, 7168)),
+            "compute": {
+                "kind": "linear",
+                "base_ms": float(pick(1.0, 3.0, 6.0, 12.0)),
+                "per_token_ms": float(pick(0.005, 0.02, 0.05)),
+            },
+        },
+        "network": network,
+        "drafter": {
+            "placement": placement,
+            "draft_ms": float(pick(0.5, 4.0, 15.0, 60.0, p=[0.25, 0.4, 0.25, 0.1])),
+            "overlap": overlap,
+            "acceptance": acceptance,
+        },
+        "speculation": speculation,
+        "schedule": {"kind": schedule_kind, "max_inflight_blocks": window, "batching": batching},
+        "workload": {
+            "requests": requests,
+            "concurrency": concurrency,
+            "prompt_tokens": int(pick(16, 128, 512)),
+            "output_tokens": output,
+        },
+    }
+
+
+def mechanisms(data: dict) -> str:
+    """The mechanisms a drawn scenario exercises, joined by '+' (for grouping the table)."""
+    tags = []
+    s, w, n, d = data["schedule"], data["workload"], data["network"], data["drafter"]
+    if s["kind"] == "async":
+        tags.append("async")
+    if d["overlap"]:
+        tags.append("overlap")
+    if w["concurrency"] > 1:
+        tags.append("batching" if s["batching"] == "continuous" else "concurrent")
+    if data["speculation"]["policy"] != "chain":
+        tags.append(data["speculation"]["policy"])
+    if n["loss_rate"] > 0:
+        tags.append("loss")
+    if n.get("hops"):
+        tags.append("hops")
+    return "+".join(tags) or "sync"
+
+
+def evaluate(seed: int) -> dict:
+    """Both engines on the scenario drawn from ``seed``: metrics, errors, the verdict."""
+    from wansim.analytical import analyze
+    from wansim.errors import WansimInputError
+    from wansim.scenario import load_scenario
+    from wansim.sim import simulate
+
+    data = draw_scenario(seed)
+    row: dict = {"seed": seed, "mechanisms": mechanisms(data)}
+    try:
+        sc = load_scenario(data=data)
+        ana = analyze(sc)
+    except WansimInputError as err:  # a combination the analytical engine refuses
+        return {**row, "refused": str(err)}
+    except Exception as err:
+        return {**row, "refused": f"analytical crashed: {type(err).__name__}: {err}"}
+    start = time.perf_counter()
+    des = simulate(sc).metrics
+    row["des_s"] = time.perf_counter() - start
+    low, high = des["tokens_per_s_ci95"]
+    half = (high - low) / 2 if low is not None and high is not None else 0.0
+    half = half if np.isfinite(half) else 0.0
+    appr = ana.approximation
+    band = appr["error_band"]["tokens_per_s"]
+    a, d = ana.metrics["tokens_per_s"], des["tokens_per_s"]
+    row.update(
+        {
+            "refused": "",
+            "regime": appr["regime"],
+            "validated": appr["validated"],
+            "band": band,
+            "des tokens_per_s": d,
+            "ana tokens_per_s": a,
+            "err tokens_per_s": (a - d) / d,
+            "des_half_rel": half / d,
+            "out_of_band": abs(a - d) > band * d + 2 * half,
+            "why": appr.get("why", ""),
+            "des max_utilization": max(des["stage_utilization"]),
+            "ana max_utilization": max(ana.metrics["stage_utilization"]),
+        }
+    )
+    for m in ("throughput_tokens_per_s", "lap_ms_mean", "lap_ms_p99", "ttft_ms_mean"):
+        row[f"des {m}"] = des[m]
+        row[f"ana {m}"] = ana.metrics[m]
+        row[f"err {m}"] = (ana.metrics[m] - des[m]) / des[m] if des[m] else 0.0
+    return row
+
+
+def run(seeds, workers: int | None = None, progress=None):
+    """The table over ``seeds`` (``progress(row)`` after each point, e.g. to save partial
+    results)."""
+    import pandas as pd
+
+    seeds = list(seeds)
+    rows = []
+    if workers == 1:
+        results = map(evaluate, seeds)
+    else:
+        pool = ProcessPoolExecutor(max_workers=workers)
+        results = pool.map(evaluate, seeds, chunksize=1)
+    for row in results:
+        rows.append(row)
+        if progress:
+            progress(row)
+    if workers != 1:
+        pool.shutdown()
+    return pd.DataFrame(rows)
+
+
+def summary(table) -> dict:
+    """Share out of band, silent errors, the worst errors (by |error| on tokens/s)."""
+    ran = table[table["refused"] == ""]
+    out = ran[ran["out_of_band"].astype(bool)]
+    silent = out[out["validated"].astype(bool)]
+    worst = ran.reindex(ran["err tokens_per_s"].abs().sort_values(ascending=False).index)
+    return {
+        "points": len(table),
+        "ran": len(ran),
+        "refused": int(len(table) - len(ran)),
+        "out_of_band": len(out),
+        "out_of_band_share": float(len(out) / max(len(ran), 1)),
+        "silent": len(silent),
+        "validated": int(ran["validated"].astype(bool).sum()),
+        "worst": [
+            (int(r["seed"]), r["mechanisms"], float(r["err tokens_per_s"]))
+            for _, r in worst.head(10).iterrows()
+        ],
+    }
+
+
+def markdown(table, before=None) -> str:
+    """The hunt's section of ``docs/approximations.md``: the verdict, per regime, the worst
+    points named (seed, mechanisms) with why each lies outside its measured domain."""
+    from wansim.analytical.regime import REGIMES, approximation
+    from wansim.scenario import load_scenario
+
+    s = summary(table)
+    ran = table[table["refused"] == ""].copy()
+    ran["abs"] = ran["err tokens_per_s"].abs()
+
+    def documented(regime: str) -> float:
+        if regime in REGIMES:
+            return REGIMES[regime].error_band["tokens_per_s"]
+        return max(b.error_band["tokens_per_s"] for n, b in REGIMES.items() if n in regime)
+
+    ran["beyond"] = ran["abs"] > ran["regime"].map(documented) + 2 * ran["des_half_rel"]
+    lines = [
+        "## The agreement hunt: random scenarios across every mechanism",
+        "",
+        f"`python -m wansim.agreement_hunt --points {s['points']}`: {s['ran']} random valid"
+        " scenarios (`wansim.agreement_hunt.draw_scenario`: 1-10 stages, per-hop links, every"
+        " jitter kind, 0-4% loss, placement, overlap, chains, trees and no speculation, sync and"
+        " async, 1-16 requests with and without continuous batching, 4-256 output tokens), both"
+        " engines. A point is *beyond its band* when |analytical - DES| exceeds the documented"
+        " band of its regime (the table above) plus twice the DES's 95% half-width.",
+        "",
+        f"- validated (inside a measured regime): {s['validated']} of {s['ran']};",
+        f"- beyond the documented band: {int(ran['beyond'].sum())}"
+        f" ({100 * ran['beyond'].mean():.1f}%), every one of them `validated: false`;",
+        f"- silent errors (beyond the result's own band while validated): {s['silent']};",
+        f"- refused or crashed: {s['refused']}.",
+        "",
+    ]
+    if before is not None:
+        lines += [before, ""]
+    lines += [
+        "| regime | points | validated | median abs error | worst abs error |",
+        "|---|---|---|---|---|",
+    ]
+    for regime, sub in ran.groupby("regime"):
+        lines.append(
+            f"| {regime} | {len(sub)} | {int(sub['validated'].astype(bool).sum())} |"
+            f" {100 * sub['abs'].median():.1f}% | {100 * sub['abs'].max():.1f}% |"
+        )
+    lines += [
+        "",
+        "The worst points (tokens/s), each with why the engine does not vouch for it:",
+        "",
+        "| seed | mechanisms | DES tok/s | analytical | error | DES half-width | why not validated |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, r in ran.sort_values("abs", ascending=False).head(10).iterrows():
+        appr = approximation(load_scenario(data=draw_scenario(int(r["seed"]))))
+        lines.append(
+            f"| {int(r['seed'])} | {r['mechanisms']} | {r['des tokens_per_s']:.2f} |"
+            f" {r['ana tokens_per_s']:.2f} | {100 * r['err tokens_per_s']:+.1f}% |"
+            f" {100 * r['des_half_rel']:.1f}% | {appr.why or 'validated'} |"
+        )
+    lines += ["", "Why these points are off:", ""]
+    lines += [f"- *{head}*: {text}" for head, text in EXPLAINED.items()]
+    lines += [
+        "",
+        "Rebuild a point: `wansim.agreement_hunt.draw_scenario(seed)` gives its scenario.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+EXPLAINED = {
+    "loss with several messages in flight": "links deliver in order (TCP), so a lost "
+    "message holds every message behind it for its retransmission (200 ms by default, often "
+    "several laps). The engine adds the M/G/inf resequencing wait per hop "
+    "(`wansim/analytical/resequencing.py`, checked against a simulation to 5%): 16 requests "
+    "at 4% loss went from +140% to +28%, async with 4 requests from +122% to -7%. For one "
+    "request's own async blocks it overcounts: their verdicts were gated behind the lost "
+    "block anyway, so holding them costs less than the hold (-68% where it was +101%).",
+    "no measured regime covers this combination": "the overlapped drafter with concurrent "
+    "requests was never measured on a grid; the hunt finds it within 6% at the median but "
+    "up to 76% off with loss and 37% without: indicative only.",
+    "jitter beyond 5 ms": "heavy or heavy-tailed jitter on a loaded ring holds messages "
+    "behind late ones (the resequencing wait models the hold, not the bunches it releases "
+    "downstream); the DES's own intervals are wide there (26-56% half-widths).",
+    "several requests on links below 1000 Mbit/s": "prefills of hundreds of tokens hold a "
+    "slow link for seconds; the convoys they form dominate the ring (100 Mbit/s, 8 requests, "
+    "no speculation: -54%).",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m wansim.agreement_hunt")
+    ap.add_argument("--points", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0, help="first seed; points use seed..seed+N-1")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--out", default="agreement_hunt.csv")
+    args = ap.parse_args(argv)
+    import json
+
+    partial = open(args.out + ".jsonl", "w")  # noqa: SIM115 - appended to as points finish
+
+    def save(row):
+        partial.write(json.dumps({k: v for k, v in row.items()}, default=float) + "\n")
+        partial.flush()
+
+    table = run(range(args.seed, args.seed + args.points), workers=args.workers, progress=save)
+    partial.close()
+    table.to_csv(args.out, index=False, float_format="%.6g")
+    s = summary(table)
+    for key, value in s.items():
+        print(f"{key}: {value}")
+    return 0 if s["silent"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

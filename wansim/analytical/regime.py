@@ -1,0 +1,177 @@
+"""Which approximation answers a scenario, and how far it was measured to be from the DES.
+
+Every analytical result carries ``approximation = {"regime", "validated", "error_band"}``:
+
+- ``regime``: the model that produced it (the groups of ``docs/approximations.md``);
+- ``error_band``: per metric, the largest error measured against the DES over that regime's
+  grid, rounded up (relative for tokens/s, throughput and TTFT; absolute for the bubble and
+  wasted fractions) - the same numbers ``wansim.approximation_error`` checks;
+- ``validated``: the scenario lies inside the measured domain of its regime. Outside it (a
+  mechanism combination or a parameter range no measurement covered, or one where the
+  agreement hunt found the model wrong) the result is still returned but says so, and
+  ``optimize`` re-checks such a winner with the DES.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+RELATIVE = ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean")
+ABSOLUTE = ("bubble_fraction", "wasted_token_fraction")
+
+
+@dataclasses.dataclass(frozen=True)
+class Regime:
+    name: str
+    model: str  # what is approximated (one line, with the module)
+    error_band: dict[str, float]
+
+
+def _band(tok, thr, ttft, bubble, wasted) -> dict[str, float]:
+    return dict(zip(RELATIVE + ABSOLUTE, (tok, thr, ttft, bubble, wasted), strict=True))
+
+
+REGIMES: dict[str, Regime] = {
+    r.name: r
+    for r in (
+        Regime(
+            "sync",
+            "sync schedule, one request at a time: closed forms (wansim/analytical/sync.py)",
+            _band(0.03, 0.03, 0.01, 0.01, 0.01),
+        ),
+        Regime(
+            "async",
+            "async in-pipe speculation, one request: issue recursion at the mean lap, "
+            "geometric chains of won bets (r = S_K p_{K+1}), restart after the block in "
+            "progress, room rule at the request's end (wansim/analytical/blocks.py)",
+            _band(0.10, 0.10, 0.03, 0.03, 0.04),
+        ),
+        Regime(
+            "overlap",
+            "sync schedule with the drafter on its own device (max(.) law): won bets cost "
+            "max(draft, lap), lost ones max(lap, draft) + draft (wansim/analytical/blocks.py)",
+            _band(0.05, 0.06, 0.01, 0.01, 0.03),
+        ),
+        Regime(
+            "async+overlap",
+            "both: S0 issues a block every max(draft, compute) (blocks.py)",
+            _band(0.08, 0.08, 0.01, 0.01, 0.04),
+        ),
+        Regime(
+            "concurrent",
+            "N requests without batching: closed ring of FIFO stations, deterministic "
+            "service, M/D/1 waits with the arrival theorem, prefill convoys, the bottleneck's "
+            "cap, slot makespan (wansim/analytical/concurrent.py)",
+            _band(0.15, 0.18, 0.40, 0.10, 0.02),
+        ),
+        Regime(
+            "async+concurrent",
+            "the block schedule's passes and stale blocks as the ring's load; a request's "
+            "stale blocks recomputed with S0's queueing (concurrent.py)",
+            _band(0.20, 0.15, 0.30, 0.10, 0.10),
+        ),
+        Regime(
+            "continuous batching",
+            "continuous batching in steady state: the lockstep batch of N sequences, Binomial "
+            "admissions per verdict whose prefill convoys the batch (max-plus tandem delay), "
+            "TTFT of the replacements' shared prefill, cold start and drain in the makespan "
+            "(wansim/analytical/batched.py)",
+            _band(0.08, 0.08, 0.15, 0.04, 0.02),
+        ),
+    )
+}
+
+# outside every measured regime: the band the agreement hunt measured over such points
+UNVALIDATED_BAND = _band(1.0, 1.0, 1.0, 0.5, 0.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class Approximation:
+    regime: str
+    validated: bool
+    error_band: dict[str, float]
+    why: str = ""  # why a point is not validated (empty when it is)
+
+    def to_json(self) -> dict:
+        out = {"regime": self.regime, "validated": self.validated, "error_band": self.error_band}
+        if self.why:
+            out["why"] = self.why
+        return out
+
+
+def regime_name(scenario) -> str:
+    """The model that answers ``scenario`` (a scalar scenario)."""
+    sched = scenario.schedule
+    blocks = sched.kind == "async" or (
+        bool(scenario.drafter.overlap) and scenario.speculation.policy != "none"
+    )
+    many = int(np.max(np.asarray(scenario.workload.concurrency))) > 1
+    if many and sched.batching == "continuous":
+        return "continuous batching"
+    parts = []
+    if sched.kind == "async":
+        parts.append("async")
+    if blocks and scenario.drafter.overlap:
+        parts.append("overlap")
+    if many:
+        parts.append("concurrent")
+    return "+".join(parts) or "sync"
+
+
+def _links(scenario) -> list:
+    net = scenario.network
+    if net.hops:
+        return list(scenario.resolved_hops())
+    return [net]
+
+
+def outside(scenario) -> str:
+    """Why ``scenario`` lies outside its regime's measured domain ('' when inside).
+
+    Besides combinations no grid measured, the corners where the agreement hunt
+    (``wansim.agreement_hunt``, docs/approximations.md) found a model beyond its band:
+    retransmissions (in-order links hold every message behind a lost one: modelled, but
+    rougher than any band) with more than one message in flight, heavy jitter on a loaded
+    ring (the same head-of-line blocking), several requests on slow links (prefill convoys),
+    and continuous batching whose requests finish together (no speculation, near-certain
+    acceptance)."""
+    name = regime_name(scenario)
+    if name not in REGIMES:
+        return f"{name}: no measured regime covers this combination"
+    links = _links(scenario)
+    lossy = any(float(np.max(np.asarray(link.loss_rate))) > 0 for link in links)
+    jitter_ms = max(float(link.jitter.std_ms) for link in links)
+    heavy = any(link.jitter.kind in ("pareto", "empirical") for link in links)
+    many = int(np.max(np.asarray(scenario.workload.concurrency))) > 1
+    window = scenario.schedule.kind == "async" and scenario.schedule.max_inflight_blocks > 1
+    if lossy and (many or window):
+        return "loss with several messages in flight (head-of-line blocking, rough model)"
+    if many and (jitter_ms > JITTER_MS_MEASURED or heavy):
+        return f"jitter beyond {JITTER_MS_MEASURED:g} ms (or heavy-tailed) on a loaded ring"
+    slowest = min(float(np.min(np.asarray(link.bandwidth_mbps))) for link in links)
+    if many and slowest < SLOW_MBPS:
+        return (
+            f"several requests on links below {SLOW_MBPS:g} Mbit/s (prefill convoys dominate;"
+            " 100 Mbit/s, 8 requests: -54%)"
+        )
+    if name == "continuous batching":
+        if scenario.speculation.policy == "none":
+            return "continuous batching without speculation (requests finish together)"
+        acc = scenario.drafter.acceptance
+        if acc.alpha is not None and acc.alpha >= CERTAIN_ALPHA:
+            return "continuous batching with near-certain acceptance (requests finish together)"
+    return ""
+
+
+JITTER_MS_MEASURED = 5.0  # concurrency was measured with 3 ms lognormal jitter
+CERTAIN_ALPHA = 0.99
+SLOW_MBPS = 1000.0
+
+
+def approximation(scenario) -> Approximation:
+    name = regime_name(scenario)
+    why = outside(scenario)
+    band = REGIMES[name].error_band if name in REGIMES and not why else UNVALIDATED_BAND
+    return Approximation(regime=name, validated=not why, error_band=dict(band), why=why)

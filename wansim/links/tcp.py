@@ -1,0 +1,156 @@
+"""A window-limited sender (``network.transport: tcp``): how long a message holds its hop when
+the bytes go out as TCP segments under a congestion window, and what a loss costs.
+
+Model (segment level, one connection per hop, ACK-clocked; RFC 5681 congestion control):
+
+- A message of b bytes is ceil(b / MSS) segments. A segment may leave when the previous one
+  has left (serialisation MSS*8/B holds the link) and fewer than ``cwnd`` bytes are in flight;
+  its ACK returns one round trip after it left (RTT = 2 x the hop's latency: the ACK path
+  mirrors the data path; jitter is not applied to ACKs).
+- Each ACK grows the window: by one MSS below ``ssthresh`` (slow start, doubling per RTT), by
+  MSS^2 / cwnd above it (congestion avoidance, one MSS per RTT); never above
+  ``max_window_bytes`` (the receiver's window). Throughput is at most cwnd / RTT and at most B.
+- Restart after idle (RFC 2861/5681 section 4.1; a switch, since stacks differ: Linux's
+  ``tcp_slow_start_after_idle``): a message offered after the sender sent nothing for longer
+  than the retransmission timeout (``network.retransmit_ms``) starts from min(cwnd, IW).
+  One frame per lap on a long ring is such a message; back-to-back frames keep the window open.
+- Loss: the message's G lost transmissions are lost segments (one draw per message, as in the
+  ideal transport), taken at its last segment. With at least 4 segments' worth of window
+  (three duplicate ACKs can follow) a loss is repaired by fast retransmit: the segment is
+  re-sent one RTT after it left (one MSS of serialisation more) and ssthresh = cwnd =
+  max(flight / 2, 2 MSS). Otherwise by timeout: re-sent ``retransmit_ms`` after it left,
+  ssthresh = max(flight / 2, 2 MSS), cwnd = 1 MSS. Each loss adds its repair time to the
+  message's delivery; the re-sent segment's serialisation is not charged to the link (one MSS).
+
+:class:`TcpSender` holds one hop's state; the DES and the real-path emulator call the same
+``send`` per message, and the analytical engine runs it on a periodic message train
+(:func:`periodic_busy_ms`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import deque
+
+
+@dataclasses.dataclass(frozen=True)
+class TcpParams:
+    mss_bytes: int = 1448
+    initial_window_segments: int = 10
+    max_window_bytes: float = 4 * 1024 * 1024
+    restart_after_idle: bool = True
+
+
+def tcp_params(network) -> TcpParams | None:
+    """The scenario's ``network.tcp`` as TcpParams when ``network.transport`` is tcp, else None."""
+    if network.transport != "tcp":
+        return None
+    t = network.tcp
+    return TcpParams(
+        t.mss_bytes, t.initial_window_segments, t.max_window_bytes, t.restart_after_idle
+    )
+
+
+class TcpSender:
+    """One hop's sender state: cwnd, ssthresh, in-flight segments' ACK times, last send."""
+
+    __slots__ = (
+        "acks",
+        "bandwidth_mbps",
+        "cwnd",
+        "last_sent_ms",
+        "params",
+        "rto_ms",
+        "rtt_ms",
+        "ssthresh",
+    )
+
+    def __init__(self, params: TcpParams, bandwidth_mbps: float, latency_ms: float, rto_ms: float):
+        self.params = params
+        self.bandwidth_mbps = bandwidth_mbps
+        self.rtt_ms = 2.0 * latency_ms
+        self.rto_ms = rto_ms
+        self.cwnd = float(params.initial_window_segments * params.mss_bytes)
+        self.ssthresh = math.inf
+        self.acks: deque[tuple[float, int]] = deque()  # (ack time, bytes) of segments in flight
+        self.last_sent_ms = -math.inf
+
+    def _ack_until(self, t: float) -> int:
+        """Process the ACKs that arrived by ``t`` (window growth); returns the bytes acked."""
+        p = self.params
+        acks = self.acks
+        acked = 0
+        while acks and acks[0][0] <= t:
+            _, nbytes = acks.popleft()
+            acked += nbytes
+            if self.cwnd < self.ssthresh:
+                self.cwnd += nbytes
+            else:
+                self.cwnd += p.mss_bytes * nbytes / self.cwnd
+            if self.cwnd > p.max_window_bytes:
+                self.cwnd = p.max_window_bytes
+        return acked
+
+    def in_flight(self) -> int:
+        return sum(b for _, b in self.acks)
+
+    def send(self, start_ms: float, n_bytes: float, losses: int) -> tuple[float, float]:
+        """(busy_ms, repair_ms): the message's bytes leave from ``start_ms`` (the link free)
+        until ``start_ms + busy_ms``; its losses delay delivery by ``repair_ms`` more."""
+        p = self.params
+        mss = p.mss_bytes
+        self._ack_until(start_ms)
+        if p.restart_after_idle and not self.acks and start_ms - self.last_sent_ms > self.rto_ms:
+            self.cwnd = min(self.cwnd, float(p.initial_window_segments * mss))
+        ms_per_byte = 8.0 / (self.bandwidth_mbps * 1e3)
+        remaining = max(math.ceil(n_bytes), 1)
+        t = start_ms
+        flight = self.in_flight()
+        while remaining > 0:
+            seg = mss if remaining > mss else remaining
+            while flight + seg > self.cwnd and self.acks:  # window full: wait for the next ACK
+                if self.acks[0][0] > t:
+                    t = self.acks[0][0]
+                flight -= self._ack_until(t)
+            t += seg * ms_per_byte
+            self.acks.append((t + self.rtt_ms, seg))
+            flight += seg
+            remaining -= seg
+        self.last_sent_ms = t
+        repair = 0.0
+        for _ in range(losses):
+            half = max(flight / 2.0, 2.0 * mss)
+            if self.cwnd >= 4 * mss:  # fast retransmit after three duplicate ACKs
+                repair += self.rtt_ms + mss * ms_per_byte
+                self.ssthresh = self.cwnd = half
+            else:  # retransmission timeout
+                repair += self.rto_ms + mss * ms_per_byte
+                self.ssthresh = half
+                self.cwnd = float(mss)
+        return t - start_ms, repair
+
+
+def periodic_busy_ms(
+    params: TcpParams,
+    bandwidth_mbps: float,
+    latency_ms: float,
+    rto_ms: float,
+    n_bytes: float,
+    period_ms: float,
+    messages: int = 64,
+) -> float:
+    """Busy time of a message of ``n_bytes`` in a lossless train offered every ``period_ms``
+    (the sync schedule's one frame per lap), once the train has settled: the last of
+    ``messages`` (the window saturates at max_window_bytes or restarts every message). An
+    infinite period: a cold connection (the initial window)."""
+    sender = TcpSender(params, bandwidth_mbps, latency_ms, rto_ms)
+    if not math.isfinite(period_ms):  # one message on a cold connection
+        return sender.send(0.0, n_bytes, 0)[0]
+    busy = 0.0
+    free = 0.0
+    for i in range(messages):
+        start = max(i * period_ms, free)
+        busy, _ = sender.send(start, n_bytes, 0)
+        free = start + busy
+    return busy

@@ -33,9 +33,9 @@ def _int(flag: str, text: str) -> int:
 
 
 def _model_dirs(args) -> tuple[str, str]:
-    from wansim.calibrate.run import DRAFTER, TARGET
+    from wansim.calibrate.run import tiny_model
 
-    return args.target or str(TARGET), args.drafter or str(DRAFTER)
+    return args.target or tiny_model("tiny-target"), args.drafter or tiny_model("tiny-drafter")
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

@@ -95,7 +95,7 @@ def main() -> dict:
         "concurrency_8_continuous": measure(
             [*n, "workload.concurrency=8", "schedule.batching=continuous"], args.repeat
         ),
-        # the block schedule (wansim/sim/schedule.py): stale blocks and cancellations add events
+        # the block schedule (wansim/sim/async_speculation.py): stale blocks and cancellations add events
         "async_k3_8_blocks": measure([*n, *ASYNC], args.repeat),
         "async_k3_8_blocks_concurrency_16": measure(
             [*n, *ASYNC, "workload.concurrency=16"], args.repeat

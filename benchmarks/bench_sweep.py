@@ -20,7 +20,10 @@ Also printed: the pool workers' CPU seconds during step 1 and the share of its c
 Every table must equal the first one (determinism across backends, worker counts and slicing is
 checked for free). The machine's 1-minute load average before and after is printed.
 
-Run: .venv/bin/python benchmarks/bench_sweep.py [--workers 2] [--dask]
+``--seeds 10`` runs every point with 10 seeds (``seeds: 10``): the 10,000-run sweep; ``--wall-only`` times the
+whole sweep only (step 1, and step 3 with ``--dask``).
+
+Run: .venv/bin/python benchmarks/bench_sweep.py [--workers 2] [--dask] [--seeds 10] [--wall-only]
 """
 
 from __future__ import annotations
@@ -52,13 +55,17 @@ FIXED = {
 }
 
 
+SEEDS = {"n": 1}
+
+
 def sweep(grid: dict | None = None):
     raw = {
-        "name": "bench-1000",
+        "name": "bench",
         "base": "scenarios/v4pro-dspark-10stage-wan.yaml",
         "engine": "des",
         "grid": grid or GRID,
         "set": FIXED,
+        "seeds": SEEDS["n"],
     }
     return parse_sweep(raw, ROOT)
 
@@ -84,8 +91,16 @@ def main() -> dict:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--dask", action="store_true", help="also time the Dask backend")
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="seeds per point (10: the 10,000-point sweep)"
+    )
+    parser.add_argument(
+        "--wall-only", action="store_true", help="step 1 only (and --dask): no paired slices"
+    )
     args = parser.parse_args()
-    result: dict = {"points": 1000, "tokens_per_run": 10 * 1000, "workers": args.workers}
+    SEEDS["n"] = args.seeds
+    points = math.prod(len(v) for v in GRID.values()) * args.seeds
+    result: dict = {"points": points, "tokens_per_run": 10 * 1000, "workers": args.workers}
     result["load_average_before"] = round(os.getloadavg()[0], 2)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -97,13 +112,21 @@ def main() -> dict:
             worker_cpu = sum(cpu_seconds(pid) for pid in first_pool.pool._processes)
         finally:
             first_pool.close()
-        assert len(full) == math.prod(len(v) for v in GRID.values())
+        assert len(full) == points
         result["sweep_wall_s"] = round(wall, 1)
-        result["sweep_runs_per_s"] = round(1000 / wall, 2)
+        result["sweep_runs_per_s"] = round(points / wall, 2)
         # how much of its cores the pool got: worker CPU seconds / (wall x workers)
         result["sweep_worker_cpu_s"] = round(worker_cpu, 1)
         result["sweep_core_share"] = round(worker_cpu / (wall * args.workers), 2)
 
+        if args.wall_only:
+            if args.dask:
+                dask_wall, dask = timed(sweep(), tmp / "dask", backend="dask", workers=args.workers)
+                pd.testing.assert_frame_equal(dask, full)
+                result["dask_sweep_wall_s"] = round(dask_wall, 1)
+            result["load_average_after"] = round(os.getloadavg()[0], 2)
+            print(json.dumps(result))
+            return result
         start = time.perf_counter()
         pool = LocalExecutor(args.workers)
         list(pool.imap(os.getpid, [()] * (4 * args.workers)))  # start every worker

@@ -84,11 +84,11 @@ def _analytical_monotone(seed: int) -> None:
     rate = base.metrics["tokens_per_s"]
     # the block schedule on a loaded ring solves its stale blocks as a fixed point over 4
     # Laguerre nodes of S0's wait (a step function of it): its numerical noise, up to 1.8% in
-    # 60 hunt points, is the tolerance there; elsewhere the models are monotone to rounding
+    # 60 hunt points, is the tolerance there; elsewhere the bisections' 0.1% (seed 704: 0.012%)
     blocks_loaded = "concurrent" in base.approximation["regime"] and (
         "async" in base.approximation["regime"] or "overlap" in base.approximation["regime"]
     )
-    tolerance = 0.02 if blocks_loaded else 1e-6
+    tolerance = 0.02 if blocks_loaded else 1e-3
     for field, factor in (("bandwidth_mbps", 4.0), ("latency_ms", 0.5)):
         better = analyze(load_scenario(data=_faster(data, field, factor))).metrics
         assert better["tokens_per_s"] >= rate * (1 - tolerance), (seed, field)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -218,3 +219,23 @@ def test_unsupported_schedules_are_errors_not_answers():
         analyze(load_scenario(REFERENCE, [*async_, "speculation.policy=tree"]))
     with pytest.raises(ScenarioError, match=r"schedule\.batching"):
         analyze(load_scenario(REFERENCE, [*async_, "schedule.batching=continuous"]))
+
+
+def test_grid_on_an_open_mesh_equals_the_point_by_point_evaluation(monkeypatch):
+    """``evaluate_grid`` over a cartesian grid computes each intermediate only over the axes it
+    depends on (an open mesh); the values must be those of the flattened points to the bit."""
+    from wansim.analytical import grid
+
+    base = load_scenario(REFERENCE, ["drafter.acceptance.extrapolate=true"])
+    axes = {
+        "speculation.k": np.array([1, 4, 9]),
+        "network.latency_ms": np.array([0.0, 12.5, 80.0]),
+        "network.bandwidth_mbps": np.array([3.0, 1e3]),
+        "payload.activation_bits": np.array([4, 16]),
+        "stages": np.array([1, 3, 10]),
+    }
+    open_mesh = grid.evaluate_grid(base, axes)
+    monkeypatch.setattr(grid, "OPEN_MESH", False)
+    monkeypatch.setattr(grid, "CHUNK", 17)  # several chunks
+    points = grid.evaluate_grid(base, axes)
+    pd.testing.assert_frame_equal(open_mesh, points, check_exact=True)

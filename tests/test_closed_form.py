@@ -84,3 +84,25 @@ def test_renewal_pass_count_matches_dynamic_programming(p, m):
 
 def test_renewal_exact_without_speculation():
     assert cf.expected_passes(100, 1.0, 1.0) == 100
+
+
+def test_all_pole_filter_is_lfilter_to_the_bit():
+    """The numpy recurrence (every row at once, no scipy.signal import) against lfilter, on
+    random pass-size distributions of every depth, for both of passes_moments' inputs."""
+    from scipy.signal import lfilter
+
+    from wansim.acceptance.closed_form import all_pole_filter
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        depth, rows, m = rng.integers(0, 12), rng.integers(1, 5), rng.integers(1, 400)
+        surv = np.sort(rng.uniform(0, 1, (rows, depth)), axis=1)[:, ::-1]
+        edges = np.concatenate([np.ones((rows, 1)), surv, np.zeros((rows, 1))], axis=1)
+        a = np.concatenate([np.ones((rows, 1)), np.diff(edges, axis=1)], axis=1)
+        x = np.ones((rows, m))
+        e = all_pole_filter(a, x)
+        s2 = all_pole_filter(a, 2.0 * e - 1.0)
+        for r in range(rows):
+            ref = lfilter([1.0], a[r], x[r])
+            assert np.array_equal(e[r], ref)
+            assert np.array_equal(s2[r], lfilter([1.0], a[r], 2.0 * ref - 1.0))

@@ -7,7 +7,8 @@ analytical engine evaluates whole grids with them and the simulator calls them p
 - roofline: t(n) = overhead_ms + 1e3 * max(bytes / (mem_bandwidth_gbs * 1e9),
                                            2 * params * n / (peak_tflops * 1e12))
             bytes = params_b * 1e9 * bytes_per_param + kv_bytes_per_token * context_tokens
-- moe:      as roofline with bytes = (dense + touched * expert_params) * bytes_per_param + KV,
+- moe:      as roofline with bytes = dense * bytes_per_param + touched * expert_params *
+            expert_bytes_per_param (default bytes_per_param) + KV,
             touched = E * (1 - (1 - k/E)^n) distinct experts for n tokens under uniform top-k
             routing, FLOPs = 2 n (dense + k * expert_params)
 - table:    measured (n, ms) points, linear interpolation, last slope extended beyond the end
@@ -53,8 +54,11 @@ def stage_ms(model: ComputeModel, n_tokens: np.ndarray | float) -> np.ndarray:
     if isinstance(model, MoeCompute):
         e = float(model.experts)
         touched = e * (1.0 - (1.0 - model.experts_per_token / e) ** n)
-        params_read = model.dense_params_b + touched * model.expert_params_b
-        weight_bytes = params_read * 1e9 * model.bytes_per_param
+        expert_bytes = model.expert_bytes_per_param or model.bytes_per_param
+        weight_bytes = 1e9 * (
+            model.dense_params_b * model.bytes_per_param
+            + touched * model.expert_params_b * expert_bytes
+        )
         params_used = model.dense_params_b + model.experts_per_token * model.expert_params_b
         flops = 2.0 * n * params_used * 1e9
         return _roofline(model, weight_bytes, flops)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from wansim.metrics import scalar_metrics
 from wansim.scenario import Scenario
 from wansim.strict_json import non_finite_paths, plain
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Result:
 
     def to_frame(self) -> pd.DataFrame:
         """One row: the scenario name, the engine and every metric as a scalar column."""
+        import pandas as pd  # (imported here: a CLI run that prints JSON never needs it)
+
         row = {"scenario": self.scenario.name, "engine": self.engine}
         row.update(scalar_metrics(self.metrics))
         return pd.DataFrame([row])

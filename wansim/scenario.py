@@ -74,8 +74,9 @@ class MoeCompute:
     """Roofline for a mixture-of-experts stage: weight bytes grow with the experts touched.
 
     With E experts, top-k routing and uniform routing, n tokens touch
-    E*(1-(1-k/E)^n) distinct experts in expectation; bytes = (dense + touched*expert) params,
-    FLOPs = 2*n*(dense + k*expert) params.
+    E*(1-(1-k/E)^n) distinct experts in expectation; bytes = dense params * bytes_per_param +
+    touched*expert params * expert_bytes_per_param (mixed precision, e.g. fp4 experts beside
+    fp8 attention), FLOPs = 2*n*(dense + k*expert) params.
     """
 
     kind: str = spec("moe", choices=("moe",))
@@ -84,6 +85,9 @@ class MoeCompute:
     experts_per_token: int = spec(8, ge=1)
     expert_params_b: float = spec(0.0125, gt=0)
     bytes_per_param: float = spec(1.0, gt=0)
+    expert_bytes_per_param: float | None = spec(
+        None, gt=0, doc="routed experts' bytes per parameter (default bytes_per_param)"
+    )
     kv_bytes_per_token: float = spec(0.0, ge=0)
     context_tokens: int = spec(2048, ge=0)
     mem_bandwidth_gbs: float = spec(4800.0, gt=0)
@@ -359,7 +363,7 @@ class Drafter:
     overlap: bool = spec(
         False,
         doc="the drafter has its own device beside its stage and drafts the next block while"
-        " the current one is verified (the max(.) law; :mod:`wansim.sim.schedule`)",
+        " the current one is verified (the max(.) law; :mod:`wansim.sim.async_speculation`)",
     )
 
 
@@ -413,7 +417,7 @@ class Schedule:
     """``sync``: one block in flight per request (the next is drafted from the verdict).
     ``async`` (in-pipe speculation): S0 launches up to ``max_inflight_blocks`` blocks of a
     request before their verdicts return, each drafted from the drafts before it; needs the
-    drafter on S0 (``drafter.placement: first_stage``) and a chain (:mod:`wansim.sim.schedule`
+    drafter on S0 (``drafter.placement: first_stage``) and a chain (:mod:`wansim.sim.async_speculation`
     has the protocol)."""
 
     kind: str = spec("sync", choices=SCHEDULES)
@@ -576,6 +580,10 @@ def load_scenario(
     if not isinstance(raw, Mapping):
         raise ScenarioError("scenario", "must be a mapping", raw)
     raw = apply_overrides(raw, overrides or ())
+    if "nodes" in raw:  # a deployment (nodes + model preset): resolved by wansim.deploy
+        from wansim.deploy.plan import deployment_scenario_raw
+
+        raw = deployment_scenario_raw(raw, base_dir)
     raw = _apply_drafter_preset(raw)
     raw = _apply_compute_bundle(raw, base_dir)
     scenario = parse(Scenario, raw, "")

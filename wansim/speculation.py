@@ -438,7 +438,16 @@ def policy_terms(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
     cols = _columns(scenario, m_tokens)
     shape = np.broadcast_shapes(*(c.shape for c in cols))
     rows, inverse = distinct_rows(cols, shape)
-    names = ("tokens", "nodes", "depth", "tree_nodes", "passes", "rate_factor", "lap_noise_factor")
+    names = (
+        "tokens",
+        "nodes",
+        "depth",
+        "tree_nodes",
+        "passes",
+        "rate_factor",
+        "lap_noise_factor",
+        "rate_factor_delta",
+    )
     out = {n: np.empty(len(rows)) for n in names}
     per_node: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for i, (k, budget, shift, alpha, m) in enumerate(rows):
@@ -454,6 +463,7 @@ def policy_terms(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
         out["depth"][i] = pol.depth
         out["tree_nodes"][i] = pol.nodes if pol.kind == "tree" else 0
         out["passes"][i] = w @ n_mean
+        out["rate_factor_delta"][i] = w @ (m / n_mean * (1.0 + n_var / n_mean**2))
         exact = closed_form.inverse_pass_moments(surv, m) if depth else None
         if exact is not None:  # short outputs: E[M / N] exactly
             out["rate_factor"][i] = w @ (m * exact[0])

@@ -291,8 +291,10 @@ def test_batched_utilisation_evaluates_each_stage_once(monkeypatch):
     from wansim.analytical import batched
 
     calls = []
-    real = batched.stage_ms
-    monkeypatch.setattr(batched, "stage_ms", lambda m, n: calls.append(1) or real(m, n))
+    real = batched.stage_pass_ms
+    monkeypatch.setattr(
+        batched, "stage_pass_ms", lambda m, o, n: calls.append(1) or real(m, o, n)
+    )
     p = 64
     data = with_(
         SMALL,

@@ -26,9 +26,40 @@ pytestmark = pytest.mark.real
             ["run", "--workload", "code", "--prompt-tokens", "0"],
             "error: prompt_tokens: must be in 1..4096, got 0",
         ),
+        (["run", "--device", "tpu"], "error: device: must be cpu, cuda or cuda:N, got 'tpu'"),
+        (
+            ["run", "--tree", "static:300,2"],
+            "error: tree.branching: makes 900 draft nodes; at most 256 fit one pass, got [300, 2]",
+        ),
+        (
+            ["run", "--tree", "static:2,2", "--max-new-tokens", "1983"],
+            "error: tree.depth: prompt (64) + max_new_tokens (1983) + drafts per pass (2) + 1 ="
+            " 2050 positions exceed target_dir's max_position_embeddings 2048, got 2",
+        ),
+        (
+            ["run", "--tree", "dynamic:8:3", "--verifier", "lossless", "--temperature", "1"],
+            "error: tree.kind: dynamic trees need the greedy verifier (a shape chosen from the"
+            " drafted tokens would bias rejection sampling); use static or sequoia, got 'dynamic'",
+        ),
     ],
 )
 def test_bad_input_exit_2(capsys, argv, line):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.strip() == line
+
+
+def test_cuda_without_a_gpu_is_one_line_before_any_process(capsys, monkeypatch):
+    """``--device cuda`` where torch sees no GPU: exit 2, one line, no stage process started."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from wansim.real import runner
+
+    started = []
+    monkeypatch.setattr(runner, "_context", lambda: started.append(1))
+    assert main(["run", "--device", "cuda", "--prompts", "1", "--max-new-tokens", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: device: needs a CUDA GPU, but torch ") and "\n" not in err
+    assert not started

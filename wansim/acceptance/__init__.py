@@ -1,18 +1,31 @@
-"""Acceptance: profiles, closed forms, per-prompt difficulty, domain shift, sampling."""
+"""Acceptance: profiles, closed forms, per-prompt difficulty, domain shift, sampling.
 
-from wansim.acceptance.closed_form import implied_tau, outcome_pmf, tau, tau_constant
-from wansim.acceptance.model import AcceptanceModel, acceptance_model
-from wansim.acceptance.profile import Profile, WorkloadProfile, load_profile, write_profile
+Names are imported on first use: importing one submodule (a CLI command's) does not pull
+in the others' dependencies (pandas, scipy).
+"""
 
-__all__ = [
-    "AcceptanceModel",
-    "Profile",
-    "WorkloadProfile",
-    "acceptance_model",
-    "implied_tau",
-    "load_profile",
-    "outcome_pmf",
-    "tau",
-    "tau_constant",
-    "write_profile",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "implied_tau": "wansim.acceptance.closed_form",
+    "outcome_pmf": "wansim.acceptance.closed_form",
+    "tau": "wansim.acceptance.closed_form",
+    "tau_constant": "wansim.acceptance.closed_form",
+    "AcceptanceModel": "wansim.acceptance.model",
+    "acceptance_model": "wansim.acceptance.model",
+    "Profile": "wansim.acceptance.profile",
+    "WorkloadProfile": "wansim.acceptance.profile",
+    "load_profile": "wansim.acceptance.profile",
+    "write_profile": "wansim.acceptance.profile",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Import the defining module on first use (module ``__getattr__``, PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

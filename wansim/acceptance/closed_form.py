@@ -95,6 +95,33 @@ def variance_passes(m_tokens: np.ndarray, tau_: np.ndarray, ex2: np.ndarray) -> 
     return m * var_x / tau_**3
 
 
+NUMPY_FILTER_MAX_STEPS = 4096  # beyond: scipy's lfilter (scipy.signal costs ~0.7 s to import)
+
+
+def all_pole_filter(a: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``scipy.signal.lfilter([1.0], a_r, x_r)`` for every row r of ``a`` (R, L), a[:, 0] = 1,
+    and ``x`` (R, n): y[t] = x[t] - sum_k a[k] y[t - k]. Up to ``NUMPY_FILTER_MAX_STEPS`` steps
+    all rows advance together in numpy with lfilter's own operation order (direct form II
+    transposed: y = z_0 + x; z_k = z_(k+1) - y a_(k+1)), so the values are lfilter's to the bit
+    (tests/test_closed_form.py); longer inputs go to lfilter row by row."""
+    a = np.asarray(a, dtype=float)
+    x = np.asarray(x, dtype=float)
+    if x.shape[-1] > NUMPY_FILTER_MAX_STEPS:
+        from scipy.signal import lfilter
+
+        return np.array([lfilter([1.0], a_r, x_r) for a_r, x_r in zip(a, x, strict=True)])
+    rows, order = a.shape
+    z = np.zeros((rows, order - 1))
+    y = np.empty(x.shape)
+    for t in range(x.shape[-1]):
+        yt = z[:, 0] + x[:, t]
+        y[:, t] = yt
+        if order > 2:
+            z[:, :-1] = z[:, 1:] - yt[:, None] * a[:, 1:-1]
+        z[:, -1] = 0.0 - yt * a[:, -1]
+    return y
+
+
 def passes_moments(surv: np.ndarray, m_tokens: float) -> tuple[np.ndarray, np.ndarray]:
     """(E[N(M)], Var N(M)) per row of survival S_1..S_D (leading axes, e.g. difficulty nodes).
 
@@ -103,8 +130,8 @@ def passes_moments(surv: np.ndarray, m_tokens: float) -> tuple[np.ndarray, np.nd
 
         e(m) = 1 + sum_x P(X = x) e(m - x),      s(m) = 2 e(m) - 1 + sum_x P(X = x) s(m - x)
 
-    with e = s = 0 for m <= 0 (run as IIR filters). Beyond that M, the renewal asymptotics
-    :func:`expected_passes` and :func:`variance_passes`.
+    with e = s = 0 for m <= 0 (run as all-pole filters, every row at once). Beyond that M, the
+    renewal asymptotics :func:`expected_passes` and :func:`variance_passes`.
     """
     surv = np.asarray(surv, dtype=float)
     lead = surv.shape[:-1]
@@ -113,19 +140,14 @@ def passes_moments(surv: np.ndarray, m_tokens: float) -> tuple[np.ndarray, np.nd
     m = round(float(m_tokens))
     if m > EXACT_PASSES_MAX_TOKENS or depth == 0:
         return expected_passes(m, tau_, ex2), variance_passes(m, tau_, ex2)
-    from scipy.signal import lfilter  # imported here: scipy.signal costs ~0.7 s to import
-
     rows = surv.reshape(-1, depth)
-    mean = np.empty(len(rows))
-    var = np.empty(len(rows))
-    ones = np.ones(m)
-    for i, row in enumerate(rows):
-        pmf_x = -np.diff(np.concatenate([[1.0], row, [0.0]]))  # P(X = 1..D+1)
-        a = np.concatenate([[1.0], -pmf_x])
-        e = lfilter([1.0], a, ones)
-        s2 = lfilter([1.0], a, 2.0 * e - 1.0)
-        mean[i] = e[-1]
-        var[i] = max(s2[-1] - e[-1] ** 2, 0.0)
+    ones = np.ones((len(rows), 1))
+    pmf_x = -np.diff(np.concatenate([ones, rows, 0.0 * ones], axis=1), axis=1)  # P(X = 1..D+1)
+    a = np.concatenate([ones, -pmf_x], axis=1)
+    e = all_pole_filter(a, np.ones((len(rows), m)))
+    s2 = all_pole_filter(a, 2.0 * e - 1.0)
+    mean = e[:, -1].copy()  # contiguous, as callers' reductions expect (summation order)
+    var = np.maximum(s2[:, -1] - mean**2, 0.0)
     return mean.reshape(lead), var.reshape(lead)
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import expit, logit
 
 QUADRATURE_NODES = 40
@@ -92,6 +91,8 @@ def _root(gap) -> float:
         hi *= 2
     if gap(lo) > 0:
         return lo
+    from scipy.optimize import brentq  # slow to import: only when a root is needed
+
     return brentq(gap, lo, hi, xtol=1e-13)
 
 
@@ -131,5 +132,7 @@ def fit(pooled: tuple[float, ...], dispersion: float) -> tuple[tuple[float, ...]
             f"dispersion {dispersion:g} is beyond this model's reach for these rates "
             f"(at most {reachable:.3f})"
         )
+    from scipy.optimize import brentq  # slow to import: only when a root is needed
+
     sigma = brentq(gap, 1e-6, SIGMA_MAX, xtol=1e-8)
     return tuple(fit_rates(pooled_arr, sigma)), float(sigma)

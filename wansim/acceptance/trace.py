@@ -9,6 +9,9 @@ Fitting (per workload):
 - conditional rate at position i: p_i = #(k >= i and A >= i) / #(k >= i and A >= i - 1), the
   maximum-likelihood estimate under the conditional model, valid for traces mixing block sizes;
 - histogram: counts of A at the largest block size in the trace;
+- trees (optional ``accepted_ranks, walk_children`` columns): per_position = the rank-1 rate at
+  each depth and ``siblings`` = the rank-2, 3... rates at depth 1, each successes / tries of
+  :func:`fit_tree_rates`; no histogram;
 - dispersion: one-way random-effects ANOVA on A grouped by prompt, between-prompt variance
   sigma_b^2 = (MSB - MSW) / n0 over total sigma_b^2 + MSW, clipped to [0, 0.99].
 """
@@ -26,12 +29,17 @@ from wansim.acceptance.profile import Profile, ProfileHeader, WorkloadProfile
 from wansim.errors import ProfileError
 
 COLUMNS = ("workload", "prompt_id", "step", "k", "accepted")
+# Optional, for draft trees: the sibling rank accepted at each depth of the walk ("1;2;1"), and
+# the candidates at each node the walk reached, root first ("2;2;1;0"; the last were all tried
+# and rejected). ``k`` is then the tree's depth (the most drafts a pass can accept).
+TREE_COLUMNS = ("accepted_ranks", "walk_children")
 
 
 def write_trace(frame: pd.DataFrame, path: str | os.PathLike, meta: dict | None = None) -> None:
     lines = [f"# {k}: {v}" for k, v in (meta or {}).items()]
     buf = io.StringIO()
-    frame.loc[:, list(COLUMNS)].to_csv(buf, index=False)
+    cols = list(COLUMNS) + [c for c in TREE_COLUMNS if c in frame.columns]
+    frame.loc[:, cols].to_csv(buf, index=False)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text("".join(line + "\n" for line in lines) + buf.getvalue())
 
@@ -51,7 +59,7 @@ def read_trace(path: str | os.PathLike) -> tuple[pd.DataFrame, dict]:
             body.append(line)
     if not body:
         raise ProfileError(str(path), "trace has no rows", None)
-    frame = pd.read_csv(io.StringIO("\n".join(body)))
+    frame = pd.read_csv(io.StringIO("\n".join(body)), dtype=dict.fromkeys(TREE_COLUMNS, str))
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
         raise ProfileError(str(path), f"missing columns {', '.join(missing)}", list(frame.columns))
@@ -65,7 +73,72 @@ def read_trace(path: str | os.PathLike) -> tuple[pd.DataFrame, dict]:
             f"{path}: accepted", "must be in 0..k with k >= 1", f"k={row.k} accepted={row.accepted}"
         )
     frame["workload"] = frame["workload"].fillna("").astype(str)
+    if any(c in frame.columns for c in TREE_COLUMNS):
+        try:
+            tree_walks(frame)
+        except ValueError as e:
+            raise ProfileError(f"{path}: accepted_ranks/walk_children", str(e), None) from None
     return frame, meta
+
+
+def tree_walks(frame: pd.DataFrame) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(accepted ranks, candidates per walked node) per step of a tree trace, checked: one rank
+    per accepted draft, one count more than ranks, each rank within its node's candidates."""
+    for c in TREE_COLUMNS:
+        if c not in frame.columns:
+            raise ValueError(f"a tree trace needs both {' and '.join(TREE_COLUMNS)}")
+
+    def ints(text) -> tuple[int, ...]:
+        text = "" if pd.isna(text) else str(text)
+        return tuple(int(x) for x in text.split(";") if x != "")
+
+    out = []
+    for acc, r, c in zip(
+        frame["accepted"], frame["accepted_ranks"], frame["walk_children"], strict=True
+    ):
+        ranks, kids = ints(r), ints(c)
+        if len(ranks) != int(acc) or len(kids) != len(ranks) + 1:
+            raise ValueError(f"step with {acc} accepted has ranks {ranks} and children {kids}")
+        if any(not 1 <= rk <= n for rk, n in zip(ranks, kids, strict=False)):
+            raise ValueError(f"an accepted rank exceeds its node's candidates: {ranks} {kids}")
+        out.append((ranks, kids))
+    return out
+
+
+def fit_tree_rates(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Conditional rates P_{d,r} (positional model of ``wansim.acceptance.trees``) from tree
+    walks: the rank-r candidate at depth d was tried when the walk reached depth d - 1 and ranks
+    1..r-1 there were rejected; it succeeded when the walk went on through it. Returns (rates,
+    trials), both (depth, rank); rates are NaN where nothing was tried (the MLE: successes /
+    trials, each try a Bernoulli)."""
+    walks = tree_walks(frame)
+    depth = max((len(k) for _, k in walks), default=1)
+    ranks = max((max(k) for _, k in walks if k), default=1) or 1
+    wins = np.zeros((depth, ranks))
+    tries = np.zeros((depth, ranks))
+    for acc_ranks, kids in walks:
+        for d, n in enumerate(kids):  # node at depth d with n candidates for depth d + 1
+            if d < len(acc_ranks):
+                r = acc_ranks[d]
+                tries[d, :r] += 1
+                wins[d, r - 1] += 1
+            else:
+                tries[d, :n] += 1
+    used = np.flatnonzero(tries.sum(axis=1) > 0)  # leaves' depth: no candidates tried
+    depth = int(used[-1]) + 1 if len(used) else 1
+    wins, tries = wins[:depth], tries[:depth]
+    rates = np.where(tries > 0, wins / np.where(tries > 0, tries, 1), np.nan)
+    return rates, tries
+
+
+def _leading(values) -> tuple[float, ...]:
+    """Entries up to the first NaN."""
+    out = []
+    for v in values:
+        if np.isnan(v):
+            break
+        out.append(float(v))
+    return tuple(out)
 
 
 def fit_per_position(k: np.ndarray, accepted: np.ndarray) -> np.ndarray:
@@ -119,11 +192,21 @@ def fit_profile(
     for name, sub in frame.groupby("workload", sort=False):
         k = sub["k"].to_numpy()
         a = sub["accepted"].to_numpy()
-        rates = fit_per_position(k, a)
         kmax = int(k.max())
         at_kmax = a[k == kmax]
-        hist = np.bincount(at_kmax, minlength=kmax + 1)[: kmax + 1]
         disp = between_prompt_fraction(sub["prompt_id"].to_numpy()[k == kmax], at_kmax)
+        if all(c in sub.columns for c in TREE_COLUMNS):  # trees: rank-1 chain rates + siblings
+            tree_rates, _ = fit_tree_rates(sub)
+            siblings = _leading(tree_rates[0, 1:])
+            workloads[str(name) or "default"] = WorkloadProfile(
+                per_position=_leading(tree_rates[:, 0]),
+                siblings=siblings or None,
+                dispersion=disp,
+                steps=len(sub),
+            )
+            continue
+        rates = fit_per_position(k, a)
+        hist = np.bincount(at_kmax, minlength=kmax + 1)[: kmax + 1]
         workloads[str(name) or "default"] = WorkloadProfile(
             per_position=tuple(float(x) for x in rates),
             histogram=tuple(int(x) for x in hist) if len(rates) == kmax else None,

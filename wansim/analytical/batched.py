@@ -56,7 +56,6 @@ import dataclasses
 import functools
 
 import numpy as np
-from scipy import stats
 
 from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
@@ -162,6 +161,8 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list) -> Admissions
     j_max = int(np.max(np.minimum(b - 1.0, np.ceil(lam + TAIL_SD * np.sqrt(lam) + 10.0))))
     delay = ttft = np.zeros(())
     others = []
+    from scipy import stats  # slow to import: only for continuous batching
+
     for j in range(j_max + 1):
         pj = stats.binom.pmf(j, b - 1.0, hazard)
         pj_wave = sum((w * stats.binom.pmf(j, b - 1.0, h) for w, h in waves), start=np.zeros(()))

@@ -1,5 +1,5 @@
 """Approximations for the block schedule: async in-pipe speculation and the overlapped drafter
-(the max(.) law), one request at a time. The DES protocol is in :mod:`wansim.sim.schedule`.
+(the max(.) law), one request at a time. The DES protocol is in :mod:`wansim.sim.async_speculation`.
 
 Model (vectorised over grid points and the difficulty quadrature):
 
@@ -261,7 +261,11 @@ def block_metrics(scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0) -> di
             np.minimum(1.0 / np.maximum(issue, 1e-9), window / np.maximum(lap, 1e-9)),
             0.0,
         )
-        rest = rest + ring_hol_ms(scenario, rate, parts["forward_bytes"], parts["return_bytes"])
+        # (retransmissions only: a request's own blocks spaced by its issue interval are
+        # rarely overtaken by jitter, which the measured grids cover without this term)
+        rest = rest + ring_hol_ms(
+            scenario, rate, parts["forward_bytes"], parts["return_bytes"], lossy_only=True
+        )
     acc = acceptance_nodes(scenario, m)
     shape = np.broadcast_shapes(
         *(np.shape(x) for x in (d, c0, rest, var, window, m, n, stages)), acc["w"].shape[:-1]

@@ -39,8 +39,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy import stats
 
+from wansim import normal_functions as nf
 from wansim.analytical.resequencing import delay_atoms, resequencing_wait_ms
 
 BISECTION_STEPS = 60
@@ -50,7 +50,7 @@ CONVOY_SWEEPS = 30
 def expected_max_normal(n) -> np.ndarray:
     """E[max of n standard normals] (Blom's approximation; 0 for n = 1)."""
     n = np.asarray(n, dtype=float)
-    return np.where(n > 1, stats.norm.ppf((n - 0.375) / (n + 0.25)), 0.0)
+    return np.where(n > 1, nf.norm_ppf((n - 0.375) / (n + 0.25)), 0.0)
 
 
 MAX_GRID = 512  # points of the passes axis for the slowest of b requests
@@ -74,7 +74,7 @@ def slowest_excess(w, n_mean, n_var, n_slots, rounds) -> np.ndarray:
     t = np.linspace(0.0, 1.0, MAX_GRID)
     x = lo[..., None] + (hi - lo)[..., None] * t  # (..., G)
     cdf = (
-        w[..., None, :] * stats.norm.cdf((x[..., None] - mu[..., None, :]) / node_sd[..., None, :])
+        w[..., None, :] * nf.norm_cdf((x[..., None] - mu[..., None, :]) / node_sd[..., None, :])
     ).sum(-1)
     tail = 1.0 - np.clip(cdf, 0.0, 1.0) ** b[..., None]
     e_max = lo + np.trapezoid(tail, x, axis=-1)

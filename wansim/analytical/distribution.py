@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-from scipy import stats
-from scipy.optimize import brentq
 
+from wansim import normal_functions as nf
 from wansim.links.delivery import software_ms
 from wansim.network import jitter_dist
 from wansim.scenario import Hop
@@ -130,7 +129,9 @@ def mixture_normal_quantiles(weights, means, sds, qs) -> np.ndarray:
     sds = np.maximum(np.asarray(sds, dtype=float), 1e-12 * np.maximum(1.0, np.abs(means)))
 
     def cdf(x: float) -> float:
-        return float(weights @ stats.norm.cdf((x - means) / sds))
+        return float(weights @ nf.norm_cdf((x - means) / sds))
+
+    from scipy.optimize import brentq  # (scipy.optimize is slow to import: only when needed)
 
     lo = float((means - 12 * sds).min())
     hi = float((means + 12 * sds).max())

@@ -46,6 +46,7 @@ VECTOR_FIELDS = (
     "schedule.max_inflight_blocks",
 )
 CHUNK = 1 << 18
+OPEN_MESH = True
 
 
 def replace_dotted(obj, dotted: str, value):
@@ -90,6 +91,8 @@ def evaluate_grid(
         shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
         points = {k: np.broadcast_to(a, shape).ravel() for k, a in arrays.items()}
     n = len(next(iter(points.values()))) if points else 1
+    if mesh and points and OPEN_MESH:
+        return _open_mesh(base, arrays, points, n)
     chunks = []
     for start in range(0, n, CHUNK):
         sl = slice(start, start + CHUNK)
@@ -99,7 +102,33 @@ def evaluate_grid(
         out = mean_metrics(sc)
         size = min(CHUNK, n - start)
         chunks.append({k: np.broadcast_to(out[k], (size,)) for k in GRID_KEYS})
-    frame = pd.DataFrame({k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]})
+    return _frame({k: np.concatenate([c[k] for c in chunks]) for k in GRID_KEYS}, points, n)
+
+
+def _open_mesh(base: Scenario, arrays, points, n: int) -> pd.DataFrame:
+    """A cartesian grid evaluated on an open mesh: axis j's values have shape (1, .., m_j, .., 1),
+    so every intermediate is computed only over the axes it depends on (serialisation over k,
+    bits and bandwidth; not over latency or stages) and broadcast at the end."""
+    dims = len(arrays)
+    shape = tuple(len(a) for a in arrays.values())
+    sc = base
+    for j, (key, arr) in enumerate(arrays.items()):
+        sc = replace_dotted(sc, key, arr.reshape([-1 if i == j else 1 for i in range(dims)]))
+    out = mean_metrics(sc)
+    return _frame({k: np.broadcast_to(out[k], shape) for k in GRID_KEYS}, points, n)
+
+
+def _frame(metrics: Mapping[str, np.ndarray], points, n: int) -> pd.DataFrame:
+    """The result frame: the grid's fields, then the metrics in ``GRID_KEYS`` order. The float
+    metrics are written into one (metrics, points) block the frame takes without a copy."""
+    floats = [k for k in GRID_KEYS if metrics[k].dtype == np.float64]
+    block = np.empty((len(floats), n))
+    for i, k in enumerate(floats):
+        np.copyto(block[i].reshape(metrics[k].shape), metrics[k])
+    frame = pd.DataFrame(block.T, columns=floats, copy=False)
+    for k in GRID_KEYS:
+        if k not in floats:
+            frame.insert(GRID_KEYS.index(k), k, metrics[k].ravel())
     for key, arr in points.items():
         frame.insert(0, key, arr)
     return frame

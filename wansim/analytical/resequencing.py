@@ -55,6 +55,10 @@ def resequencing_wait_ms(rate_per_ms, values, weights) -> np.ndarray:
     values = np.asarray(values, dtype=float)
     weights = np.asarray(weights, dtype=float)
     rate = np.asarray(rate_per_ms, dtype=float)
+    lead = np.broadcast_shapes(rate.shape, values.shape[:-1], weights.shape[:-1])
+    values = np.broadcast_to(values, (*lead, values.shape[-1]))
+    weights = np.broadcast_to(weights, (*lead, weights.shape[-1]))
+    rate = np.broadcast_to(rate, lead)
     lo, hi = values.min(axis=-1), values.max(axis=-1)
     span = hi - lo
     if not np.any(span > 0) or not np.any(rate > 0):
@@ -77,10 +81,10 @@ def resequencing_wait_ms(rate_per_ms, values, weights) -> np.ndarray:
     return (weights * at).sum(axis=-1)
 
 
-def ring_hol_ms(scenario, rate_per_ms, fwd_bytes, ret_bytes) -> np.ndarray:
+def ring_hol_ms(scenario, rate_per_ms, fwd_bytes, ret_bytes, *, lossy_only=False) -> np.ndarray:
     """Sum over the ring's hops (forward hops with ``fwd_bytes`` messages, the return hop
     with ``ret_bytes``) of the resequencing wait at ``rate_per_ms`` offered messages; hops
-    without jitter or loss add nothing."""
+    without jitter or loss add nothing (``lossy_only``: hops without loss add nothing)."""
     from wansim.wire import serialise_ms
 
     net = scenario.network
@@ -96,7 +100,7 @@ def ring_hol_ms(scenario, rate_per_ms, fwd_bytes, ret_bytes) -> np.ndarray:
         counts = [np.asarray(scenario.stages) - 1.0, 1.0]  # the forward hops, the return hop
     total = np.zeros(np.shape(rate_per_ms))
     for i, ((lat, bw, jit, loss, rto), count) in enumerate(zip(links, counts, strict=True)):
-        if jit.kind == "none" and not np.any(np.asarray(loss) > 0):
+        if not np.any(np.asarray(loss) > 0) and (lossy_only or jit.kind == "none"):
             continue
         n_bytes = ret_bytes if i == len(links) - 1 else fwd_bytes
         values, weights = delay_atoms(lat, jit, loss, rto, serialise_ms(n_bytes, bw))

@@ -134,8 +134,11 @@ def request_rate(parts: dict, lap, lap_var, loss: dict) -> np.ndarray:
     per_node = mean_rate(
         at(parts["m"]), n * lap0, n_var * lap0**2 + n * var0, n * g, n * g_var + n_var * g**2, c, v
     )
+    # mean_rate expands E[1 / N] around E[N]; where the lossless factor is exact (short
+    # outputs) the lossy rate takes the same correction, exact / expanded
+    exact = np.broadcast_to(parts["rate_factor"] / parts["rate_factor_delta"], shape)
     out = np.broadcast_to(rate, shape).reshape(-1).copy()
-    out[lossy] = 1e3 * (w * per_node).sum(axis=1)
+    out[lossy] = 1e3 * (w * per_node).sum(axis=1) * exact.reshape(-1)[lossy]
     return out.reshape(shape)
 
 

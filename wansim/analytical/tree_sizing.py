@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-from scipy.optimize import brentq
 
 from wansim.analytical.engine import analyze
 from wansim.analytical.grid import evaluate_grid
@@ -100,6 +99,8 @@ def domain_shift_for(scenario: Scenario, loss: float, reading: str = "tau") -> f
         target = loss
     else:
         raise ValueError(f"unknown reading {reading!r}")
+    from scipy.optimize import brentq  # slow to import: only when a root is needed
+
     return float(brentq(lambda g: tau(g) - target, 1e-3, 1.0, xtol=1e-6))
 
 

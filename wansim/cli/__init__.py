@@ -113,6 +113,16 @@ def _register_calibrate(sub) -> None:
 EXTRA_COMMANDS.append(_register_calibrate)
 
 
+def _register_deploy(sub) -> None:
+    """``plan``, ``models``, ``hardware`` (wansim.deploy.cli)."""
+    from wansim.deploy.cli import register
+
+    register(sub)
+
+
+EXTRA_COMMANDS.append(_register_deploy)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -23,7 +23,11 @@ which understates both the delay of the lost message and the queueing behind it 
 loss matters (a 100 kB activation at 40 Mbit/s serialises in 20 ms). The model loses whole
 messages (one loss draw per message, as in the engines); real TCP re-sends only the lost
 segment, so for messages of many segments at a per-packet loss rate this rule over-charges: set
-``loss_rate`` to the per-message rate (about 1 - (1 - p)^segments for a packet loss rate p).
+``loss_rate`` to the per-message rate (about 1 - (1 - p)^segments for a packet loss rate p), or
+use ``network.transport: tcp`` (:mod:`wansim.links.tcp`), where a loss re-sends one segment.
+
+:class:`HopSender` holds a hop's state (``free``, the previous delivery, a TCP window, a drift)
+and applies this rule per message; the DES link and the real-path emulator both call it.
 
 The software cost is the sender's own work before the bytes go out; it occupies the sender (the
 next message waits for it, as a single sender thread or sidecar process does) and is not paid

@@ -56,17 +56,17 @@ class JitterDist:
         return float(np.mean(self.samples))
 
     def cdf(self, x: np.ndarray) -> np.ndarray:
-        from scipy import stats  # only here: relays sample without scipy
+        from wansim import normal_functions as nf  # only here: relays sample without scipy
 
         x = np.asarray(x, dtype=float)
         if self.kind == "none":
             return (x >= 0).astype(float)
         if self.kind == "normal":
             mean, std = self.params
-            return stats.norm.cdf(x, mean, std)
+            return nf.norm_cdf(x, mean, std)
         if self.kind == "lognormal":
             mu, sigma = self.params
-            return stats.lognorm.cdf(x, sigma, scale=np.exp(mu))
+            return nf.lognorm_cdf(x, sigma, np.exp(mu))
         if self.kind == "pareto":
             shape, scale = self.params
             return np.where(x > 0, 1.0 - (1.0 + np.maximum(x, 0) / scale) ** (-shape), 0.0)
@@ -74,16 +74,16 @@ class JitterDist:
         return np.searchsorted(s, x, side="right") / len(s)
 
     def ppf(self, p: float) -> float:
-        from scipy import stats  # only here: relays sample without scipy
+        from wansim import normal_functions as nf  # only here: relays sample without scipy
 
         if self.kind == "none":
             return 0.0
         if self.kind == "normal":
             mean, std = self.params
-            return float(stats.norm.ppf(p, mean, std))
+            return float(nf.norm_ppf(p, mean, std))
         if self.kind == "lognormal":
             mu, sigma = self.params
-            return float(stats.lognorm.ppf(p, sigma, scale=np.exp(mu)))
+            return float(nf.lognorm_ppf(p, sigma, np.exp(mu)))
         if self.kind == "pareto":
             shape, scale = self.params
             return float(scale * ((1.0 - p) ** (-1.0 / shape) - 1.0))
@@ -107,7 +107,7 @@ class JitterDist:
 
     def mean_propagation_ms(self, latency_ms) -> np.ndarray:
         """E[max(0, L + J)] for latency arrays L."""
-        from scipy import stats  # only here: relays sample without scipy
+        from wansim import normal_functions as nf  # only here: relays sample without scipy
 
         latency = np.asarray(latency_ms, dtype=float)
         if not self.can_be_negative():
@@ -115,7 +115,7 @@ class JitterDist:
         if self.kind == "normal":
             mean, std = self.params
             mu = latency + mean
-            return mu * stats.norm.cdf(mu / std) + std * stats.norm.pdf(mu / std)
+            return mu * nf.norm_cdf(mu / std) + std * nf.norm_pdf(mu / std)
         s = np.sort(np.asarray(self.samples, dtype=float))
         tail = np.concatenate([np.cumsum(s[::-1])[::-1], [0.0]])  # sum of s[i:]
         idx = np.searchsorted(s, -latency, side="right")
@@ -124,7 +124,7 @@ class JitterDist:
 
     def var_propagation_ms(self, latency_ms) -> np.ndarray:
         """Var[max(0, L + J)] for latency arrays L."""
-        from scipy import stats  # only here: relays sample without scipy
+        from wansim import normal_functions as nf  # only here: relays sample without scipy
 
         latency = np.asarray(latency_ms, dtype=float)
         if not self.can_be_negative():
@@ -133,8 +133,8 @@ class JitterDist:
             mean, std = self.params
             mu = latency + mean
             a = mu / std
-            m1 = mu * stats.norm.cdf(a) + std * stats.norm.pdf(a)
-            m2 = (mu**2 + std**2) * stats.norm.cdf(a) + mu * std * stats.norm.pdf(a)
+            m1 = mu * nf.norm_cdf(a) + std * nf.norm_pdf(a)
+            m2 = (mu**2 + std**2) * nf.norm_cdf(a) + mu * std * nf.norm_pdf(a)
             return np.maximum(m2 - m1**2, 0.0)
         s = np.asarray(self.samples, dtype=float)
         d = np.maximum(0.0, latency[..., None] + s)

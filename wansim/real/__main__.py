@@ -4,6 +4,7 @@
     link-accuracy  the link emulator's achieved-minus-scheduled delay (p50/p99)
     acceptance     tiny-pair acceptance vs drafter weight noise, or of the MTP head (--mtp DIR)
     wire-bits      activation bits on the wire vs accepted length and output
+    wire-quality   compressed activations vs the fp32 target: KL, token agreement, acceptance
     speed          real tokens/s over stages x latency x K
 
 Bad input prints one line ``field: problem, got value`` and exits with code 2.
@@ -59,6 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--host", default="127.0.0.1")
     r.add_argument("--mtp", default=None, help="draft with this MTP head at the last stage")
+    r.add_argument(
+        "--tree",
+        default=None,
+        help="draft a tree per pass: static:2,2,1 | sequoia:BUDGET:DEPTH:P1,P2,.. | "
+        "dynamic:BUDGET:DEPTH[:WIDTH] (budget: draft nodes, root excluded; replaces --k)",
+    )
+    r.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (stages share the GPU)")
+    r.add_argument("--schedule", default="sync", help="sync | async (in-pipe speculation)")
+    r.add_argument("--max-inflight-blocks", type=int, default=None, help="async window B")
+    r.add_argument("--concurrency", type=int, default=1, help="requests in flight at once")
     la = sub.add_parser("link-accuracy", help="measure the link emulator")
     la.add_argument("--latency-ms", type=_floats, default=[0.0, 20.0])
     la.add_argument("--frames", type=int, default=1000)
@@ -70,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("wire-bits", help="activation bits vs acceptance and output")
     _common(w)
     w.add_argument("--bits", type=_ints, default=[32, 16, 8, 4, 3])
+    q = sub.add_parser(
+        "wire-quality", help="compressed activations vs the fp32 target: KL, agreement, acceptance"
+    )
+    _common(q)
+    q.add_argument("--bits", type=_ints, default=[32, 16, 8, 4, 3])
+    q.add_argument("--stages", type=int, default=2)
     s = sub.add_parser("speed", help="tokens/s over stages x latency x K")
     _common(s)
     s.add_argument("--stages", type=_ints, default=[2, 4])
@@ -104,8 +121,10 @@ def _dispatch(args):
 
     prompts = builtin_prompts(args.workload, args.prompts, args.prompt_tokens)
     if args.cmd == "run":
-        from wansim.real.config import DecodeSpec, PipelineSpec
+        from wansim.real.config import DecodeSpec, PipelineSpec, TreeSpec
         from wansim.real.runner import run_real
+
+        tree = TreeSpec.parse(args.tree) if args.tree else None
 
         link = LinkSpec(
             latency_ms=args.latency_ms,
@@ -115,7 +134,7 @@ def _dispatch(args):
         )
         spec = PipelineSpec(
             target_dir=args.target,
-            drafter_dir=args.drafter if args.k and not args.mtp else None,
+            drafter_dir=args.drafter if (args.k or tree) and not args.mtp else None,
             drafter_kind="mtp" if args.mtp else "draft_model",
             mtp_dir=args.mtp,
             stages=args.stages,
@@ -123,6 +142,7 @@ def _dispatch(args):
             activation_bits=args.bits,
             drafter_noise=args.drafter_noise,
             host=args.host,
+            device=args.device,
         )
         decode = DecodeSpec(
             k=args.k,
@@ -130,6 +150,11 @@ def _dispatch(args):
             temperature=args.temperature,
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
+            tree=tree,
+            schedule=args.schedule,
+            max_inflight_blocks=args.max_inflight_blocks
+            or (args.stages if args.schedule == "async" else 1),
+            concurrency=args.concurrency,
         )
         res = run_real(spec, prompts, decode, run_dir=args.out)
         return {
@@ -147,6 +172,21 @@ def _dispatch(args):
     if args.cmd == "acceptance":
         return experiments.acceptance_by_noise(
             args.target, args.drafter, prompts, args.noise, args.k, args.max_new_tokens
+        )
+    if args.cmd == "wire-quality":
+        from wansim.real.codec import check_bits
+        from wansim.real.wire_quality import activation_quality
+
+        for b in args.bits:
+            check_bits(b, "--bits")
+        return activation_quality(
+            args.target,
+            args.drafter,
+            prompts,
+            args.bits,
+            stages=args.stages,
+            k=args.k,
+            max_new_tokens=args.max_new_tokens,
         )
     if args.cmd == "wire-bits":
         return experiments.wire_bits_effect(

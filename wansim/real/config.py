@@ -5,6 +5,8 @@
   return hop from the last stage to stage 0), activation bits on the wire.
 - :class:`DecodeSpec`: how to decode: K drafts per verify pass, the verifier, temperature,
   tokens per prompt, seed.
+- :class:`TreeSpec`: the draft tree a verify pass carries instead of a chain (static branching,
+  Sequoia's optimal shape for a positional acceptance vector, or a dynamic EAGLE-2 shape).
 - :class:`Prompt`: one prompt (token ids) with its workload name and id for the trace.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import numbers
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -63,7 +66,9 @@ class PipelineSpec:
     (0 = as trained). ``fail_stage_after_passes``: fault injection (stage, passes) for tests.
     ``drafter_kind``: ``draft_model`` (the LM in ``drafter_dir`` drafts at stage 0) or ``mtp``
     (the head in ``mtp_dir`` drafts at the last stage right after verifying, and the drafts ride
-    the verdict back on the return hop: ``drafter.placement: last_stage``).
+    the verdict back on the return hop: ``drafter.placement: last_stage``). ``device``: where
+    every stage (and the drafter) computes: ``cpu``, or ``cuda``/``cuda:N`` (all stages share
+    that GPU; checked for before any process starts); the wire and sampling stay on the CPU.
     """
 
     target_dir: str
@@ -82,9 +87,12 @@ class PipelineSpec:
     fail_stage_after_passes: tuple[int, int] | None = None
     drafter_kind: str = "draft_model"
     mtp_dir: str | None = None
+    device: str = "cpu"
 
     def __post_init__(self):
         check_checkpoint_dir(self.target_dir, "target_dir")
+        if not isinstance(self.device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+            raise RealConfigError("device", "must be cpu, cuda or cuda:N", self.device)
         check_checkpoint_dir(self.drafter_dir, "drafter_dir")
         if self.drafter_kind not in DRAFTER_KINDS:
             raise RealConfigError(
@@ -173,20 +181,189 @@ class PipelineSpec:
         return d
 
 
+TREE_KINDS = ("static", "sequoia", "dynamic")
+SCHEDULES = ("sync", "async")
+MAX_TREE_NODES = 256  # draft nodes per pass (root excluded): the mask is nodes x context
+MAX_TREE_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """A draft tree per verify pass (shapes and budget semantics of ``wansim.acceptance.trees``;
+    ``budget`` counts draft nodes, the root excluded).
+
+    - ``static``: ``branching[d-1]`` children for every node at depth d-1 (e.g. ``(2, 2, 1)``);
+    - ``sequoia``: Sequoia's optimal tree of at most ``budget`` nodes and depth ``depth`` for the
+      positional acceptance vector ``acceptance`` (P_1, P_2, ...: rank-r rate), built once;
+    - ``dynamic``: EAGLE-2 shaped per pass from the drafter's own probabilities: ``depth``
+      levels, the ``width`` likeliest nodes of each level expanded with their ``width`` likeliest
+      children, then the ``budget`` nodes of largest path probability kept (greedy verifier
+      only: a shape chosen from the drafted tokens would bias rejection sampling).
+    """
+
+    kind: str = "static"
+    branching: tuple[int, ...] = ()
+    budget: int = 0
+    depth: int = 0
+    acceptance: tuple[float, ...] = ()
+    width: int = 2
+
+    def __post_init__(self):
+        if self.kind not in TREE_KINDS:
+            raise RealConfigError("tree.kind", f"must be one of {list(TREE_KINDS)}", self.kind)
+        object.__setattr__(self, "branching", tuple(self.branching))
+        object.__setattr__(self, "acceptance", tuple(float(a) for a in self.acceptance))
+        if self.kind == "static":
+            b = self.branching
+            if not b or not all(isinstance(x, numbers.Integral) and x >= 1 for x in b):
+                raise RealConfigError(
+                    "tree.branching", "must be a non-empty list of integers >= 1", list(b)
+                )
+            if len(b) > MAX_TREE_DEPTH:
+                raise RealConfigError("tree.branching", f"must have <= {MAX_TREE_DEPTH} levels", b)
+            from wansim.acceptance.trees import static_nodes
+
+            n = static_nodes(b)
+            if n > MAX_TREE_NODES:
+                raise RealConfigError(
+                    "tree.branching",
+                    f"makes {n} draft nodes; at most {MAX_TREE_NODES} fit one pass",
+                    list(b),
+                )
+            object.__setattr__(self, "budget", n)
+            object.__setattr__(self, "depth", len(b))
+            return
+        if not isinstance(self.budget, numbers.Integral) or not 1 <= self.budget <= MAX_TREE_NODES:
+            raise RealConfigError(
+                "tree.budget", f"must be an integer in 1..{MAX_TREE_NODES}", self.budget
+            )
+        if not isinstance(self.depth, numbers.Integral) or not 1 <= self.depth <= MAX_TREE_DEPTH:
+            raise RealConfigError(
+                "tree.depth", f"must be an integer in 1..{MAX_TREE_DEPTH}", self.depth
+            )
+        if self.kind == "sequoia":
+            a = self.acceptance
+            if not a or not all(0 <= x <= 1 for x in a):
+                raise RealConfigError(
+                    "tree.acceptance", "must be a non-empty list of rates in [0, 1]", list(a)
+                )
+        if self.kind == "dynamic" and not (
+            isinstance(self.width, numbers.Integral) and 1 <= self.width <= 16
+        ):
+            raise RealConfigError("tree.width", "must be an integer in 1..16", self.width)
+
+    def shape(self):
+        """The fixed :class:`wansim.acceptance.trees.Tree` (static, sequoia); None for dynamic."""
+        from wansim.acceptance import trees
+
+        if self.kind == "static":
+            return trees.static_tree(self.branching)
+        if self.kind == "sequoia":
+            rates = trees.positional_rates(self.acceptance, self.depth)
+            return trees.optimal_tree(rates, self.budget)[0]
+        return None
+
+    @property
+    def max_depth(self) -> int:
+        """The most drafts one pass can accept."""
+        return self.depth
+
+    @property
+    def max_children(self) -> int:
+        """The most children a node can have (each a distinct token)."""
+        if self.kind == "static":
+            return max(self.branching)
+        if self.kind == "sequoia":
+            return len(self.acceptance)
+        return self.width
+
+    @classmethod
+    def parse(cls, text: str, field_name: str = "--tree") -> TreeSpec:
+        """``static:2,2,1`` | ``sequoia:BUDGET:DEPTH:P1,P2,..`` | ``dynamic:BUDGET:DEPTH[:WIDTH]``."""
+        kind, _, rest = text.partition(":")
+        parts = rest.split(":") if rest else []
+        args = None
+        try:
+            if kind == "static" and len(parts) == 1:
+                args = {"branching": tuple(int(x) for x in parts[0].split(",") if x)}
+            elif kind == "sequoia" and len(parts) == 3:
+                acc = tuple(float(x) for x in parts[2].split(",") if x)
+                args = {"budget": int(parts[0]), "depth": int(parts[1]), "acceptance": acc}
+            elif kind == "dynamic" and len(parts) in (2, 3):
+                width = int(parts[2]) if len(parts) == 3 else 2
+                args = {"budget": int(parts[0]), "depth": int(parts[1]), "width": width}
+        except ValueError:
+            args = None
+        if args is not None:
+            return cls(kind, **args)
+        raise RealConfigError(
+            field_name,
+            "must be static:B1,B2,.. | sequoia:BUDGET:DEPTH:P1,P2,.. | dynamic:BUDGET:DEPTH[:WIDTH]",
+            text,
+        )
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
 class DecodeSpec:
     """``k`` drafts per pass (0 = no speculation), ``verifier`` greedy|lossless, ``temperature``
-    (0 for greedy, > 0 for lossless), ``max_new_tokens`` per prompt, ``seed``."""
+    (0 for greedy, > 0 for lossless), ``max_new_tokens`` per prompt, ``seed``. ``tree``: draft a
+    tree per pass instead of a chain; ``k`` is then set to the tree's depth. ``schedule``:
+    ``sync`` (one block in flight) or ``async`` (in-pipe speculation: up to
+    ``max_inflight_blocks`` blocks in flight, later ones betting on the earlier; see
+    ``wansim.real.async_schedule``). ``concurrency``: requests in flight at once (each stage
+    FIFO, one KV cache per request; ``wansim.real.concurrent_schedule``)."""
 
     k: int = 4
     verifier: str = "greedy"
     temperature: float = 0.0
     max_new_tokens: int = 64
     seed: int = 0
+    tree: TreeSpec | None = None
+    schedule: str = "sync"
+    max_inflight_blocks: int = 1
+    concurrency: int = 1
 
     def __post_init__(self):
         if self.verifier not in VERIFIERS:
             raise RealConfigError("verifier", f"must be one of {list(VERIFIERS)}", self.verifier)
+        if self.schedule not in SCHEDULES:
+            raise RealConfigError("schedule", f"must be one of {list(SCHEDULES)}", self.schedule)
+        b = self.max_inflight_blocks
+        if not isinstance(b, numbers.Integral) or not 1 <= b <= 64:
+            raise RealConfigError("max_inflight_blocks", "must be an integer in 1..64", b)
+        if self.schedule == "sync" and b != 1:
+            raise RealConfigError(
+                "max_inflight_blocks", "is 1 for the sync schedule (use schedule async)", b
+            )
+        c = self.concurrency
+        if not isinstance(c, numbers.Integral) or not 1 <= c <= 256:
+            raise RealConfigError("concurrency", "must be an integer in 1..256", c)
+        if c > 1 and (self.schedule != "sync" or self.tree is not None):
+            raise RealConfigError(
+                "concurrency",
+                "> 1 runs chains with the sync schedule (no tree, no async) in this version",
+                c,
+            )
+        if self.schedule == "async" and (self.tree is not None or self.k < 1):
+            raise RealConfigError(
+                "schedule",
+                "async needs a chain of k >= 1 drafts (no tree)",
+                f"k={self.k} tree={self.tree.kind if self.tree else None}",
+            )
+        if self.tree is not None:
+            if not isinstance(self.tree, TreeSpec):
+                raise RealConfigError("tree", "must be a TreeSpec", type(self.tree).__name__)
+            if self.tree.kind == "dynamic" and self.verifier != "greedy":
+                raise RealConfigError(
+                    "tree.kind",
+                    "dynamic trees need the greedy verifier (a shape chosen from the drafted "
+                    "tokens would bias rejection sampling); use static or sequoia",
+                    self.tree.kind,
+                )
+            object.__setattr__(self, "k", self.tree.max_depth)  # k: the most drafts accepted
         if not isinstance(self.k, numbers.Integral) or not 0 <= self.k <= 64:
             raise RealConfigError("k", "must be an integer in 0..64", self.k)
         object.__setattr__(self, "k", int(self.k))

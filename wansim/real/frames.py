@@ -3,10 +3,11 @@
 Header (little-endian, ``HEADER``)::
 
     magic 'WSF1' | kind u8 | dtype u8 | ndim u8 | bits u8 | step u32 | pos u32 | group u16 |
-    reserved u16 | shape 4 x u32 | payload_len u64 | send_ns u64 | header_crc32 u32
+    request u16 | shape 4 x u32 | payload_len u64 | send_ns u64 | header_crc32 u32
 
 ``kind`` says what the frame is (activations, draft ids, draft probabilities, verdict, job
-config, shutdown, error); ``step`` is the verify step (or pass) it belongs to; ``pos`` is the
+config, shutdown, error, a draft tree's shape); ``step`` is the verify step (or pass) it belongs to; ``request`` says which of the requests in flight a pass
+belongs to (each stage keeps a KV cache per request); ``pos`` is the
 absolute position of the pass's first token (every stage crops its KV cache to ``pos`` before
 running the pass: that is the rollback); ``send_ns`` is the sender's ``time.monotonic_ns()``
 (system-wide on Linux, so one-way delays are measurable across processes). ``payload_len`` must
@@ -18,6 +19,7 @@ This module needs numpy only (the link relay parses frames without torch).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import socket
 import struct
@@ -44,6 +46,8 @@ class Kind(enum.IntEnum):
     VERDICT = 5  # int32 [accepted, next_token]: last stage -> stage 0 over the return hop
     SHUTDOWN = 6  # empty: stop after forwarding
     ERROR = 7  # uint8 utf-8 message from a stage that failed
+    TREE = 8  # int32 [n, m, parent_1..parent_{n-1}, keep_1..keep_m]: a tree pass's shape
+    CANCEL = 9  # empty, ``step`` = the last valid pass: later passes sent before it are stale
 
 
 class DType(enum.IntEnum):
@@ -89,6 +93,7 @@ class FrameHeader:
     bits: int = 0
     group: int = 0
     send_ns: int = 0
+    request: int = 0
 
 
 def quant_payload_len(shape: tuple[int, ...], bits: int, group: int) -> int:
@@ -120,7 +125,7 @@ def encode_header(h: FrameHeader) -> bytes:
         h.step,
         h.pos,
         h.group,
-        0,
+        h.request,
         *shape,
         h.payload_len,
         h.send_ns,
@@ -133,7 +138,7 @@ def decode_header(buf: bytes) -> FrameHeader:
     """Unpack and validate a header; raise :class:`FrameError` naming the bad field."""
     if len(buf) != HEADER_BYTES:
         raise FrameError(f"truncated header: {len(buf)} of {HEADER_BYTES} bytes")
-    magic, kind, dtype, ndim, bits, step, pos, group, _res, s0, s1, s2, s3, plen, send_ns, crc = (
+    magic, kind, dtype, ndim, bits, step, pos, group, req, s0, s1, s2, s3, plen, send_ns, crc = (
         HEADER.unpack(buf)
     )
     if magic != MAGIC:
@@ -168,7 +173,7 @@ def decode_header(buf: bytes) -> FrameHeader:
     want = expected_payload_len(dtype, shape, bits, group)
     if plen != want:
         raise FrameError(f"payload_len {plen} != {want} implied by {dtype.name}{list(shape)}")
-    return FrameHeader(kind, dtype, shape, plen, step, pos, bits, group, send_ns)
+    return FrameHeader(kind, dtype, shape, plen, step, pos, bits, group, send_ns, req)
 
 
 @dataclass(frozen=True)
@@ -210,6 +215,13 @@ def array_frame(kind: Kind, arr: np.ndarray, step: int = 0, pos: int = 0) -> Fra
     return Frame(h, payload)
 
 
+def with_request(frame: Frame, request: int) -> Frame:
+    """The same frame tagged with ``request`` (0..65535)."""
+    if not 0 <= request <= 0xFFFF:
+        raise FrameError(f"request id {request} outside 0..65535")
+    return Frame(dataclasses.replace(frame.header, request=request), frame.payload)
+
+
 def message_frame(kind: Kind, text: str, step: int = 0) -> Frame:
     """A frame carrying UTF-8 text (JOB settings as JSON, ERROR messages)."""
     return array_frame(kind, np.frombuffer(text.encode(), dtype=np.uint8), step)
@@ -233,6 +245,7 @@ def send_frame(sock: socket.socket, frame: Frame) -> int:
         h.bits,
         h.group,
         time.monotonic_ns(),
+        h.request,
     )
     data = encode_header(stamped) + frame.payload
     sock.sendall(data)
@@ -258,3 +271,25 @@ def recv_frame(sock: socket.socket) -> Frame:
     header = decode_header(_recv_exact(sock, HEADER_BYTES, "header"))
     payload = _recv_exact(sock, header.payload_len, "payload") if header.payload_len else b""
     return Frame(header, payload)
+
+
+# ----------------------------------------------------------------------------- tree passes
+def tree_frame(parents: list[int], keep: list[int], step: int = 0, pos: int = 0) -> Frame:
+    """A ``TREE`` frame: the pass's node parents (node 0 the root, ``parents[0] == -1`` not
+    sent) and ``keep``: the previous tree pass's nodes to keep in the KV cache (its root and
+    accepted path; empty when the previous pass was not a tree)."""
+    n = len(parents)
+    arr = np.array([n, len(keep), *parents[1:], *keep], dtype=np.int32)
+    return array_frame(Kind.TREE, arr, step, pos)
+
+
+def read_tree(frame: Frame) -> tuple[list[int], list[int]]:
+    """(parents with the root's -1 first, keep) from a ``TREE`` frame; checks the shape."""
+    a = frame.array().astype(int).tolist()
+    if len(a) < 2 or a[0] < 1 or a[1] < 0 or len(a) != 2 + a[0] - 1 + a[1]:
+        raise FrameError(f"malformed tree frame of {len(a)} values")
+    n, m = a[0], a[1]
+    parents = [-1, *a[2 : 2 + n - 1]]
+    if any(not 0 <= parents[i] < i for i in range(1, n)):
+        raise FrameError("tree frame: every node's parent must be an earlier node")
+    return parents, a[2 + n - 1 : 2 + n - 1 + m]

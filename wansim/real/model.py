@@ -65,8 +65,10 @@ def load_lm(
     noise: float = 0.0,
     noise_seed: int = 0,
     dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
 ):
-    """Load a causal LM from a local directory (eval mode); optionally add weight noise."""
+    """Load a causal LM from a local directory (eval mode); optionally add weight noise (drawn
+    on the CPU, so a model is the same on every device); then move it to ``device``."""
     p = check_model_dir(path, field)
     if not noise >= 0:
         raise RealConfigError("drafter_noise", "must be >= 0", noise)
@@ -80,7 +82,29 @@ def load_lm(
     model.eval()
     if noise > 0:
         add_weight_noise(model, noise, noise_seed)
+    if device != "cpu":
+        model.to(device)
     return model
+
+
+def check_device(device: str) -> str:
+    """``cpu``, or ``cuda``/``cuda:N`` when torch sees that GPU; else :class:`RealConfigError`.
+    Several stages may name the same GPU (each process holds its own shard on it)."""
+    if device == "cpu":
+        return device
+    if not torch.cuda.is_available():
+        raise RealConfigError(
+            "device",
+            f"needs a CUDA GPU, but torch {torch.__version__} sees none on this machine "
+            "(use --device cpu)",
+            device,
+        )
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise RealConfigError(
+            "device", f"names GPU {index}; this machine has {torch.cuda.device_count()}", device
+        )
+    return device
 
 
 @torch.no_grad()
@@ -138,6 +162,8 @@ class StageShard:
         self.config = cfg
         self.dtype = next(model.parameters()).dtype
         self.cache = DynamicCache(config=cfg)
+        self.request = 0  # whose cache ``cache`` is; the others wait in ``caches``
+        self.caches: dict[int, DynamicCache] = {}
         self.hidden: torch.Tensor | None = (
             None  # last stage: final-norm hidden states of the last pass
         )
@@ -149,6 +175,22 @@ class StageShard:
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.config)
 
+    def reset_all(self) -> None:
+        """Forget every request's cache."""
+        self.caches.clear()
+        self.request = 0
+        self.reset()
+
+    def select(self, request: int) -> None:
+        """Make ``request``'s KV cache the current one (several requests in flight: one cache
+        each, a new request starts empty)."""
+        if request == self.request:
+            return
+        self.caches[self.request] = self.cache
+        cache = self.caches.pop(request, None)
+        self.cache = cache if cache is not None else DynamicCache(config=self.config)
+        self.request = request
+
     def crop_to(self, pos: int) -> None:
         """Drop cached positions >= ``pos`` (rollback of rejected drafts)."""
         cur = self.cache_len
@@ -159,29 +201,74 @@ class StageShard:
         elif pos < cur:
             self.cache.crop(-(cur - pos))
 
+    def keep_path(self, base: int, nodes: list[int]) -> None:
+        """Tree rollback: the cache holds ``base`` prefix positions followed by a verified tree's
+        nodes (in node order); keep the prefix and the ``nodes`` (the accepted path, root first)
+        in that order, dropping every other node. Their rotary positions were ``base + depth``,
+        which is where they now sit."""
+        cur = self.cache_len
+        idx = [base + int(n) for n in nodes]
+        if idx and (min(idx) < base or max(idx) >= cur):
+            raise ValueError(f"tree nodes {list(nodes)} beyond the cache ({cur} from {base})")
+        device = self.device
+        sel = torch.tensor(list(range(base)) + idx, dtype=torch.long, device=device)
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(-2, sel)
+            layer.values = layer.values.index_select(-2, sel)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.inner.parameters()).device
+
+    @torch.no_grad()
+    def forward_tree(
+        self, x: torch.Tensor, pos: int, parents: list[int], first: int = 0
+    ) -> torch.Tensor:
+        """One pass over tree nodes ``first..n-1`` (``parents[i] < i``, node 0 the root at
+        absolute position ``pos``; ``parents[0] == -1``) with a tree attention mask: node i sees
+        the prefix ``[0, pos)`` and its own ancestors (and itself), at position ``pos +
+        depth(i)``. The cache must hold the prefix and nodes ``0..first-1``; it is cropped to
+        that first. Returns the stage's output for the new nodes (as :meth:`forward`)."""
+        from wansim.real.tree_mask import tree_attention_mask, tree_depths
+
+        n = len(parents)
+        self.crop_to(pos + first)
+        dev = self.device
+        depth = tree_depths(parents)
+        position_ids = (pos + torch.tensor(depth[first:], dtype=torch.long)).unsqueeze(0).to(dev)
+        mask = tree_attention_mask(parents, pos, first, self.dtype).to(dev)
+        assert x.shape[0] == n - first, (x.shape, n, first)
+        return self._run(x, position_ids, mask)
+
     @torch.no_grad()
     def forward(self, x: torch.Tensor, pos: int) -> torch.Tensor:
         self.crop_to(pos)
         n = x.shape[0]
-        position_ids = torch.arange(pos, pos + n).unsqueeze(0)
+        position_ids = torch.arange(pos, pos + n, device=self.device).unsqueeze(0)
+        return self._run(x, position_ids, None)
+
+    def _run(self, x: torch.Tensor, position_ids: torch.Tensor, mask) -> torch.Tensor:
+        dev = self.device
         if self.first:
             out = self.inner(
-                input_ids=x.long().unsqueeze(0),
+                input_ids=x.long().to(dev).unsqueeze(0),
                 position_ids=position_ids,
+                attention_mask=mask,
                 cache=self.cache,
                 use_cache=True,
             )
         else:
             out = self.inner(
-                inputs_embeds=x.to(self.dtype).unsqueeze(0),
+                inputs_embeds=x.to(device=dev, dtype=self.dtype).unsqueeze(0),
                 position_ids=position_ids,
+                attention_mask=mask,
                 cache=self.cache,
                 use_cache=True,
             )
         h = out.last_hidden_state[0]
         if self.last:
             self.hidden = h  # after the final norm: what the LM head (and an MTP head) reads
-            return self.lm_head(h).float()
+            return self.lm_head(h).float().cpu()  # the verifier samples on the CPU
         return h
 
 

@@ -104,8 +104,8 @@ class MTPDrafter:
         h = hidden.reshape(-1)
         tok = int(token)
         for _ in range(k):
-            h = self.head(h, self.embed(torch.tensor(tok)))
-            logits = self.logits(h)
+            h = self.head(h, self.embed(torch.tensor(tok, device=h.device)))
+            logits = self.logits(h).cpu()  # sampling happens on the CPU generator
             if temperature > 0:
                 qi = probs(logits, temperature).float()  # float32: exactly what goes on the wire
                 tok = _sample(qi, gen)

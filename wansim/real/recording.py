@@ -1,13 +1,14 @@
 """What a real run records, assembled from the processes' raw per-pass logs (no torch here).
 
 Raw logs (``RUN/raw/``, appended and flushed per row by the processes, so a failed run keeps
-them): ``steps.csv`` (stage 0: one row per verify step), ``stage{i}.csv`` (one row per pass
+them; their columns are the record types of :mod:`wansim.real.records`): ``steps.csv`` (stage 0: one row per verify step), ``stage{i}.csv`` (one row per pass
 through stage i), ``link{h}.csv`` (one row per frame through hop h's relay).
 
 Per job (``RUN/<name>/``):
 
 - ``trace.csv``: the acceptance trace (``workload, prompt_id, step, k, accepted`` with
-  ``# key: value`` metadata), written and fitted by ``wansim.acceptance.trace``;
+  ``# key: value`` metadata; a tree run adds ``accepted_ranks, walk_children`` and its ``k`` is
+  the tree's depth), written and fitted by ``wansim.acceptance.trace``;
   ``profile.yaml`` the profile fitted from it (k >= 1 only);
 - ``compute_table.csv``: per stage (and ``drafter``), tokens in the pass -> median/p10/p90 ms;
 - ``steps.csv``: stage 0's step rows; ``draft_stage`` says where the step's drafts were made
@@ -28,8 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-HIDDEN_KIND = 2
-VERDICT_KIND = 5
+from wansim.real.frames import Kind  # numpy only: the wire's frame kinds, defined once
+
+HIDDEN_KIND = int(Kind.HIDDEN)
+VERDICT_KIND = int(Kind.VERDICT)
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ def _read(path: Path) -> pd.DataFrame:
 
 def read_raw(raw_dir: Path, stages: int) -> dict[str, pd.DataFrame]:
     """All raw logs of a pipeline: ``steps``, ``stage{i}``, ``link{h}``."""
-    out = {"steps": _read(raw_dir / "steps.csv")}
+    out = {"steps": _read(raw_dir / "steps.csv"), "cancelled": _read(raw_dir / "cancelled.csv")}
     for i in range(stages):
         out[f"stage{i}"] = _read(raw_dir / f"stage{i}.csv")
         out[f"link{i}"] = _read(raw_dir / f"link{i}.csv")
@@ -91,7 +94,8 @@ def compute_table(raw: dict[str, pd.DataFrame], stages: int, passes: set[int]) -
     steps = raw["steps"]
     if not steps.empty:
         steps = steps[steps["pass"].isin(passes)]
-        for k, g in steps.groupby("k"):
+        by = "nodes" if "nodes" in steps else "k"  # drafted tokens per pass (trees: nodes)
+        for k, g in steps.groupby(by):
             if int(k) == 0:
                 continue
             ms = g["draft_ms"].to_numpy(float)
@@ -210,6 +214,7 @@ def summarize(
         if not rel.empty:
             wire += int(rel[rel["step"].isin(set(steps["pass"]))]["bytes"].sum())
     k = steps["k"].to_numpy(float)
+    drafted = steps["nodes"].to_numpy(float) if "nodes" in steps else k
     acc = steps["accepted"].to_numpy(float)
     util = [round(u, 4) if u is not None else None for u in busy]
     known = [u for u in busy if u is not None]
@@ -231,7 +236,35 @@ def summarize(
         "stage_utilization": util,
         "bubble_fraction": float(1 - np.mean(known)) if known else None,
         "bytes_per_token": float(wire / new.sum()),
-        "wasted_token_fraction": float((k - acc).sum() / (k + 1).sum()),
+        "wasted_token_fraction": float((drafted - acc).sum() / (drafted + 1).sum()),
+    }
+
+
+def cancellation(raw: dict[str, pd.DataFrame], stages: int, job: int) -> dict:
+    """Async jobs: blocks cancelled by a lost bet, and the work they cost: stage-tokens computed
+    for them (n tokens x stages that computed them) and drafter ms spent on them."""
+    c = raw.get("cancelled", pd.DataFrame())
+    c = c[c["job"] == job] if not c.empty else c
+    if c.empty:
+        return {"cancelled_blocks": 0, "cancelled_stage_tokens": 0}
+    stale = set(c["pass"])
+    tokens = 0
+    computed = []
+    for i in range(stages):
+        st = raw[f"stage{i}"]
+        if st.empty:
+            computed.append(0)
+            continue
+        rows = st[(st["job"] == job) & st["pass"].isin(stale)]
+        tokens += int(rows["n_tokens"].sum())
+        computed.append(len(rows))
+    s0 = raw["stage0"]
+    draft_ms = float(s0[(s0["job"] == job) & s0["pass"].isin(stale)]["draft_ms"].sum())
+    return {
+        "cancelled_blocks": len(stale),
+        "cancelled_stage_tokens": tokens,
+        "cancelled_computed_per_stage": computed,
+        "cancelled_draft_ms": draft_ms,
     }
 
 
@@ -258,7 +291,7 @@ def write_job(
     links: list[dict],
 ) -> RunResult:
     """Assemble and write one job's files (also after a failure: whatever was recorded)."""
-    from wansim.acceptance.trace import fit_profile, write_trace
+    from wansim.acceptance.trace import TREE_COLUMNS, fit_profile, write_trace
 
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = read_raw(raw_dir, stages)
@@ -272,10 +305,13 @@ def write_job(
         if not st.empty:
             passes |= set(st[st["job"] == job]["pass"])
     paths = {}
+    columns = ["workload", "prompt_id", "step", "k", "accepted"]
+    if not steps.empty and meta.get("tree", "none") != "none":
+        columns += list(TREE_COLUMNS)  # a tree run: the sibling ranks of each walk
     trace = (
-        steps.loc[:, ["workload", "prompt_id", "step", "k", "accepted"]].reset_index(drop=True)
+        steps.loc[:, columns].reset_index(drop=True)
         if not steps.empty
-        else pd.DataFrame(columns=["workload", "prompt_id", "step", "k", "accepted"])
+        else pd.DataFrame(columns=columns)
     )
     if len(trace):
         paths["trace"] = str(out_dir / "trace.csv")
@@ -299,6 +335,12 @@ def write_job(
     decode_passes = set(steps["pass"]) if not steps.empty else set()
     lt = link_timings(raw, stages, decode_passes or passes, links)
     summary = summarize(steps, raw, stages, decode_passes)
+    summary.update(cancellation(raw, stages, job))
+    if int(meta.get("concurrency", 1)) > 1 and not steps.empty:
+        # requests overlap: throughput is all tokens over the job's span; tokens_per_s stays
+        # the per-request rate (tokens over the sum of each request's own decode time)
+        span_s = (steps["verdict_ns"].max() - steps["start_ns"].min()) / 1e9
+        summary["throughput_tokens_per_s"] = float(steps["new_tokens"].sum() / span_s)
     summary["meta"] = meta
     for fname, df in (("compute_table.csv", ct), ("links.csv", lt), ("steps.csv", steps_out)):
         df.to_csv(out_dir / fname, index=False)

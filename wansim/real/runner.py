@@ -95,7 +95,10 @@ class Pipeline:
     def start(self) -> Pipeline:
         if self._started:
             return self
-        from wansim.real.worker import StageConfig  # torch is imported here, not at module load
+        from wansim.real.model import check_device  # torch is imported here, not at load
+        from wansim.real.worker import StageConfig
+
+        check_device(self.spec.device)  # a missing GPU ends here, before any process starts
 
         self.raw_dir.mkdir(parents=True, exist_ok=True)
         for f in self.raw_dir.glob("*.csv"):
@@ -121,6 +124,7 @@ class Pipeline:
                     threads=spec.threads_per_stage,
                     drafter_kind=spec.drafter_kind,
                     mtp_dir=str(spec.mtp_dir) if spec.mtp_dir else None,
+                    device=spec.device,
                     fail_after_passes=(
                         spec.fail_stage_after_passes[1]
                         if spec.fail_stage_after_passes and spec.fail_stage_after_passes[0] == i
@@ -214,10 +218,7 @@ class Pipeline:
         self, prompts: Sequence[Prompt], decode: DecodeSpec, name: str | None = None
     ) -> RunResult:
         """Decode every prompt (one at a time, sync schedule) and record the job."""
-        if not prompts:
-            raise RealConfigError("prompts", "must be non-empty", [])
-        if decode.k > 0 and not self.spec.can_draft:
-            raise RealConfigError("drafter_dir", "is needed when k > 0", None)
+        self.check_job(prompts, decode)
         job = next(self._job_ids)
         name = name or f"job{job}"
         payload = {
@@ -227,6 +228,10 @@ class Pipeline:
             "temperature": decode.temperature,
             "max_new_tokens": decode.max_new_tokens,
             "seed": decode.seed,
+            "tree": decode.tree.as_dict() if decode.tree is not None else None,
+            "schedule": decode.schedule,
+            "max_inflight_blocks": decode.max_inflight_blocks,
+            "concurrency": decode.concurrency,
             "prompts": [
                 {"workload": p.workload, "prompt_id": p.prompt_id, "tokens": list(p.tokens)}
                 for p in prompts
@@ -234,6 +239,56 @@ class Pipeline:
         }
         meta = self._meta(name, decode)
         return self._run_job("generate", payload, name, meta)
+
+    def check_job(self, prompts: Sequence[Prompt], decode: DecodeSpec) -> None:
+        """Everything about a job that can be checked before any process starts."""
+        if not prompts:
+            raise RealConfigError("prompts", "must be non-empty", [])
+        if decode.schedule == "async" and self.spec.drafter_dir is None:
+            raise RealConfigError(
+                "schedule", "async needs the draft model at stage 0 (drafter_dir)", "async"
+            )
+        if decode.k > 0 and not self.spec.can_draft:
+            raise RealConfigError("drafter_dir", "is needed when k > 0", None)
+        if decode.concurrency > 1 and self.spec.drafter_kind == "mtp":
+            raise RealConfigError(
+                "concurrency",
+                "> 1 needs the draft model at stage 0 (not an MTP head)",
+                decode.concurrency,
+            )
+        if len(prompts) > 0xFFFF:
+            raise RealConfigError("prompts", "at most 65535 per job", len(prompts))
+        tree = decode.tree
+        if tree is not None and self.spec.drafter_dir is None:
+            raise RealConfigError("tree", "needs a draft model at stage 0 (drafter_dir)", tree.kind)
+        longest = max(len(p.tokens) for p in prompts)
+        # a pass may run up to k (tree: depth) positions past the last committed token
+        need = longest + decode.max_new_tokens + decode.k + 1
+        for field_name, path in (
+            ("target_dir", self.spec.target_dir),
+            ("drafter_dir", self.spec.drafter_dir),
+        ):
+            if path is None:
+                continue
+            cfg = json.loads((Path(path) / "config.json").read_text())
+            limit = int(cfg.get("max_position_embeddings", need))
+            if need > limit:
+                what = "tree.depth" if tree and need - decode.k <= limit else "max_new_tokens"
+                raise RealConfigError(
+                    what,
+                    f"prompt ({longest}) + max_new_tokens ({decode.max_new_tokens}) + drafts per "
+                    f"pass ({decode.k}) + 1 = {need} positions exceed {field_name}'s "
+                    f"max_position_embeddings {limit}",
+                    decode.k if what == "tree.depth" else decode.max_new_tokens,
+                )
+            vocab = int(cfg.get("vocab_size", 0))
+            if tree is not None and vocab and tree.max_children > vocab:
+                raise RealConfigError(
+                    "tree",
+                    f"asks for {tree.max_children} distinct candidates per node; {field_name} "
+                    f"has {vocab} tokens",
+                    tree.max_children,
+                )
 
     def profile_compute(
         self,
@@ -277,6 +332,7 @@ class Pipeline:
             "drafter_kind": spec.drafter_kind,
             "drafter_placement": spec.draft_placement,
             "drafter_noise": spec.drafter_noise,
+            "device": spec.device,
             "stages": spec.stages,
             "layer_splits": json.dumps([list(s) for s in self.splits]),
             "activation_bits": spec.activation_bits,
@@ -285,6 +341,10 @@ class Pipeline:
             "temperature": decode.temperature,
             "max_new_tokens": decode.max_new_tokens,
             "seed": decode.seed,
+            "tree": json.dumps(decode.tree.as_dict()) if decode.tree is not None else "none",
+            "schedule": decode.schedule,
+            "max_inflight_blocks": decode.max_inflight_blocks,
+            "concurrency": decode.concurrency,
             "links": json.dumps([asdict(link) for link in self.links]),
         }
 
@@ -420,5 +480,7 @@ def run_real(
     name: str = "run",
 ) -> RunResult:
     """Start a pipeline, run one job, shut it down."""
-    with Pipeline(spec, run_dir) as pipe:
+    pipe = Pipeline(spec, run_dir)
+    pipe.check_job(prompts, decode)  # bad input ends here, before any process starts
+    with pipe:
         return pipe.generate(prompts, decode, name=name)

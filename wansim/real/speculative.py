@@ -112,10 +112,32 @@ class Drafter:
     def __init__(self, model):
         self.shard = StageShard(model, 0, len(model.model.layers))
         self.cached: list[int] = []
+        self._cached_by: dict[int, list[int]] = {}
 
     def reset(self) -> None:
         self.shard.reset()
         self.cached = []
+
+    def select(self, request: int) -> None:
+        """Draft for ``request`` (its own KV cache and cached tokens)."""
+        if request == self.shard.request:
+            return
+        self._cached_by[self.shard.request] = self.cached
+        self.cached = self._cached_by.pop(request, [])
+        self.shard.select(request)
+
+    @torch.no_grad()
+    def prime(self, committed: list[int]) -> torch.Tensor:
+        """Bring the cache to exactly ``committed`` (reusing the longest common prefix) and
+        return the logits after its last token."""
+        common = 0
+        limit = min(len(self.cached), len(committed) - 1)
+        while common < limit and self.cached[common] == committed[common]:
+            common += 1
+        feed = committed[common:]
+        logits = self.shard.forward(torch.tensor(feed), common)[-1]
+        self.cached = list(committed)
+        return logits.cpu()
 
     @torch.no_grad()
     def draft(
@@ -124,13 +146,7 @@ class Drafter:
         """K draft tokens after ``committed`` and (T > 0) their distributions q [K, vocab]."""
         if k == 0:
             return [], None
-        common = 0
-        limit = min(len(self.cached), len(committed) - 1)
-        while common < limit and self.cached[common] == committed[common]:
-            common += 1
-        feed = committed[common:]
-        logits = self.shard.forward(torch.tensor(feed), common)[-1]
-        self.cached = list(committed)
+        logits = self.prime(committed)
         drafts: list[int] = []
         qs = []
         for i in range(k):
@@ -190,14 +206,17 @@ def speculative_decode(
     temperature: float = 0.0,
     seed: int = 0,
     prompt_index: int = 0,
+    shard=None,
 ) -> tuple[list[int], list[int]]:
     """In-process reference of the pipeline's algorithm: (new tokens, accepted per step).
 
     Same drafter, verification rules and random streams as the staged pipeline, with the whole
-    target in one process; used by tests and to measure acceptance quickly.
+    target in one process; used by tests and to measure acceptance quickly. ``shard``: run the
+    target through this object's ``forward(x, pos)`` instead (e.g. a
+    :class:`wansim.real.wire_quality.WiredTarget` with compressed activations between stages).
     """
     check_decoding(verifier, temperature, k)
-    shard = StageShard(target, 0, len(target.model.layers))
+    shard = shard if shard is not None else StageShard(target, 0, len(target.model.layers))
     dgen, vgen = prompt_generators(seed, prompt_index)
     if drafter is not None:
         drafter.reset()

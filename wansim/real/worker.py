@@ -26,14 +26,15 @@ a message naming the stage and hop, sent to the runner and (best effort) down th
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import os
+import select
 import signal
 import socket
 import sys
 import time
 import traceback
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -51,53 +52,19 @@ from wansim.real.frames import (
     array_frame,
     frame_text,
     message_frame,
+    read_tree,
     recv_frame,
     send_frame,
+    tree_frame,
+    with_request,
 )
 from wansim.real.model import StageShard, load_lm
+from wansim.real.records import CancelRow, RecordLog, StageRow, StepRow
 from wansim.real.speculative import (
     Drafter,
     prompt_generators,
     sample_first,
     verify,
-)
-
-STAGE_COLUMNS = (
-    "job",
-    "pass",
-    "n_tokens",
-    "pos",
-    "recv_ns",
-    "upstream_send_ns",
-    "start_ns",
-    "end_ns",
-    "sent_ns",
-    "compute_ms",
-    "codec_ms",
-    "verify_ms",
-    "out_bytes",
-    "draft_ms",
-)
-STEP_COLUMNS = (
-    "job",
-    "workload",
-    "prompt_id",
-    "prompt_index",
-    "step",
-    "pass",
-    "k",
-    "accepted",
-    "new_tokens",
-    "pos",
-    "start_ns",
-    "draft_end_ns",
-    "sent_ns",
-    "verdict_ns",
-    "draft_ms",
-    "stage0_ms",
-    "lap_ms",
-    "send_ns_verdict",
-    "draft_stage",
 )
 
 
@@ -122,9 +89,19 @@ class StageConfig:
     fail_after_passes: int | None = None
     drafter_kind: str = "draft_model"
     mtp_dir: str | None = None
+    device: str = "cpu"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
+
+
+def _tree_spec(d: dict | None):
+    """The job's TreeSpec (sent as a dict), or None for chains."""
+    if not d:
+        return None
+    from wansim.real.config import TreeSpec
+
+    return TreeSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 class StageFailure(Exception):
@@ -143,20 +120,6 @@ class _Ctrl:
         return json.loads(self.conn.recv_bytes())
 
 
-class _CsvLog:
-    def __init__(self, path: Path, columns):
-        new = not path.exists()
-        self.fh = open(path, "a", newline="")  # noqa: SIM115
-        self.w = csv.writer(self.fh)
-        if new:
-            self.w.writerow(columns)
-            self.fh.flush()
-
-    def row(self, values) -> None:
-        self.w.writerow(values)
-        self.fh.flush()
-
-
 class StageWorker:
     def __init__(self, cfg: StageConfig, conn):
         self.cfg = cfg
@@ -164,7 +127,7 @@ class StageWorker:
         self.i = cfg.index
         self.last = cfg.index == cfg.stages - 1
         torch.set_num_threads(cfg.threads)
-        model = load_lm(cfg.target_dir)
+        model = load_lm(cfg.target_dir, device=cfg.device)
         self.shard = StageShard(model, cfg.layer_lo, cfg.layer_hi)
         self.drafter = None
         self.mtp = None  # the MTP head (drafter_kind 'mtp', last stage only)
@@ -173,6 +136,7 @@ class StageWorker:
             from wansim.real.mtp import load_mtp
 
             self.mtp = load_mtp(cfg.mtp_dir, model)
+            self.mtp.head.to(cfg.device)
         if self.i == 0 and cfg.drafter_dir:
             self.drafter = Drafter(
                 load_lm(
@@ -180,13 +144,15 @@ class StageWorker:
                     field="drafter_dir",
                     noise=cfg.drafter_noise,
                     noise_seed=cfg.noise_seed,
+                    device=cfg.device,
                 )
             )
         self._warm_up()
         raw = Path(cfg.raw_dir)
         raw.mkdir(parents=True, exist_ok=True)
-        self.log = _CsvLog(raw / f"stage{self.i}.csv", STAGE_COLUMNS)
-        self.steps = _CsvLog(raw / "steps.csv", STEP_COLUMNS) if self.i == 0 else None
+        self.log = RecordLog(raw / f"stage{self.i}.csv", StageRow)
+        self.steps = RecordLog(raw / "steps.csv", StepRow) if self.i == 0 else None
+        self.cancelled = RecordLog(raw / "cancelled.csv", CancelRow) if self.i == 0 else None
         self.listener = socket.create_server((cfg.host, 0))
         self.in_sock: socket.socket | None = None
         self.out_sock: socket.socket | None = None
@@ -195,8 +161,15 @@ class StageWorker:
         self.prefills = 0
         self.vgen = None
         self.dgen = None
+        self.gens: dict[int, tuple] = {}  # last stage: request -> (dgen, vgen)
         self.pending: dict[int, dict] = {}
         self.returned: dict = {}
+        self.trees: dict[int, tuple[list[int], list[int]]] = {}  # pass -> (parents, keep)
+        self.tree_pos: int | None = None  # position of the last tree pass (for its keep list)
+        self.path: list[int] = []  # stage 0: accepted tree nodes of the last verdict
+        self.inbox: deque = deque()  # frames read but not yet served (async mailbox)
+        self.dropped = 0  # stale passes dropped from the mailbox before computing them
+        self.expect: tuple[int, int] | None = None  # last stage, async: (pos, root) of a valid pass
 
     @torch.no_grad()
     def _warm_up(self) -> None:
@@ -215,8 +188,9 @@ class StageWorker:
             self.drafter.reset()
         if self.mtp is not None:
             gen = torch.Generator().manual_seed(0)
-            self.mtp.draft(torch.zeros(self.shard.hidden_size), 0, 4, 1.0, gen)
-            self.mtp.draft(torch.zeros(self.shard.hidden_size), 0, 4, 0.0, gen)
+            h0 = torch.zeros(self.shard.hidden_size, device=self.shard.device)
+            self.mtp.draft(h0, 0, 4, 1.0, gen)
+            self.mtp.draft(h0, 0, 4, 0.0, gen)
 
     # ------------------------------------------------------------------ naming
     def hop_in(self) -> str:
@@ -278,6 +252,9 @@ class StageWorker:
         """Stages >= 1: decode, compute, encode, send (or verify, on the last stage)."""
         h = hidden_frame.header
         self._tick_fault()
+        self.shard.select(h.request)
+        if h.request in self.gens:
+            self.dgen, self.vgen = self.gens[h.request]
         t_codec0 = time.perf_counter_ns()
         if x is None:
             x = torch.from_numpy(codec.decode(hidden_frame).copy())
@@ -287,18 +264,23 @@ class StageWorker:
                 f"expected [n, {self.shard.hidden_size}]"
             )
         codec_ns = time.perf_counter_ns() - t_codec0
+        if self.last and self.job.get("schedule") == "async" and h.pos > 0:
+            pend = self.pending.get(h.step)
+            if pend is not None and self.expect != (h.pos, pend["root"]):
+                del self.pending[h.step]  # a stale block (a lost bet): dropped, not computed
+                self.dropped += 1
+                return
         start = time.monotonic_ns()
-        try:
-            out = self.shard.forward(x, h.pos)
-        except ValueError as e:
-            raise StageFailure(f"stage {self.i}: pass {h.step}: {e}") from None
+        out = self._forward(x, h.pos, h.step, self.trees.pop(h.step, None))
         end = time.monotonic_ns()
         verify_ms = draft_ms = 0.0
         draft_frames: list[Frame] = []
         if self.last:
             t0 = time.perf_counter_ns()
-            acc, nxt, hrow = self._verdict(h.step, h.pos, out)
-            out_frame = array_frame(Kind.VERDICT, np.array([acc, nxt], dtype=np.int32), step=h.step)
+            acc, nxt, hrow, path = self._verdict(h.step, h.pos, out)
+            self.expect = (h.pos + x.shape[0] if h.pos == 0 else h.pos + acc + 1, nxt)
+            verdict = np.array([acc, nxt, *path], dtype=np.int32)
+            out_frame = array_frame(Kind.VERDICT, verdict, step=h.step)
             t1 = time.perf_counter_ns()
             verify_ms = (t1 - t0) / 1e6
             if self.mtp is not None and int(self.job.get("k", 0)) > 0:
@@ -308,7 +290,7 @@ class StageWorker:
             t0 = time.perf_counter_ns()
             out_frame = codec.encode(
                 Kind.HIDDEN,
-                out.numpy(),
+                out.cpu().numpy(),
                 self.cfg.activation_bits,
                 self.cfg.group_size,
                 step=h.step,
@@ -317,11 +299,11 @@ class StageWorker:
             codec_ns += time.perf_counter_ns() - t0
         nbytes = 0
         for f in draft_frames:  # MTP drafts ride the verdict: ids (+ q), then the verdict
-            nbytes += self.send(f)
-        nbytes += self.send(out_frame)
+            nbytes += self.send(with_request(f, h.request))
+        nbytes += self.send(with_request(out_frame, h.request))
         sent = time.monotonic_ns()
-        self.log.row(
-            (
+        self.log.write(
+            StageRow(
                 self.job.get("job", -1),
                 h.step,
                 x.shape[0],
@@ -339,6 +321,24 @@ class StageWorker:
             )
         )
 
+    def _forward(self, x: torch.Tensor, pos: int, step: int, tree) -> torch.Tensor:
+        """The stage's layers on one pass: a chain (crop the cache to ``pos``) or a tree (keep
+        the previous tree's accepted path first, then a tree-masked pass)."""
+        try:
+            if tree is None:
+                return self.shard.forward(x, pos)
+            parents, keep = tree
+            if keep:
+                if self.tree_pos is None:
+                    raise ValueError("a keep list without a previous tree pass")
+                self.shard.keep_path(self.tree_pos, keep)
+            self.tree_pos = pos
+            if x.shape[0] != len(parents):
+                raise ValueError(f"{x.shape[0]} rows for a tree of {len(parents)} nodes")
+            return self.shard.forward_tree(x, pos, parents)
+        except ValueError as e:
+            raise StageFailure(f"stage {self.i}: pass {step}: {e}") from None
+
     def _mtp_draft(self, step: int, hidden: torch.Tensor, token: int) -> list[Frame]:
         """The head's K drafts after ``token`` (+ their q for lossless), tagged with ``step``."""
         k = int(self.job["k"])
@@ -350,20 +350,34 @@ class StageWorker:
             frames.append(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
         return frames
 
-    def _verdict(self, step: int, pos: int, logits: torch.Tensor) -> tuple[int, int, torch.Tensor]:
+    def _verdict(self, step: int, pos: int, logits: torch.Tensor) -> tuple:
         """Verify pass ``step``; a pass at position 0 is a prefill (samples the first token).
 
-        Returns (accepted, next token, final-norm hidden state of the last accepted position)."""
+        Returns (accepted, next token, final-norm hidden state of the last accepted position,
+        accepted tree nodes: empty for a chain)."""
         pend = self.pending.pop(step, None)
         if pend is None:
             raise StageFailure(f"stage {self.i}: pass {step} arrived without its draft ids")
         drafts = pend["ids"]
         k = len(drafts)
-        rows = logits[-(k + 1) :]
         verifier = self.job.get("verifier", "greedy")
         temp = float(self.job.get("temperature", 0.0))
+        if "parents" in pend:  # a tree pass: one logits row per node
+            from wansim.real.tree_speculative import DraftTree, shape_from_parents, verify_tree
+
+            shape = shape_from_parents(pend["parents"])
+            if k != shape.nodes or logits.shape[0] != k + 1:
+                raise StageFailure(
+                    f"stage {self.i}: tree pass {step} has {k} drafts, {logits.shape[0]} rows "
+                    f"and {shape.nodes} nodes"
+                )
+            tree = DraftTree(shape, (-1, *drafts), pend.get("q"))
+            v = verify_tree(logits, tree, verifier, temp, self.vgen)
+            return v.accepted, v.next_token, None, list(v.path)
+        rows = logits[-(k + 1) :]
         if pos == 0:
             self.dgen, self.vgen = prompt_generators(int(self.job.get("seed", 0)), self.prefills)
+            self.gens[self.shard.request] = (self.dgen, self.vgen)
             self.prefills += 1
             v_acc, v_next = 0, sample_first(rows[-1], verifier, temp, self.vgen)
             hrow = self.shard.hidden[-1]
@@ -372,25 +386,66 @@ class StageWorker:
             v = verify(rows, drafts, q, verifier, temp, self.vgen)
             v_acc, v_next = v.accepted, v.next_token
             hrow = self.shard.hidden[-(k + 1) :][v_acc]
-        return v_acc, v_next, hrow
+        return v_acc, v_next, hrow, []
 
     # ------------------------------------------------------------------ stages >= 1
+    # ------------------------------------------------------------------ the mailbox (async)
+    def next_frame(self) -> tuple[Frame, int]:
+        """The next frame in arrival order and when it was read. In async jobs everything the
+        hop has delivered is read into a mailbox first, so that a ``CANCEL`` drops the stale
+        passes still waiting in it (those ahead of it in FIFO order) before they are computed;
+        passes already computed are not undone (their KV is cropped by the next valid pass)."""
+        if not self.inbox:
+            self.inbox.append((self.recv(), time.monotonic_ns()))
+        if self.job.get("schedule") == "async":
+            while (
+                self.inbox[-1][0].kind not in (Kind.SHUTDOWN, Kind.ERROR)
+                and select.select([self.in_sock], [], [], 0)[0]
+            ):
+                f = self.recv()
+                if f.kind == Kind.CANCEL:
+                    self._drop_stale(int(f.header.step))
+                self.inbox.append((f, time.monotonic_ns()))
+        return self.inbox.popleft()
+
+    def _drop_stale(self, last_valid: int) -> None:
+        kinds = (Kind.DRAFT_IDS, Kind.DRAFT_PROBS, Kind.HIDDEN, Kind.TREE)
+        keep = deque()
+        for f, t in self.inbox:
+            if f.kind in kinds and f.header.step > last_valid:
+                self.dropped += f.kind == Kind.HIDDEN
+                continue
+            keep.append((f, t))
+        self.inbox = keep
+
     def serve(self) -> None:
         while True:
-            f = self.recv()
-            recv_ns = time.monotonic_ns()
+            f, recv_ns = self.next_frame()
             kind = f.kind
             if kind == Kind.JOB:
                 self.job = json.loads(frame_text(f))
                 self.prefills = 0
+                self.expect = None
                 self.pending.clear()
-                self.shard.reset()
+                self.gens.clear()
+                self.trees.clear()
+                self.tree_pos = None
+                self.shard.reset_all()
                 if not self.last:
                     self.send(f)
             elif kind == Kind.DRAFT_IDS:
                 if self.last:
                     ids = f.array().astype(int).tolist()
-                    self.pending[f.header.step] = {"ids": ids}
+                    if self.job.get("schedule") == "async" and ids:  # [root, drafts...]
+                        self.pending[f.header.step] = {"root": ids[0], "ids": ids[1:]}
+                    else:
+                        self.pending[f.header.step] = {"ids": ids}
+                else:
+                    self.send(f)
+            elif kind == Kind.CANCEL:
+                if self.last:  # stale passes whose activations never came (dropped upstream)
+                    for step in [s for s in self.pending if s > f.header.step]:
+                        del self.pending[step]
                 else:
                     self.send(f)
             elif kind == Kind.DRAFT_PROBS:
@@ -400,6 +455,20 @@ class StageWorker:
                             f"stage {self.i}: draft probabilities for unknown pass {f.header.step}"
                         )
                     self.pending[f.header.step]["q"] = torch.from_numpy(f.array().copy())
+                else:
+                    self.send(f)
+            elif kind == Kind.TREE:
+                try:
+                    parents, keep = read_tree(f)
+                except FrameError as e:
+                    raise StageFailure(f"stage {self.i}: {e} on {self.hop_in()}") from None
+                self.trees[f.header.step] = (parents, keep)
+                if self.last:
+                    if f.header.step not in self.pending:
+                        raise StageFailure(
+                            f"stage {self.i}: tree shape for unknown pass {f.header.step}"
+                        )
+                    self.pending[f.header.step]["parents"] = parents
                 else:
                     self.send(f)
             elif kind == Kind.HIDDEN:
@@ -417,7 +486,8 @@ class StageWorker:
     # ------------------------------------------------------------------ stage 0
     def wait_verdict(self, step: int) -> tuple[int, int, int, int]:
         """(accepted, next_token, received_ns, sender's send_ns) for pass ``step``; drafts that
-        rode the verdict (MTP head at the last stage) land in ``self.returned``."""
+        rode the verdict (MTP head at the last stage) land in ``self.returned``, a tree pass's
+        accepted nodes in ``self.path``."""
         timeout = self.cfg.stall_timeout_s
         self.returned = {}
         while True:
@@ -443,8 +513,9 @@ class StageWorker:
                 f"got {f.kind.name} for pass {f.header.step}"
             )
         arr = f.array()
-        if arr.shape != (2,):
+        if arr.ndim != 1 or arr.shape[0] < 2 or arr.shape[0] not in (2, 2 + int(arr[0])):
             raise StageFailure(f"stage 0: verdict of shape {list(arr.shape)} on {self.hop_in()}")
+        self.path = [int(x) for x in arr[2:]]
         return int(arr[0]), int(arr[1]), now, f.header.send_ns
 
     def returned_drafts(self, step: int, k: int, lossless: bool) -> tuple[list[int], object]:
@@ -460,32 +531,44 @@ class StageWorker:
         return ids, (q if lossless else None)
 
     def send_pass(
-        self, ids: list[int], pos: int, drafts: list[int], q, draft_ms: float = 0.0
+        self,
+        ids: list[int],
+        pos: int,
+        drafts: list[int],
+        q,
+        draft_ms: float = 0.0,
+        tree=None,
+        request: int = 0,
     ) -> tuple:
-        """Stage 0's share of a pass; returns (pass id, compute ms, sent_ns)."""
+        """Stage 0's share of a pass; returns (pass id, compute ms, sent_ns). ``tree``:
+        (parents, keep) of a tree pass (``ids`` are then the tree's node tokens); ``request``:
+        which request in flight it belongs to (its KV cache at every stage)."""
         step = self.passes
         self._tick_fault()
+        self.shard.select(request)
         start = time.monotonic_ns()
-        out = self.shard.forward(torch.tensor(ids), pos)
+        out = self._forward(torch.tensor(ids), pos, step, tree)
         end = time.monotonic_ns()
         t0 = time.perf_counter_ns()
         hidden = codec.encode(
             Kind.HIDDEN,
-            out.numpy(),
+            out.cpu().numpy(),
             self.cfg.activation_bits,
             self.cfg.group_size,
             step=step,
             pos=pos,
         )
         codec_ns = time.perf_counter_ns() - t0
-        ids_frame = array_frame(Kind.DRAFT_IDS, np.array(drafts, dtype=np.int32), step=step)
-        nbytes = self.send(ids_frame)
+        frames = [array_frame(Kind.DRAFT_IDS, np.array(drafts, dtype=np.int32), step=step)]
         if q is not None:
-            nbytes += self.send(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
-        nbytes += self.send(hidden)
+            frames.append(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
+        if tree is not None:
+            frames.append(tree_frame(tree[0], tree[1], step=step, pos=pos))
+        frames.append(hidden)
+        nbytes = sum(self.send(with_request(f, request)) for f in frames)
         sent = time.monotonic_ns()
-        self.log.row(
-            (
+        self.log.write(
+            StageRow(
                 self.job.get("job", -1),
                 step,
                 len(ids),
@@ -507,17 +590,33 @@ class StageWorker:
     def start_job(self, job: dict) -> None:
         self.job = job
         self.prefills = 0
-        self.shard.reset()
+        self.tree_pos = None
+        self.shard.reset_all()
+        if self.drafter is not None:
+            self.drafter.select(0)
         self.send(message_frame(Kind.JOB, json.dumps(job)))
 
     def generate(self, job: dict) -> dict:
+        if int(job.get("concurrency", 1)) > 1:
+            from wansim.real.concurrent_schedule import generate_concurrent
+
+            return generate_concurrent(self, job)
+        if job.get("schedule") == "async":
+            from wansim.real.async_schedule import generate_async
+
+            return generate_async(self, job)
         self.start_job(job)
         k = int(job["k"])
         verifier = job["verifier"]
         temp = float(job["temperature"])
         max_new = int(job["max_new_tokens"])
-        if k > 0 and self.drafter is None and not self.mtp_mode:
+        tree_spec = _tree_spec(job.get("tree"))
+        if (k > 0 or tree_spec) and self.drafter is None and not self.mtp_mode:
             raise StageFailure("stage 0: k > 0 needs a drafter (drafter_dir)")
+        if tree_spec is not None and self.mtp_mode:
+            raise StageFailure("stage 0: draft trees need the draft model at stage 0")
+        fixed = tree_spec.shape() if tree_spec is not None else None
+        fixed = fixed.canonical() if fixed is not None else None
         lossless = verifier == "lossless"
         draft_stage = self.cfg.stages - 1 if self.mtp_mode else 0
         outputs = {}
@@ -533,31 +632,58 @@ class StageWorker:
             committed = [*tokens, first]
             n_new = 1
             step = 0
+            keep: list[int] = []  # the previous tree pass's root and accepted path
             while n_new < max_new:
                 t_start = time.monotonic_ns()
-                if self.mtp_mode:  # drafted by the last stage, came back with the verdict
+                tree = None
+                if tree_spec is not None:
+                    from wansim.real.tree_speculative import draft_tree
+
+                    tree = draft_tree(self.drafter, committed, tree_spec, fixed, temp, dgen)
+                    drafts, q = list(tree.tokens[1:]), tree.q
+                elif self.mtp_mode:  # drafted by the last stage, came back with the verdict
                     drafts, q = ret
                 else:
                     drafts, q = self.drafter.draft(committed, k, temp, dgen) if k else ([], None)
                 t_draft = time.monotonic_ns()
                 pos = len(committed) - 1
+                if tree is None:
+                    ids, shape = [committed[-1], *drafts], None
+                else:
+                    ids, shape = list(tree.tokens), (list(tree.shape.parent), keep)
                 pid, s0_ms, sent = self.send_pass(
-                    [committed[-1], *drafts],
+                    ids,
                     pos,
                     drafts,
                     q if lossless else None,
                     (t_draft - t_start) / 1e6 if not self.mtp_mode else 0.0,
+                    tree=shape,
                 )
                 acc, nxt, t_verdict, v_send = self.wait_verdict(pid)
                 if self.mtp_mode:
                     ret = self.returned_drafts(pid, k, lossless)
-                if not 0 <= acc <= k:
-                    raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
-                committed.extend(drafts[:acc])
+                ranks = children = ""
+                if tree is None:
+                    if not 0 <= acc <= k or self.path:
+                        raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
+                    committed.extend(drafts[:acc])
+                    nodes = len(drafts)
+                else:
+                    from wansim.real.tree_speculative import walk_record
+
+                    path = tuple(self.path)
+                    if any(not 1 <= n <= tree.nodes for n in path):
+                        raise StageFailure(f"stage 0: verdict path {list(path)} outside the tree")
+                    rec = walk_record(tree.shape, path)
+                    committed.extend(tree.tokens[n] for n in path)
+                    keep = [0, *path]
+                    nodes = tree.nodes
+                    ranks = ";".join(map(str, rec.ranks))
+                    children = ";".join(map(str, rec.children))
                 committed.append(nxt)
                 n_new += acc + 1
-                self.steps.row(
-                    (
+                self.steps.write(
+                    StepRow(
                         job["job"],
                         prompt["workload"],
                         prompt["prompt_id"],
@@ -577,6 +703,9 @@ class StageWorker:
                         f"{(t_verdict - t_start) / 1e6:.4f}",
                         v_send,
                         draft_stage,
+                        nodes,
+                        ranks,
+                        children,
                     )
                 )
                 step += 1

@@ -13,13 +13,15 @@ each hop i: 3 + 2i propagation jitter, 4 + 2i losses; the last child (3 + 2P) se
 schedule's bets, one stream per request. Same seed -> identical run.
 
 With ``schedule.kind: async`` or ``drafter.overlap: true`` (chains) the stages run the block
-schedule of :mod:`wansim.sim.schedule` (bets, cancellation, the overlapped drafter).
+schedule of :mod:`wansim.sim.async_speculation` (bets, cancellation, the overlapped drafter).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
+import gc
 
 import numpy as np
 import simpy
@@ -30,12 +32,12 @@ from wansim.links.draws import hop_streams, ring_seeds
 from wansim.links.tcp import tcp_params
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
+from wansim.sim.async_speculation import Scheduler, guess_rates
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
 from wansim.sim.metrics import ci_method, compute_metrics, warmup_requests
-from wansim.sim.record import Timeline, build_record
+from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
-from wansim.sim.schedule import Scheduler, guess_rates
 from wansim.sim.stage import Stage
 from wansim.sim.verifier import Verifier
 from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
@@ -46,8 +48,8 @@ MAX_TOKENS = 100_000_000
 
 def check_supported(scenario: Scenario) -> None:
     """The DES runs the sync schedule with any speculation policy, and the block schedule
-    (async, overlapped drafter: :mod:`wansim.sim.schedule`) with chains; the rest is refused.
-    At most :data:`MAX_TOKENS` output tokens over all requests."""
+    (async, overlapped drafter: :mod:`wansim.sim.async_speculation`) with chains; the rest is
+    refused. At most :data:`MAX_TOKENS` output tokens over all requests."""
     sched = scenario.schedule
     wl = scenario.workload
     if wl.requests * wl.output_tokens > MAX_TOKENS:
@@ -92,9 +94,22 @@ def _cached(fn):
     return get
 
 
-def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
-    """Run the discrete-event simulation; ``timeline=True`` also keeps every slice (Perfetto)."""
-    check_supported(scenario)
+@dataclasses.dataclass
+class Pipeline:
+    """The wired components of one run (before it runs): what :func:`build` returns."""
+
+    scenario: Scenario
+    env: simpy.Environment
+    stages: list[Stage]
+    links: list[Link]
+    verifier: Verifier
+    source: RequestSource
+    scheduler: Scheduler | None
+    timeline: Timeline | None
+
+
+def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
+    """Wire the stages, links, verifier, request source (and block schedule) of a scenario."""
     env = simpy.Environment()
     p_stages = scenario.stages
     # the block schedule's bets come from one more child, after the documented streams
@@ -119,7 +134,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     draft = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 0))
     draft_per_sequence = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 1)) - draft
     first_stage = scenario.drafter.placement == "first_stage"
-    overlap = blocks and scenario.drafter.overlap  # drafting on its own device (schedule.py)
+    overlap = blocks and scenario.drafter.overlap  # drafting on its own device
     computes = [
         functools.partial(stage_pass_ms, m, o)
         for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
@@ -187,30 +202,60 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
     for stage, link in zip(stages, links, strict=True):
         stage.link_out = link
         stage.source = source
-        stage.start()
-    source.start()
-    env.run()
-    events = _events_scheduled(env)
+    return Pipeline(scenario, env, stages, links, verifier, source, scheduler, tl)
 
-    wl = scenario.workload
-    record = build_record(
-        source.requests, stages, links, verifier, wl.concurrency, events, tl, scheduler
+
+def run_events(pipe: Pipeline) -> RunRecord:
+    """Run the built pipeline event by event (SimPy) to its end; the record of the run."""
+    for stage in pipe.stages:
+        stage.start()
+    pipe.source.start()
+    # A kept timeline grows by a tuple per slice; the cyclic garbage collector would walk those
+    # ever-longer lists again and again (most of the timeline's cost, measured): it pauses for
+    # the run (the run's cycles are collected when it resumes).
+    paused = pipe.timeline is not None and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        pipe.env.run()
+    finally:
+        if paused:
+            gc.enable()
+    events = _events_scheduled(pipe.env)
+    return build_record(
+        pipe.source.requests,
+        pipe.stages,
+        pipe.links,
+        pipe.verifier,
+        pipe.scenario.workload.concurrency,
+        events,
+        pipe.timeline,
+        pipe.scheduler,
     )
+
+
+def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
+    """Run the discrete-event simulation; ``timeline=True`` also keeps every slice (Perfetto)."""
+    check_supported(scenario)
+    pipe = build(scenario, timeline=timeline)
+    record = run_events(pipe)
     unfinished = int(np.isnan(record.finish_ms).sum())
     if unfinished:  # cannot happen with a correct engine; never report partial metrics
         raise RuntimeError(f"DES ended with {unfinished} unfinished requests")
+    wl = scenario.workload
     method = ci_method(record)
     details = {
         "record": record,
-        "timeline": tl,
+        "timeline": pipe.timeline,
         "makespan_ms": record.makespan_ms,
-        "events": events,
+        "events": record.events,
         "ci_method": method,
         # metric -> why it is null in the JSON (wansim.result.Result.to_json)
         "undefined": {"tokens_per_s_ci95": method} if method.startswith("undefined") else {},
         "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
         "verify_passes": record.verify_passes,
     }
+    scheduler = pipe.scheduler
     if scheduler is not None:
         details["blocks"] = {
             "bets_won": scheduler.bets_won,

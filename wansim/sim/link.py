@@ -1,6 +1,6 @@
 """A link (one hop of the ring): FIFO, bandwidth-limited, with latency, jitter and loss.
 
-Not a process: sending applies the shared delivery rule (:func:`wansim.links.delivery.deliver`,
+Not a process: sending applies the shared delivery rule (:class:`wansim.links.delivery.HopSender`,
 the same code the analytical engine takes expectations of and the real-path emulator runs) and
 schedules one timeout whose callback drops the message into the next stage's mailbox. Jitter
 and losses are drawn once per message from the hop's own streams

@@ -53,9 +53,9 @@ Whole-run statistics (every request, every pass):
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from wansim.metrics import stage_utilization
+from wansim.normal_functions import t_ppf
 from wansim.sim.record import RunRecord
 
 MAX_BATCHES = 20
@@ -116,7 +116,7 @@ def t_interval(values: np.ndarray, level: float) -> tuple[float, float]:
     if n < 2:
         return float("nan"), float("nan")
     mean = float(np.mean(values))
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
+    half = float(t_ppf(0.5 + level / 2, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
     return mean - half, mean + half
 
 
@@ -128,7 +128,7 @@ def batch_means_interval(ordered: np.ndarray, level: float) -> tuple[float, floa
     b = min(MAX_BATCHES, max(2, n // 5))
     means = np.array([chunk.mean() for chunk in np.array_split(ordered, b)])
     centre = float(np.mean(ordered))
-    half = float(stats.t.ppf(0.5 + level / 2, b - 1) * np.std(means, ddof=1) / np.sqrt(b))
+    half = float(t_ppf(0.5 + level / 2, b - 1) * np.std(means, ddof=1) / np.sqrt(b))
     return centre - half, centre + half
 
 
@@ -154,7 +154,7 @@ def lap_batch_means_interval(
         return float("nan"), float("nan")
     estimates = (1e3 * tokens / ms).mean(axis=0)
     centre = float(request_rates(record)[mask].mean())
-    half = float(stats.t.ppf(0.5 + level / 2, b - 1) * np.std(estimates, ddof=1) / np.sqrt(b))
+    half = float(t_ppf(0.5 + level / 2, b - 1) * np.std(estimates, ddof=1) / np.sqrt(b))
     return centre - half, centre + half
 
 

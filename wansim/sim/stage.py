@@ -34,7 +34,7 @@ is observable: it closes the lap and, for a finishing request, admits the next o
 Stage busy time (compute + drafting, prefill included) is summed for utilisation.
 
 With ``schedule.kind: async`` or ``drafter.overlap: true`` the stage calls the block schedule's
-hooks (:mod:`wansim.sim.schedule`): before computing (drop cancelled blocks), after computing
+hooks (:mod:`wansim.sim.async_speculation`): before computing (drop cancelled blocks), after computing
 (count the work, issue blocks at S0) and, at the last stage, for the verdicts.
 """
 
@@ -88,7 +88,7 @@ class Stage:
         self.mask_bytes_per_sequence = mask_bytes_per_sequence
         self.verifier = verifier
         self.timeline = timeline  # (stage, start, end, what, passes); labels made on export
-        # the block schedule (async, overlapped drafter: wansim.sim.schedule), None for sync
+        # the block schedule (async, overlapped drafter: wansim.sim.async_speculation), None for sync
         self.hooks = hooks
         self.mailbox: deque[Pass] = deque()
         self.wake: simpy.Event | None = None
@@ -159,11 +159,23 @@ class Stage:
 
     def _forward(self, batch: list[Pass], n: int, offer_ms: float | None) -> None:
         """Offer a computed pass or batch (header + n activations, + tree masks) to the next hop."""
+        size, share = self.message_bytes(batch, n)
+        self.link_out.send(batch, size, share, offer_ms)
+
+    def message_bytes(self, batch: list[Pass], n: int) -> tuple[float, float]:
+        """(bytes, decode share) of the forward message of a pass or batch of ``n`` tokens."""
         share = 1.0 if batch[0].kind == VERIFY and len(batch) == 1 else decode_share(batch)
         size = self.forward_bytes(n)
         if self.mask_bytes_per_sequence:
             size += self.mask_bytes_per_sequence * sum(p.kind == VERIFY for p in batch)
-        self.link_out.send(batch, size, share, offer_ms)
+        return size, share
+
+    def draft_after(self, sequences: int) -> float:
+        """Last stage: drafting after the verdicts for ``sequences`` continuing requests (0 when
+        the drafter is not there: then no drafting timeout at all)."""
+        if self.draft_after_ms or self.draft_after_per_sequence_ms:
+            return self.draft_after_ms + self.draft_after_per_sequence_ms * sequences
+        return 0.0
 
     def run(self):
         env = self.env
@@ -206,7 +218,7 @@ class Stage:
                 continue
             if self.draft_after_ms or self.draft_after_per_sequence_ms:
                 start = env._now
-                draft = self.draft_after_ms + self.draft_after_per_sequence_ms * len(following)
+                draft = self.draft_after(len(following))
                 yield Timeout(env, draft)
                 self.busy_ms += draft
                 if self.timeline is not None:

@@ -93,7 +93,13 @@ class Verifier:
 
     def verify(self, p: Pass, now_ms: float) -> int:
         """Verify pass ``p`` of its request: commit min(A + 1, remaining); returns that."""
-        req = p.request
+        accepted, remaining, committed = self._commit(p.request, p.n)
+        if self.log is not None:
+            self.log.append((p.request.rid, p.step, now_ms, p.n, accepted, remaining, committed))
+        return committed
+
+    def _commit(self, req: Request, n: int) -> tuple[int, int, int]:
+        """One verify pass of ``n`` tokens: (A drawn, tokens remaining before, committed)."""
         if req.accepted_i >= len(req.accepted):
             self._refill(req)
         accepted = req.accepted[req.accepted_i]
@@ -104,11 +110,9 @@ class Verifier:
         req.lap_tokens.append(committed)
         req.passes += 1
         self.passes += 1
-        self.tokens_verified += p.n
+        self.tokens_verified += n
         self.tokens_committed += committed
-        if self.log is not None:
-            self.log.append((req.rid, p.step, now_ms, p.n, accepted, remaining, committed))
-        return committed
+        return accepted, remaining, committed
 
 
 def _draw(rng: np.random.Generator, surv: np.ndarray, size: int) -> np.ndarray:

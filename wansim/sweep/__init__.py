@@ -3,19 +3,32 @@
 ``wansim sweep SWEEP.yaml --out DIR`` (see :mod:`wansim.sweep.spec` for the file format,
 :mod:`wansim.sweep.store` for the results layout, :mod:`wansim.sweep.executors` for backends).
 Python: ``run_sweep("scenarios/x-sweep.yaml", "out/x").table``.
+
+Names are imported on first use: importing one submodule (a CLI command's) does not pull
+in the others' dependencies (pandas, scipy).
 """
 
-from wansim.sweep.runner import SweepOutcome, SweepRunError, run_sweep
-from wansim.sweep.spec import Plan, Sweep, SweepError, load_sweep, parse_sweep, plan
+from __future__ import annotations
 
-__all__ = [
-    "Plan",
-    "Sweep",
-    "SweepError",
-    "SweepOutcome",
-    "SweepRunError",
-    "load_sweep",
-    "parse_sweep",
-    "plan",
-    "run_sweep",
-]
+import importlib
+
+_EXPORTS = {
+    "SweepOutcome": "wansim.sweep.runner",
+    "SweepRunError": "wansim.sweep.runner",
+    "run_sweep": "wansim.sweep.runner",
+    "Plan": "wansim.sweep.spec",
+    "Sweep": "wansim.sweep.spec",
+    "SweepError": "wansim.sweep.spec",
+    "load_sweep": "wansim.sweep.spec",
+    "parse_sweep": "wansim.sweep.spec",
+    "plan": "wansim.sweep.spec",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Import the defining module on first use (module ``__getattr__``, PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

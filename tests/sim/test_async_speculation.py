@@ -1,4 +1,4 @@
-"""The block schedule in the DES (wansim.sim.schedule): async in-pipe speculation and the
+"""The block schedule in the DES (wansim.sim.async_speculation): async in-pipe speculation and the
 overlapped drafter.
 
 - lossless: for the same seed every request's (step, A, committed) sequence equals the sync
@@ -24,8 +24,8 @@ from wansim import speculation
 from wansim.errors import ScenarioError
 from wansim.scenario import load_scenario
 from wansim.sim import simulate
+from wansim.sim.async_speculation import CANCEL, VERDICT, guess_rates
 from wansim.sim.messages import VERIFY
-from wansim.sim.schedule import CANCEL, VERDICT, guess_rates
 from wansim.sim.verifier import Verifier
 
 BASE = {

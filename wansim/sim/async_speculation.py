@@ -1,4 +1,4 @@
-"""Block issuing, bets and cancellation: the async schedule and the overlapped drafter.
+"""Async in-pipe speculation (and the overlapped drafter): block issuing, bets and cancellation.
 
 Used when ``schedule.kind: async`` or ``drafter.overlap: true`` (the plain sync schedule never
 touches this module). It hooks into the stages (:meth:`Scheduler.take`, :meth:`Scheduler.done`,

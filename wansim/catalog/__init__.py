@@ -1,0 +1,1 @@
+"""Catalogs: models (from their config.json) and GPUs (from datasheets), every figure sourced."""

@@ -1,0 +1,1 @@
+"""Deployments as users describe them: nodes, regions, memory, partition, ring, cost, plan."""

@@ -1,0 +1,128 @@
+"""Several requests in flight at once through the real pipeline (``concurrency > 1``).
+
+Stage 0 keeps up to C = ``concurrency`` requests in the pipe, each with one pass in flight (the
+sync schedule per request: a request's next block is drafted from its last verdict). Every
+stage serves passes in arrival order (FIFO: one TCP stream per hop) and keeps one KV cache per
+request (``StageShard.select``; the frame header's ``request`` field says whose pass it is), so
+while one request's pass travels a hop the stages compute the others'. Verdicts come back in the
+order passes were sent (every stage and link is FIFO), so stage 0 serves them in that order: it
+commits the request's tokens and sends its next pass, or - the request done - the prefill of the
+next waiting request. A request's drafter, verifier and random streams are its own (the same
+derivation as one at a time), so its tokens equal those of the sync run: plain greedy output
+(greedy) or the in-process reference's draws (lossless).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from wansim.real.records import StepRow
+from wansim.real.speculative import prompt_generators
+
+
+@dataclass
+class Request:
+    index: int
+    prompt: dict
+    tokens: list[int]
+    dgen: object
+    committed: list[int] = field(default_factory=list)
+    n_new: int = 0
+    step: int = 0
+
+
+def generate_concurrent(worker, job: dict) -> dict:
+    """Stage 0's loop for a job with ``concurrency`` requests in flight."""
+    from wansim.real.worker import StageFailure
+
+    worker.start_job(job)
+    k = int(job["k"])
+    temp = float(job["temperature"])
+    lossless = job["verifier"] == "lossless"
+    max_new = int(job["max_new_tokens"])
+    limit = int(job["concurrency"])
+    if k > 0 and worker.drafter is None:
+        raise StageFailure("stage 0: k > 0 needs a drafter (drafter_dir)")
+    waiting = deque(enumerate(job["prompts"]))
+    outstanding: deque = deque()  # (pass id, request, kind, block) in send order
+    outputs = {}
+
+    def start_next() -> None:
+        j, prompt = waiting.popleft()
+        tokens = [int(t) for t in prompt["tokens"]]
+        req = Request(j, prompt, tokens, prompt_generators(int(job["seed"]), j)[0])
+        if worker.drafter is not None:
+            worker.drafter.select(j)
+            worker.drafter.reset()
+        pid, _, _ = worker.send_pass(tokens, 0, [], None, request=j)
+        outstanding.append((pid, req, "prefill", None))
+
+    def send_block(req: Request) -> None:
+        t_start = time.monotonic_ns()
+        drafts, q = [], None
+        if k:
+            worker.drafter.select(req.index)
+            drafts, q = worker.drafter.draft(req.committed, k, temp, req.dgen)
+        t_draft = time.monotonic_ns()
+        pos = len(req.committed) - 1
+        pid, s0_ms, sent = worker.send_pass(
+            [req.committed[-1], *drafts],
+            pos,
+            drafts,
+            q if lossless else None,
+            (t_draft - t_start) / 1e6,
+            request=req.index,
+        )
+        outstanding.append((pid, req, "verify", (drafts, pos, t_start, t_draft, sent, s0_ms)))
+
+    while waiting and len(outstanding) < limit:
+        start_next()
+    while outstanding:
+        pid, req, kind, block = outstanding.popleft()
+        acc, nxt, t_verdict, v_send = worker.wait_verdict(pid)
+        if kind == "prefill":
+            req.committed = [*req.tokens, nxt]
+            req.n_new = 1
+        else:
+            drafts, pos, t_start, t_draft, sent, s0_ms = block
+            if not 0 <= acc <= k:
+                raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
+            req.committed.extend(drafts[:acc])
+            req.committed.append(nxt)
+            req.n_new += acc + 1
+            worker.steps.write(
+                StepRow(
+                    job["job"],
+                    req.prompt["workload"],
+                    req.prompt["prompt_id"],
+                    req.index,
+                    req.step,
+                    pid,
+                    k,
+                    acc,
+                    acc + 1,
+                    pos,
+                    t_start,
+                    t_draft,
+                    sent,
+                    t_verdict,
+                    f"{(t_draft - t_start) / 1e6:.4f}",
+                    f"{s0_ms:.4f}",
+                    f"{(t_verdict - t_start) / 1e6:.4f}",
+                    v_send,
+                    0,
+                    k,
+                    "",
+                    "",
+                )
+            )
+            req.step += 1
+        if req.n_new < max_new:
+            send_block(req)
+        else:
+            outputs[str(req.prompt["prompt_id"])] = req.committed[len(req.tokens) :][:max_new]
+            if waiting:
+                start_next()
+    return outputs

@@ -1,0 +1,101 @@
+"""The records a real run writes (torch-free): one frozen dataclass per raw log, whose fields
+are the log's CSV columns in order, and the appending writer the stage processes use.
+
+- :class:`StageRow` -> ``raw/stage{i}.csv``: one row per pass through stage i;
+- :class:`StepRow` -> ``raw/steps.csv``: stage 0, one row per verify step (the trace + timings);
+- :class:`CancelRow` -> ``raw/cancelled.csv``: stage 0, one row per block cancelled by a lost
+  bet (async schedule).
+
+Times are ``time.monotonic_ns()`` (one clock for every process on the machine); ``*_ms`` are
+milliseconds written with 4 decimals. :mod:`wansim.real.recording` reads these files back.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class StageRow:
+    job: int
+    pass_: int  # column "pass"
+    n_tokens: int
+    pos: int
+    recv_ns: int
+    upstream_send_ns: int
+    start_ns: int
+    end_ns: int
+    sent_ns: int
+    compute_ms: str
+    codec_ms: str
+    verify_ms: str
+    out_bytes: int
+    draft_ms: str
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRow:
+    job: int
+    workload: str
+    prompt_id: int
+    prompt_index: int
+    step: int
+    pass_: int  # column "pass"
+    k: int  # drafts per pass (trees: the depth)
+    accepted: int
+    new_tokens: int
+    pos: int
+    start_ns: int
+    draft_end_ns: int
+    sent_ns: int
+    verdict_ns: int
+    draft_ms: str
+    stage0_ms: str
+    lap_ms: str
+    send_ns_verdict: int
+    draft_stage: int
+    nodes: int  # drafted tokens in the pass (k for chains)
+    accepted_ranks: str  # trees: "1;2" sibling rank accepted per depth
+    walk_children: str  # trees: "2;2;0" candidates per walked node
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelRow:
+    job: int
+    prompt_index: int
+    pass_: int  # column "pass"
+    n_tokens: int
+    after_pass: int  # the verified pass whose verdict lost the bet
+    cancel_ns: int
+
+
+def columns(row_type) -> tuple[str, ...]:
+    """CSV columns of a record type (``pass_`` is written ``pass``)."""
+    return tuple(f.name.rstrip("_") for f in dataclasses.fields(row_type))
+
+
+STAGE_COLUMNS = columns(StageRow)
+STEP_COLUMNS = columns(StepRow)
+CANCEL_COLUMNS = columns(CancelRow)
+
+
+class RecordLog:
+    """Appends records of one type to a CSV (header first when new), flushed per row so a
+    failed run keeps what it recorded."""
+
+    def __init__(self, path: Path, row_type):
+        self.row_type = row_type
+        new = not path.exists()
+        self.fh = open(path, "a", newline="")  # noqa: SIM115
+        self.w = csv.writer(self.fh)
+        if new:
+            self.w.writerow(columns(row_type))
+            self.fh.flush()
+
+    def write(self, record) -> None:
+        if not isinstance(record, self.row_type):
+            raise TypeError(f"{type(record).__name__} written to a {self.row_type.__name__} log")
+        self.w.writerow(dataclasses.astuple(record))
+        self.fh.flush()

@@ -95,7 +95,11 @@ def _ring(concurrency, loss, kind="sync"):
             "loss_rate": loss,
         },
         "speculation": {"policy": "chain", "k": 4},
-        "drafter": {"placement": "first_stage", "acceptance": {"alpha": 0.8}},
+        "drafter": {
+            "kind": "draft_model",
+            "placement": "first_stage",
+            "acceptance": {"alpha": 0.8},
+        },
         "schedule": {"kind": kind, "max_inflight_blocks": 4 if kind == "async" else 1},
         "workload": {
             "requests": 4 * concurrency,
@@ -262,6 +266,7 @@ def test_async_sixteen_users_single_mode():
     for bw in (2000.0, 5000.0):
         for seed in range(4):
             over = {
+                "drafter.kind": "draft_model",
                 "drafter.placement": "first_stage",
                 "schedule.kind": "async",
                 "schedule.max_inflight_blocks": 4,

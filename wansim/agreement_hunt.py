@@ -109,6 +109,8 @@ def draw_scenario(seed: int) -> dict:
         },
         "network": network,
         "drafter": {
+            # a drafter at S0 drafts from token ids (the placement rule); engines never read kind
+            "kind": "draft_model" if placement == "first_stage" else "dspark",
             "placement": placement,
             "draft_ms": float(pick(0.5, 4.0, 15.0, 60.0, p=[0.25, 0.4, 0.25, 0.1])),
             "overlap": overlap,

@@ -585,6 +585,7 @@ def load_scenario(
 
         raw = deployment_scenario_raw(raw, base_dir)
     raw = _apply_drafter_preset(raw)
+    raw = _apply_compute_bundle(raw, base_dir)
     scenario = parse(Scenario, raw, "")
     scenario = _resolve_files(scenario, base_dir)
     _check_acceptance(scenario)
@@ -1040,6 +1041,35 @@ def _tree_depth_needed(scenario: Scenario) -> int:
     if tree.max_depth is not None:
         return min(tree.max_depth, tree.budget_nodes)
     return 0
+
+
+def _apply_compute_bundle(raw: dict, base_dir: Path) -> dict:
+    """``model.compute: {kind: table, from: PROFILE_DIR}``: every stage's table from a profile
+    bundle (``wansim calibrate profile``; :mod:`wansim.stage_cost`), unless ``stage_compute``
+    is given."""
+    model = raw.get("model")
+    comp = model.get("compute") if isinstance(model, Mapping) else None
+    if not isinstance(comp, Mapping) or "from" not in comp:
+        return raw
+    from wansim.stage_cost import tables_from_bundle
+
+    where = "model.compute.from"
+    if comp.get("kind", "table") != "table" or set(comp) - {"kind", "from"}:
+        raise ScenarioError(where, "takes only kind: table beside it", dict(comp))
+    if not isinstance(comp["from"], str):
+        raise ScenarioError(where, "must be a profile bundle directory", comp["from"])
+    found = resolve_file(comp["from"], base_dir)
+    if found is None or not found.is_dir():
+        raise ScenarioError(where, "profile bundle directory not found", comp["from"])
+    stages = raw.get("stages", 10)
+    payload = raw.get("payload")
+    bits = payload.get("activation_bits", 16) if isinstance(payload, Mapping) else 16
+    if not isinstance(stages, int) or not isinstance(bits, int):
+        return raw  # the schema reports the bad field
+    tables = tables_from_bundle(found, stages, bits, where)
+    new = {**model, "compute": tables[0]}
+    new.setdefault("stage_compute", tables)
+    return {**raw, "model": new}
 
 
 def _apply_drafter_preset(raw: dict) -> dict:

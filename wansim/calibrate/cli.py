@@ -1,8 +1,13 @@
 """``wansim calibrate`` command line (registered through ``wansim.cli.EXTRA_COMMANDS``).
 
-    wansim calibrate [--quick] [--stages 2,4] [--latency-ms 5,20] [--k 2,4] [--prompts N]
-                     [--tokens N] [--verifier greedy|lossless] [--drafter-kind draft_model|mtp]
-                     [--mtp DIR] [--out DIR] [--json]
+    wansim calibrate [--in-sample] [--quick] [--stages 2,4] [--latency-ms 5,20] [--k 2,4]
+                     [--prompts N] [--tokens N] [--verifier greedy|lossless]
+                     [--drafter-kind draft_model|mtp] [--mtp DIR] [--out DIR] [--json]
+    wansim calibrate profile --out DIR [--quick]
+    wansim calibrate predict --profile DIR [--matrix MATRIX.yaml] [--quick] [--json]
+
+Without a sub-command: the in-sample consistency check (each cell predicted from its own
+measurements). ``profile`` / ``predict``: out of sample (``wansim.calibrate.predict``).
 
 Progress goes to stderr; the table (or, with ``--json``, one JSON object
 ``{"cells": [...], "summary": {...}}``) to stdout. Ctrl-C keeps the finished cells (printed,
@@ -128,6 +133,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
+    from wansim.calibrate.predict_cli import register_actions
+
     p = sub.add_parser(
         "calibrate",
         help="real staged runs vs the DES and the analytical engine (tokens/s, lap p50/p99)",
@@ -135,6 +142,12 @@ def register(sub) -> None:
         "emulated WAN links, predict each cell with both engines from its own measurements "
         "(per-stage compute tables, fitted acceptance profile, measured hop delays) and report "
         "real vs predicted with the relative errors.",
+    )
+    p.add_argument(
+        "--in-sample",
+        action="store_true",
+        help="the in-sample consistency check (the default without a sub-command): each cell "
+        "predicted from its own measurements",
     )
     p.add_argument("--quick", action="store_true", help="8 prompts x 64 tokens (default 16 x 128)")
     p.add_argument("--stages", default="2,4", help="pipeline depths (default 2,4)")
@@ -179,3 +192,4 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_calibrate)
+    register_actions(p)

@@ -335,7 +335,14 @@ def evaluate_cell(
 def summarize(cells: list[dict], settings: Settings, seconds: float, complete: bool) -> dict:
     """Median and worst relative errors per engine and metric, the link emulator's accuracy
     pooled over the cells, and what the run was."""
-    out: dict = {"cells": len(cells), "complete": complete, "seconds": round(seconds, 1)}
+    out: dict = {
+        "cells": len(cells),
+        "complete": complete,
+        "seconds": round(seconds, 1),
+        "out_of_sample": False,
+        "mode": "in-sample consistency check (each cell predicted from its own measurements; "
+        "out of sample: wansim calibrate predict)",
+    }
     for engine in ("des", "analytical"):
         per = {}
         for key in COMPARED:
@@ -607,7 +614,9 @@ def format_table(result: dict) -> str:
     s = result["summary"]
     st = s["settings"]
     lines = [
-        f"wansim calibrate: {len(cells)} cells{'' if s['complete'] else ' (interrupted)'}, "
+        "wansim calibrate --in-sample: a CONSISTENCY CHECK (each cell predicted from its own "
+        "measurements; out of sample: wansim calibrate predict)",
+        f"{len(cells)} cells{'' if s['complete'] else ' (interrupted)'}, "
         f"{Path(st['target_dir']).name} + {_drafter_words(st)}, {st['verifier']}, "
         f"{st['activation_bits']}-bit activations, {st['prompts']} prompts x {st['tokens']} "
         f"tokens, {st['bandwidth_mbps']:g} Mbit/s links ({st['links']} delays), "

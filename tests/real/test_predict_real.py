@@ -1,0 +1,105 @@
+"""Out of sample in CI: profile a small bundle on 2-stage runs, then predict 4- and 6-stage
+cells (other latencies, other prompts) from their configuration + the bundle alone, run them
+twice interleaved, and check the errors against loose bounds.
+
+Bounds (stated here, checked per cell, DES):
+- the pipeline model: |error| <= 45% on tokens/s and <= 35% on lap p50. Loose because the
+  machine is shared (load 2-16 on 2 cores while this was written: the issue measured 17-46%
+  errors when a profile and its cells ran at different loads) and because 2 prompts x 24
+  tokens give a noisy tau; the full matrix's numbers are in docs/calibrate.md.
+- tight enough to catch a broken model: a deliberately wrong one-stage, one-link model built
+  from the same bundle (all layers in one stage, one hop) must miss lap p50 by more than 45%
+  and by more than the pipeline model does (a 4-stage 50 ms lap has four 50 ms hops, a
+  6-stage 20 ms lap six 20 ms hops: it misses by ~50-70% even at load 25, where the CPU part
+  of a lap is 60+ ms), so it fails the 35% bound the pipeline model meets. (A 4-stage 20 ms
+  cell was too weak a test at load 25: the one-stage model missed it by only 33%.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.real
+
+CELLS = [
+    {"stages": 4, "latency_ms": 50, "k": 4},
+    {"stages": 6, "latency_ms": 20, "k": 2},
+]
+TOKENS_PER_S_BOUND = 0.45
+LAP_P50_BOUND = 0.35
+WRONG_MODEL_MISS = 0.45
+
+
+@pytest.fixture(scope="module")
+def held_out(tmp_path_factory, tiny_dirs):
+    pytest.importorskip("torch")
+    from wansim.calibrate.predict import PredictSettings, run_predict
+    from wansim.calibrate.profiling import run_profile
+
+    target, drafter = tiny_dirs
+    root = tmp_path_factory.mktemp("predict")
+    run_profile(
+        root / "bundle",
+        quick=True,
+        target_dir=target,
+        drafter_dir=drafter,
+        plans=((((0, 1), (1, 6)), 32), (((0, 5), (5, 6)), 32)),
+        ks=(2, 4),
+        size={"prompts": 2, "tokens": 24, "acceptance_prompts": 8, "acceptance_tokens": 32},
+    )
+    matrix = root / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump({"defaults": {"prompts": 2, "tokens": 24}, "cells": CELLS}))
+    settings = PredictSettings(
+        profile=str(root / "bundle"),
+        matrix=str(matrix),
+        target_dir=target,
+        drafter_dir=drafter,
+        out=str(root / "out"),
+        rounds=2,
+        des_requests=300,
+    )
+    return root, run_predict(settings)
+
+
+def test_held_out_cells_within_loose_bounds(held_out):
+    root, result = held_out
+    assert result["summary"]["out_of_sample"] is True
+    json.loads((root / "out" / "predict.json").read_text())  # strict JSON on disk
+    assert (root / "out" / "predict_scatter.png").stat().st_size > 1000
+    assert (root / "out" / "predict_errors_by_mechanism.png").stat().st_size > 1000
+    for cell in result["cells"]:
+        print(cell["name"], {k: round(v, 3) for k, v in cell["des"]["error"].items() if v})
+        real = cell["real"]
+        assert len(real["runs"]) == 2 and [r["round"] for r in real["runs"]] == [0, 1]
+        assert all(len(r["load_avg_1min"]) == 2 for r in real["runs"])
+        assert real["spread"]["tokens_per_s"] is not None
+        err = cell["des"]["error"]
+        assert abs(err["tokens_per_s"]) <= TOKENS_PER_S_BOUND, (cell["name"], err)
+        assert abs(err["lap_ms_p50"]) <= LAP_P50_BOUND, (cell["name"], err)
+        assert abs(cell["analytical"]["error"]["lap_ms_p50"]) <= LAP_P50_BOUND
+
+
+def test_a_one_stage_model_fails_the_same_bounds(held_out):
+    """The calibration can tell a pipeline model from a replay: a one-stage, one-link model
+    of the same cells from the same bundle misses by far more than the bounds."""
+    from wansim.analytical import analyze
+    from wansim.calibrate.bundle import load_bundle
+    from wansim.calibrate.matrix import Cell
+    from wansim.calibrate.predict import Factors, cell_scenario
+    from wansim.scenario import load_scenario
+
+    root, result = held_out
+    bundle = load_bundle(root / "bundle")
+    for cell in result["cells"]:
+        c = cell["config"]
+        f = Factors(**result["summary"]["rounds"][0]["factors"])
+        wrong = Cell(1, c["latency_ms"], c["k"], prompts=c["prompts"], tokens=c["tokens"])
+        cell_scenario(wrong, bundle, root / "wrong" / cell["name"], f, des_requests=50)
+        m = analyze(load_scenario(root / "wrong" / cell["name"] / "scenario.yaml")).metrics
+        miss = (m["lap_ms_p50"] - cell["real"]["lap_ms_p50"]) / cell["real"]["lap_ms_p50"]
+        assert abs(miss) > WRONG_MODEL_MISS, (cell["name"], miss)
+        assert abs(miss) > LAP_P50_BOUND
+        assert abs(miss) > abs(cell["des"]["error"]["lap_ms_p50"])

@@ -1,0 +1,297 @@
+"""The profile bundle: what ``wansim calibrate profile`` measured once, as a versioned directory.
+
+A bundle holds the properties of the hardware and software (not of a deployment) that the
+engines need to predict a real run from its configuration alone (``docs/calibrate.md`` lists
+every field with its unit):
+
+- ``bundle.yaml``: format name and ``version``, the model's identity (checkpoint names and the
+  SHA-256 of each ``config.json``, layers, hidden size, vocabulary), what was profiled (stages,
+  layer splits, K values, bits, link latency, prompts, the machine's load average) and the
+  fitted costs:
+
+  * ``stage_cost``: a stage's service time per verify pass (frame in -> frame out) as
+    ``fixed_ms[role] + per_layer_ms * layers + per_token_ms * n + per_layer_token_ms * layers *
+    n + codec_ms_per_op[bits] * codec_ops[role]`` with role first | middle | last (codec ops:
+    first 1 encode, last 1 decode, middle 2), and the prefill pass (``prefill``, at
+    ``profiled.prompt_tokens``) as ``fixed_ms[role] + per_layer_ms * layers``;
+  * ``drafter``: K autoregressive drafts at stage 0 cost ``intercept_ms + per_draft_ms * K``;
+  * ``message``: the per-message software cost of a hop (the sender's send stamp -> the
+    receiver has the frame, minus the link's scheduled delay: framing, the loopback legs, the
+    relay's wake-up), mean per hop role; its distribution in ``emulator_error_ms.csv``;
+  * ``acceptance``: the profile fitted from the traces of every profiled K pooled
+    (``acceptance_profile.yaml``; per-position rates up to ``max_k``).
+
+- ``stage_passes.csv``: the verify and prefill passes the costs were fitted from (one row per
+  stage per pass: role, layers, n, bits, service, compute, codec and verify ms);
+- ``drafter.csv``: K, draft ms per verify pass; ``emulator_error_ms.csv``: role, bytes,
+  error ms per frame.
+
+:func:`load_bundle` checks everything a prediction reads before anything runs; a missing or
+corrupt file, another format or version, a field of the wrong type: one
+:class:`~wansim.errors.WansimInputError` naming the file and field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from wansim import stage_cost
+from wansim.errors import WansimInputError
+from wansim.stage_cost import BUNDLE_FORMAT as FORMAT
+from wansim.stage_cost import BUNDLE_VERSION as VERSION
+
+ROLES = ("first", "middle", "last")
+HOP_ROLES = ("forward", "return")
+MANIFEST = "bundle.yaml"
+FILES = {
+    "stage_passes": "stage_passes.csv",
+    "drafter": "drafter.csv",
+    "emulator_error": "emulator_error_ms.csv",
+    "acceptance": "acceptance_profile.yaml",
+}
+
+
+def config_sha256(checkpoint_dir: str | Path) -> str:
+    """SHA-256 of a checkpoint's ``config.json`` bytes (the bundle's model identity)."""
+    return hashlib.sha256((Path(checkpoint_dir) / "config.json").read_bytes()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class StageCost:
+    """Service ms of one stage per pass (module docstring: the model)."""
+
+    fixed_ms: dict
+    per_layer_ms: float
+    per_token_ms: float
+    per_layer_token_ms: float
+    codec_ms_per_op: dict  # bits -> ms per encode or decode beyond fp32's
+    prefill_fixed_ms: dict
+    prefill_per_layer_ms: float
+
+    def as_mapping(self) -> dict:
+        """The ``stage_cost`` mapping :mod:`wansim.stage_cost` evaluates."""
+        return {
+            "fixed_ms": self.fixed_ms,
+            "per_layer_ms": self.per_layer_ms,
+            "per_token_ms": self.per_token_ms,
+            "per_layer_token_ms": self.per_layer_token_ms,
+            "codec_ms_per_op": self.codec_ms_per_op,
+            "prefill": {
+                "fixed_ms": self.prefill_fixed_ms,
+                "per_layer_ms": self.prefill_per_layer_ms,
+            },
+        }
+
+    def verify_ms(self, role: str, layers: int, n: int, bits: int = 32) -> float:
+        return stage_cost.verify_ms(self.as_mapping(), role, layers, n, bits)
+
+    def prefill_ms(self, role: str, layers: int) -> float:
+        return stage_cost.prefill_ms(self.as_mapping(), role, layers)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bundle:
+    path: Path
+    manifest: dict
+    stage_cost: StageCost
+    draft_intercept_ms: float
+    draft_per_draft_ms: float
+    per_message_ms: dict  # hop role -> mean ms
+    emulator_error: pd.DataFrame  # role, bytes, error_ms
+    stage_passes: pd.DataFrame  # the rows stage_cost was fitted from
+    drafter_rows: pd.DataFrame  # k, draft_ms
+
+    @property
+    def model(self) -> dict:
+        return self.manifest["model"]
+
+    @property
+    def max_k(self) -> int:
+        return int(self.manifest["acceptance"]["max_k"])
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.manifest["profiled"]["prompt_tokens"])
+
+    @property
+    def acceptance_profile(self) -> Path:
+        return self.path / FILES["acceptance"]
+
+    def draft_ms(self, k: int) -> float:
+        """K drafts' total ms at stage 0 (0 for K = 0)."""
+        return 0.0 if k == 0 else max(0.0, self.draft_intercept_ms + self.draft_per_draft_ms * k)
+
+    def error_samples(self, role: str) -> np.ndarray:
+        e = self.emulator_error
+        return e.loc[e["role"] == role, "error_ms"].to_numpy(float)
+
+
+# ----------------------------------------------------------------------------- writing
+def write_bundle(out: Path, manifest: dict, tables: dict[str, pd.DataFrame], profile_text: str):
+    out.mkdir(parents=True, exist_ok=True)
+    for key, frame in tables.items():
+        frame.to_csv(out / FILES[key], index=False)
+    (out / FILES["acceptance"]).write_text(profile_text)
+    manifest = {"format": FORMAT, "version": VERSION, **manifest, "files": dict(FILES)}
+    head = (
+        "# wansim profile bundle (docs/calibrate.md, 'The profile bundle'): measured once by\n"
+        "# `wansim calibrate profile`; read by `wansim calibrate predict --profile DIR`.\n"
+    )
+    (out / MANIFEST).write_text(head + yaml.safe_dump(_plain(manifest), sort_keys=False))
+
+
+def _plain(obj):
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+# ----------------------------------------------------------------------------- reading
+def _bad(field: str, what: str, value) -> WansimInputError:
+    return WansimInputError(field, what, value)
+
+
+def _get(d: dict, dotted: str, where: str):
+    cur = d
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise _bad(f"{where}: {dotted}", "is missing (not a complete profile bundle)", None)
+        cur = cur[part]
+    return cur
+
+
+def _num(d: dict, dotted: str, where: str) -> float:
+    v = _get(d, dotted, where)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise _bad(f"{where}: {dotted}", "must be a finite number", v)
+    return float(v)
+
+
+def _csv(path: Path, columns: tuple[str, ...], flag: str) -> pd.DataFrame:
+    if not path.is_file():
+        raise _bad(flag, f"{path.name} is missing from the bundle", str(path.parent))
+    try:
+        frame = pd.read_csv(path)
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError):
+        raise _bad(flag, f"{path.name} is not a readable CSV file", str(path)) from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing or frame.empty:
+        raise _bad(
+            flag, f"{path.name} needs rows with columns {', '.join(columns)}", str(path)
+        ) from None
+    return frame
+
+
+def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
+    """Read and check a bundle (one-line :class:`WansimInputError` on any problem)."""
+    p = Path(path)
+    man_path = p / MANIFEST
+    if not p.is_dir() or not man_path.is_file():
+        raise _bad(flag, f"must be a profile bundle directory holding {MANIFEST}", str(path))
+    try:
+        man = yaml.safe_load(man_path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError):
+        raise _bad(flag, f"{MANIFEST} is not valid YAML", str(man_path)) from None
+    where = str(man_path)
+    if not isinstance(man, dict) or man.get("format") != FORMAT:
+        raise _bad(f"{where}: format", f"must be {FORMAT!r}", _short(man, "format"))
+    if man.get("version") != VERSION:
+        raise _bad(
+            f"{where}: version", f"must be {VERSION} (this wansim's bundle)", man.get("version")
+        )
+    for key in ("model.target", "model.target_config_sha256", "model.drafter_config_sha256"):
+        _get(man, key, where)
+    for key in ("model.layers", "model.hidden_size", "model.vocab_size"):
+        _num(man, key, where)
+    sc = "stage_cost"
+    fixed = {r: _num(man, f"{sc}.fixed_ms.{r}", where) for r in ROLES}
+    prefill = {r: _num(man, f"{sc}.prefill.fixed_ms.{r}", where) for r in ROLES}
+    codec = _get(man, f"{sc}.codec_ms_per_op", where)
+    if not isinstance(codec, dict):
+        raise _bad(f"{where}: {sc}.codec_ms_per_op", "must map bits to ms", codec)
+    codec = {int(b): _num(codec, str(b), f"{where}: {sc}.codec_ms_per_op") for b in codec}
+    cost = StageCost(
+        fixed_ms=fixed,
+        per_layer_ms=_num(man, f"{sc}.per_layer_ms", where),
+        per_token_ms=_num(man, f"{sc}.per_token_ms", where),
+        per_layer_token_ms=_num(man, f"{sc}.per_layer_token_ms", where),
+        codec_ms_per_op=codec,
+        prefill_fixed_ms=prefill,
+        prefill_per_layer_ms=_num(man, f"{sc}.prefill.per_layer_ms", where),
+    )
+    max_k = _num(man, "acceptance.max_k", where)
+    _num(man, "profiled.prompt_tokens", where)
+    _num(man, "profiled.stages", where)
+    if max_k < 1:
+        raise _bad(f"{where}: acceptance.max_k", "must be >= 1", max_k)
+    per_msg = {r: _num(man, f"message.per_message_ms.{r}", where) for r in HOP_ROLES}
+    errors = _csv(p / FILES["emulator_error"], ("role", "bytes", "error_ms"), flag)
+    for role in HOP_ROLES:
+        e = errors.loc[errors["role"] == role, "error_ms"]
+        if e.empty or not np.isfinite(e.to_numpy(float)).all():
+            raise _bad(
+                flag, f"{FILES['emulator_error']} needs finite error_ms rows for role {role}", path
+            )
+    passes = _csv(
+        p / FILES["stage_passes"],
+        ("kind", "role", "layers", "n_tokens", "bits", "service_ms"),
+        flag,
+    )
+    drafter_rows = _csv(p / FILES["drafter"], ("k", "draft_ms"), flag)
+    prof = p / FILES["acceptance"]
+    if not prof.is_file():
+        raise _bad(flag, f"{FILES['acceptance']} is missing from the bundle", str(path))
+    from wansim.acceptance.profile import load_profile
+    from wansim.errors import ProfileError
+
+    try:
+        load_profile(prof)
+    except (ProfileError, WansimInputError, ValueError, yaml.YAMLError):
+        raise _bad(
+            flag, f"{FILES['acceptance']} is not a valid acceptance profile", str(prof)
+        ) from None
+    return Bundle(
+        path=p,
+        manifest=man,
+        stage_cost=cost,
+        draft_intercept_ms=_num(man, "drafter.intercept_ms", where),
+        draft_per_draft_ms=_num(man, "drafter.per_draft_ms", where),
+        per_message_ms=per_msg,
+        emulator_error=errors,
+        stage_passes=passes,
+        drafter_rows=drafter_rows,
+    )
+
+
+def _short(man, key):
+    return man.get(key) if isinstance(man, dict) else type(man).__name__
+
+
+def check_model(bundle: Bundle, target_dir: str | Path, drafter_dir: str | Path, flag: str):
+    """The bundle was measured on these checkpoints (their config.json hashes)."""
+    m = bundle.model
+    if config_sha256(target_dir) != m["target_config_sha256"]:
+        raise _bad(
+            flag,
+            f"was profiled on another target model ({m['target']}, config sha256 "
+            f"{m['target_config_sha256'][:12]}); profile this one with `wansim calibrate "
+            "profile`",
+            str(bundle.path),
+        )
+    if config_sha256(drafter_dir) != m["drafter_config_sha256"]:
+        raise _bad(
+            flag,
+            f"was profiled with another drafter ({m.get('drafter')}); profile this pair",
+            str(bundle.path),
+        )

@@ -1,0 +1,436 @@
+"""``wansim calibrate predict``: predict held-out real cells from their configuration and a
+profile bundle alone, run them, and compare.
+
+A cell's scenario (:func:`cell_scenario`) takes from the cell only its configuration (stages,
+latency, bandwidth, K, policy, concurrency, schedule, bits, tokens) and from the bundle only
+hardware/software properties: each stage's service time from its role and its layers (the even
+split of the target's layers that the real runner uses), the drafting time at K, the per-message
+cost of a hop by role (the bundle's measured distribution as empirical jitter: its mean is the
+per-message cost), the acceptance profile fitted across K. Nothing measured on the cell enters
+its prediction.
+
+Load matching (the machine is shared): every round starts with a short re-profile (2 stages,
+3+3 layers, K=4, three of the profile's prompts; one more closes the last round); its median
+stage + drafting time and median per-message cost over the same medians of the bundle's own
+passes of that configuration give two factors (:func:`load_factors`); a round's cells use the
+geometric mean of the re-profiles before and after the round (:func:`bracket`), which scale the
+bundle's CPU and per-message costs. The bundle-only prediction (factors 1) is reported beside it.
+
+Rounds: every runnable cell runs once per round (``rounds`` >= 2), the cell order reversed in
+every other round, so load drifts hit the cells, their repeats and the re-profiles alike. The
+real side of a cell is the mean over its runs; its run-to-run spread is (max - min) / mean per
+metric; a prediction error within twice that spread is as good as the real system repeats
+itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from wansim.calibrate.bundle import Bundle, check_model, load_bundle
+from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
+from wansim.calibrate.matrix import Cell, load_matrix
+from wansim.errors import WansimInputError
+from wansim.stage_cost import even_split, stage_role
+
+METRICS = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p99")
+REPROFILE = {"k": 4, "prompts": 3, "tokens": 32}
+CELL_SEED = 0  # the held-out prompts (the bundle's are drawn with PROFILE_SEED)
+
+
+@dataclasses.dataclass(frozen=True)
+class Factors:
+    """Load now / load when profiled, from a short re-profile (1 = the bundle as measured)."""
+
+    compute: float = 1.0
+    draft: float = 1.0
+    forward: float = 1.0
+    back: float = 1.0  # the return hop
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------- input checks
+def check_cells(cells: list[Cell], bundle: Bundle, where: str = "--matrix") -> None:
+    """Cells the bundle cannot support: one line, before anything runs."""
+    layers = int(bundle.model["layers"])
+    bits = set(bundle.stage_cost.codec_ms_per_op)
+    for i, c in enumerate(cells):
+        at = f"{where}: cells[{i}] ({c.label})"
+        if c.stages > layers:
+            raise WansimInputError(
+                f"{at}.stages",
+                f"must be <= {layers}: the profiled model ({bundle.model['target']}) has "
+                f"{layers} layers",
+                c.stages,
+            )
+        if c.k > bundle.max_k:
+            raise WansimInputError(
+                f"{at}.k",
+                f"must be <= {bundle.max_k}: the bundle's drafter and acceptance were profiled "
+                f"up to K={bundle.max_k}",
+                c.k,
+            )
+        if c.bits not in bits:
+            raise WansimInputError(
+                f"{at}.bits",
+                f"must be one of the profiled widths {' | '.join(map(str, sorted(bits)))}",
+                c.bits,
+            )
+
+
+# ----------------------------------------------------------------------------- scenarios
+def cell_scenario(
+    cell: Cell,
+    bundle: Bundle,
+    cell_dir: Path,
+    factors: Factors = Factors(),
+    des_requests: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """The cell's scenario from its configuration and the bundle (module docstring); writes
+    ``scenario.yaml`` and the per-message jitter sample files into ``cell_dir``."""
+    import yaml
+
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    m = bundle.model
+    vocab = int(m["vocab_size"])
+    n = cell.k + 1
+    cost = bundle.stage_cost
+    per_stage = even_split(int(m["layers"]), cell.stages)
+    tables = []
+    for i, layers in enumerate(per_stage):
+        role = stage_role(i, cell.stages)
+        verify = cost.verify_ms(role, layers, n, cell.bits) * factors.compute
+        prefill = cost.prefill_ms(role, layers) * factors.compute
+        pts = {float(n): max(verify, 0.0), float(bundle.prompt_tokens): max(prefill, 0.0)}
+        tables.append({"kind": "table", "points": [[k, v] for k, v in sorted(pts.items())]})
+    hops = []
+    for role, scale, fname in (
+        ("forward", factors.forward, "forward_jitter_ms.txt"),
+        ("return", factors.back, "return_jitter_ms.txt"),
+    ):
+        samples = bundle.error_samples(role) * scale
+        (cell_dir / fname).write_text(
+            f"# {role} hops: the bundle's per-message cost samples (achieved - scheduled ms)"
+            f" x {scale:.4f} (load factor)\n" + "\n".join(repr(float(x)) for x in samples) + "\n"
+        )
+    for h in range(cell.stages):
+        fname = "return_jitter_ms.txt" if h == cell.stages - 1 else "forward_jitter_ms.txt"
+        hops.append({"jitter": {"kind": "empirical", "samples_file": fname}})
+    raw: dict = {
+        "name": f"predict-{cell.label}",
+        "seed": int(seed),
+        "stages": cell.stages,
+        "model": {
+            "hidden_size": int(m["hidden_size"]),
+            "compute": dict(tables[0]),
+            "stage_compute": tables,
+        },
+        "network": {
+            "latency_ms": cell.latency_ms,
+            "bandwidth_mbps": cell.bandwidth_mbps,
+            "jitter": {"kind": "none"},
+            "loss_rate": cell.loss_rate,
+            "hops": hops,
+        },
+        "payload": {
+            "activation_bits": cell.bits,
+            "header_bytes": forward_header_bytes(cell.k, "greedy", vocab),
+            "return_bytes": return_message_bytes(cell.k, "greedy", vocab, "draft_model"),
+        },
+        "workload": {
+            "requests": int(des_requests),
+            "concurrency": cell.concurrency,
+            "prompt_tokens": bundle.prompt_tokens,
+            "output_tokens": cell.tokens,
+            "arrival": "closed",
+        },
+        "schedule": {"kind": cell.schedule, "batching": cell.batching},
+    }
+    if cell.schedule == "async":
+        raw["schedule"]["max_inflight_blocks"] = 2
+    if cell.k > 0:
+        raw["drafter"] = {
+            "kind": "draft_model",
+            "placement": "first_stage",
+            "parallel": False,
+            "draft_ms": bundle.draft_ms(cell.k) * factors.draft / cell.k,
+            "acceptance": {"profile": str(bundle.acceptance_profile.resolve())},
+        }
+        spec = {"policy": cell.policy, "k": cell.k, "verifier": "greedy"}
+        if cell.policy == "tree":
+            spec["tree"] = {"kind": "sequoia", "budget_nodes": 2 * cell.k, "max_depth": cell.k}
+        raw["speculation"] = spec
+    else:
+        raw["drafter"] = {"kind": "draft_model", "placement": "first_stage", "draft_ms": 0.0}
+        raw["speculation"] = {"policy": "none", "verifier": "greedy"}
+    head = (
+        f"# Out-of-sample prediction of {cell.label} ({cell.mechanism}) from its configuration\n"
+        f"# and the profile bundle {bundle.path} (load factors {factors.as_dict()}).\n"
+        "# Re-run: wansim run scenario.yaml --engine both\n"
+    )
+    (cell_dir / "scenario.yaml").write_text(head + yaml.safe_dump(raw, sort_keys=False))
+    return raw
+
+
+def predicted_components(cell: Cell, bundle: Bundle, factors: Factors) -> dict:
+    """The parts of a predicted mean lap, as :func:`cell_scenario` sets them (ms): per-stage
+    service at n = K + 1, the K drafts, the mean per-message cost by hop role."""
+    per_stage = even_split(int(bundle.model["layers"]), cell.stages)
+    return {
+        "stage_service_ms": [
+            bundle.stage_cost.verify_ms(stage_role(i, cell.stages), lay, cell.k + 1, cell.bits)
+            * factors.compute
+            for i, lay in enumerate(per_stage)
+        ],
+        "draft_ms": bundle.draft_ms(cell.k) * factors.draft,
+        "per_message_ms": {
+            "forward": float(np.mean(bundle.error_samples("forward"))) * factors.forward,
+            "return": float(np.mean(bundle.error_samples("return"))) * factors.back,
+        },
+    }
+
+
+def engines(scenario_path: Path, des: bool = True) -> dict:
+    """DES and analytical metrics of a scenario file."""
+    from wansim.analytical import analyze
+    from wansim.result import jsonable
+    from wansim.scenario import load_scenario
+
+    sc = load_scenario(scenario_path)
+    out = {"analytical": jsonable(analyze(sc).metrics)}
+    if des:
+        from wansim.sim import simulate
+
+        out["des"] = jsonable(simulate(sc).metrics)
+    return out
+
+
+# ----------------------------------------------------------------------------- real runs
+def _target_layers(target_dir: str) -> int:
+    return int(json.loads((Path(target_dir) / "config.json").read_text())["num_hidden_layers"])
+
+
+def run_real_cell(cell: Cell, target_dir: str, drafter_dir: str, prompts, run_dir: Path) -> dict:
+    """One real run of a runnable cell: the simulator-definition metrics, the per-stage service
+    means, the per-message cost by hop role, and the machine's load before/after."""
+    from wansim.calibrate.measure import decompose, real_metrics
+    from wansim.calibrate.profiling import hop_error_rows
+    from wansim.real.config import DecodeSpec, PipelineSpec
+    from wansim.real.link import LinkSpec
+    from wansim.real.recording import read_raw
+    from wansim.real.runner import Pipeline
+
+    spec = PipelineSpec(
+        target_dir=target_dir,
+        drafter_dir=drafter_dir if cell.k > 0 else None,
+        stages=cell.stages,
+        links=(
+            LinkSpec(
+                latency_ms=cell.latency_ms,
+                bandwidth_mbps=cell.bandwidth_mbps,
+                loss_rate=cell.loss_rate,
+            ),
+        ),
+        activation_bits=cell.bits,
+    )
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    with Pipeline(spec, run_dir) as pipe:
+        res = pipe.generate(prompts, DecodeSpec(k=cell.k, max_new_tokens=cell.tokens), name="job")
+    passes = decompose(res.steps, read_raw(run_dir / "raw", cell.stages), cell.stages)
+    real = real_metrics(passes, cell.stages, cell.tokens)
+    v = passes[passes["kind"] == "verify"]
+    real["stage_service_ms_mean"] = [float(v[f"service{i}_ms"].mean()) for i in range(cell.stages)]
+    real["draft_ms_mean"] = float(v["draft_ms"].mean())
+    err = hop_error_rows(passes, cell.stages)
+    real["per_message_ms_mean"] = {
+        r: float(err.loc[err["role"] == r, "error_ms"].mean()) for r in ("forward", "return")
+    }
+    real["load_avg_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+    real["seconds"] = round(time.perf_counter() - t0, 1)
+    return real
+
+
+def load_factors(bundle: Bundle, stage, draft, hops, k: int, split) -> Factors:
+    """Load now / load when profiled, like for like: the re-profile's median stage service
+    (first + last), median drafting and median per-message cost over the same medians of the
+    bundle's own passes of that configuration (layer split, fp32, K). Medians: a short run under
+    load has a heavy tail of a few stalled passes; its typical pass moves with the load."""
+
+    def med(x) -> float:
+        x = np.asarray(x, dtype=float)
+        x = x[np.isfinite(x)]
+        return float(np.median(x)) if len(x) else math.nan
+
+    def cpu_of(rows, drafts) -> float:
+        v = rows[(rows["kind"] == "verify") & (rows["n_tokens"] == k + 1)]
+        total = 0.0
+        for role, (lo, hi) in zip(("first", "last"), split, strict=True):
+            total += med(v.loc[(v["role"] == role) & (v["layers"] == hi - lo), "service_ms"])
+        return total + med(drafts.loc[drafts["k"] == k, "draft_ms"])
+
+    ref = bundle.stage_passes
+    ref = ref[ref["bits"] == 32]
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b > 0 and math.isfinite(a) and math.isfinite(b) else 1.0
+
+    cpu = ratio(cpu_of(stage, draft), cpu_of(ref, bundle.drafter_rows))
+    msg = ratio(med(hops["error_ms"]), med(bundle.emulator_error["error_ms"]))
+    return Factors(compute=cpu, draft=cpu, forward=msg, back=msg)
+
+
+def reprofile(
+    bundle: Bundle, target_dir: str, drafter_dir: str, run_dir: Path
+) -> tuple[Factors, dict]:
+    """A short 2-stage run like one of the bundle's plans: load factors (module docstring)."""
+    from wansim.calibrate.profiling import PROFILE_SEED, REFERENCE_SPLIT, run_plan
+    from wansim.real.prompts import builtin_prompts
+
+    k = REPROFILE["k"]
+    prompts = builtin_prompts("code", REPROFILE["prompts"], bundle.prompt_tokens, seed=PROFILE_SEED)
+    r = run_plan(
+        target_dir, drafter_dir, REFERENCE_SPLIT, 32, (k,), prompts, REPROFILE["tokens"], run_dir
+    )
+    f = load_factors(bundle, r["stage"], r["draft"], r["hops"], k, REFERENCE_SPLIT)
+    info = {"factors": f.as_dict(), "load_avg_1min": list(r["load"])}
+    return f, info
+
+
+def bracket(before: Factors, after: Factors) -> Factors:
+    """A round's factors: the geometric mean of the re-profiles before and after it."""
+    return Factors(
+        **{key: math.sqrt(getattr(before, key) * getattr(after, key)) for key in before.as_dict()}
+    )
+
+
+# ----------------------------------------------------------------------------- the command
+@dataclasses.dataclass(frozen=True)
+class PredictSettings:
+    profile: str
+    matrix: str | None = None
+    quick: bool = False
+    target_dir: str = ""
+    drafter_dir: str = ""
+    out: str = "out/predict"
+    rounds: int = 2
+    des_requests: int = 1000
+    seed: int = 0
+
+
+def prepare(s: PredictSettings) -> tuple[Bundle, list[Cell]]:
+    """Every input check (bundle, model identity, matrix, cells) before any process starts."""
+    if s.rounds < 2:
+        raise WansimInputError(
+            "--rounds", "must be an integer >= 2 (the run-to-run spread)", s.rounds
+        )
+    if s.des_requests < 2:
+        raise WansimInputError("--des-requests", "must be an integer >= 2", s.des_requests)
+    for flag, d in (("--target", s.target_dir), ("--drafter", s.drafter_dir)):
+        if not (Path(d) / "config.json").is_file():
+            raise WansimInputError(
+                flag, "must be a local checkpoint directory holding config.json", d
+            )
+    bundle = load_bundle(s.profile)
+    check_model(bundle, s.target_dir, s.drafter_dir, "--profile")
+    if _target_layers(s.target_dir) != int(bundle.model["layers"]):
+        raise WansimInputError("--profile", "was profiled on a target with other layers", s.profile)
+    cells = load_matrix(s.matrix, quick=s.quick)
+    check_cells(cells, bundle, s.matrix or "heldout.yaml")
+    return bundle, cells
+
+
+def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = None) -> dict:
+    """Predict, run, compare; writes ``OUT/predict.json`` and the two PNGs next to it."""
+    from wansim.calibrate.report import build_result, write_outputs
+
+    bundle, cells = prepare(s)
+    say = progress or (lambda _m: None)
+    out = Path(s.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    runnable = [c for c in cells if c.runnable]
+    say(
+        f"{len(cells)} cells: {len(runnable)} to run x {s.rounds} rounds, "
+        f"{len(cells) - len(runnable)} pending (mechanism not in the real path yet)"
+    )
+    from wansim.real.prompts import builtin_prompts
+
+    prompts = {
+        n: builtin_prompts("code", n, bundle.prompt_tokens, seed=CELL_SEED)
+        for n in {c.prompts for c in runnable}
+    }
+    runs: dict[str, list] = {c.label: [] for c in runnable}
+    profiles = []
+
+    def measure_load(i: int) -> None:
+        factors, info = reprofile(
+            bundle, s.target_dir, s.drafter_dir, out / "real" / f"reprofile{i}"
+        )
+        info["index"] = i
+        profiles.append(info)
+        say(
+            f"  re-profile {i}: load factors CPU {factors.compute:.2f}, per-message "
+            f"{factors.forward:.2f} (load average {info['load_avg_1min'][0]:.1f})"
+        )
+
+    for r in range(s.rounds):
+        say(f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4), then every cell")
+        measure_load(r)
+        order = runnable if r % 2 == 0 else runnable[::-1]
+        for c in order:
+            real = run_real_cell(
+                c,
+                s.target_dir,
+                s.drafter_dir,
+                prompts[c.prompts],
+                out / "real" / c.label / f"run{r}",
+            )
+            real["round"] = r
+            runs[c.label].append(real)
+            say(
+                f"  {c.label}: {real['tokens_per_s']:.1f} tok/s, lap p50 {real['lap_ms_p50']:.1f} "
+                f"ms, load {real['load_avg_1min'][0]:.1f}-{real['load_avg_1min'][1]:.1f}, "
+                f"{time.perf_counter() - t0:.0f} s"
+            )
+    say("closing re-profile")
+    measure_load(s.rounds)
+    rounds_info = []
+    for r in range(s.rounds):
+        f = bracket(Factors(**profiles[r]["factors"]), Factors(**profiles[r + 1]["factors"]))
+        rounds_info.append({"round": r, "factors": f.as_dict(), "reprofiles": profiles[r : r + 2]})
+    say("predicting every cell (DES and analytical) ...")
+    predictions = {}
+    for c in cells:
+        cdir = out / "cells" / c.label
+        per_round = []
+        if c.runnable:
+            for r, info in enumerate(rounds_info):
+                f = Factors(**info["factors"])
+                cell_scenario(c, bundle, cdir / f"round{r}", f, s.des_requests, s.seed)
+                pred = engines(cdir / f"round{r}" / "scenario.yaml")
+                pred["components"] = predicted_components(c, bundle, f)
+                per_round.append(pred)
+        try:
+            cell_scenario(c, bundle, cdir / "bundle_only", Factors(), s.des_requests, s.seed)
+            only = engines(cdir / "bundle_only" / "scenario.yaml", des=not c.runnable)
+        except WansimInputError as err:
+            only = {"error": str(err)}
+        predictions[c.label] = {"rounds": per_round, "bundle_only": only}
+    result = build_result(
+        cells, runs, predictions, rounds_info, bundle, s, time.perf_counter() - t0
+    )
+    write_outputs(result, out)
+    say(f"wrote {out / 'predict.json'} and the plots in {time.perf_counter() - t0:.0f} s")
+    return result

@@ -1,0 +1,421 @@
+"""``wansim calibrate profile``: dedicated short real runs, fitted once into a profile bundle.
+
+What runs (2-stage pipelines of the target, the draft model at stage 0, every hop an emulated
+link of ``LATENCY_MS`` at 1000 Mbit/s, greedy, one request at a time): one pipeline per layer
+split x activation bits in :data:`FULL_PLANS` (1+5, 3+3, 5+1 layers at fp32 and 3+3 at 8
+bits), all up at once, decoding the same prompts at every K of ``KS`` (2, 4, 7), the jobs
+alternating between the pipelines so that load drift does not align with a split or a K. The prompts are drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no
+cell's acceptance sample is in the bundle.
+
+Fits (pure functions, tested on synthetic data; the bundle's model in
+:mod:`wansim.calibrate.bundle`): a stage's measured service time per pass (frame in -> frame
+out, :func:`wansim.calibrate.measure.decompose`) is regressed on its role (first | last),
+layers, tokens per pass and codec operations at each bit width; a middle stage, which a
+2-stage pipeline does not have, is the last stage without its verification plus stage 0's
+encode (both measured per pass: ``verify_ms``, ``codec_ms``). Drafting: K drafts' time linear
+in K. Per-message cost: each hop's achieved - scheduled delay per frame, by hop role. The
+acceptance profile: fitted from the traces of all profiled K pooled (per-position rates are
+the maximum-likelihood estimates across block sizes, :mod:`wansim.acceptance.trace`), decoded
+in process (:func:`wansim.real.speculative.speculative_decode`, the staged pipeline's algorithm,
+greedy output equal to it; CI checks that) on more prompts than the timed runs: acceptance is a
+property of the pair and the workload, not of the timing, and a few prompts' tau varies by
+10-40% between prompt sets.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from wansim.calibrate.bundle import ROLES, config_sha256, write_bundle
+from wansim.stage_cost import stage_role
+
+PROFILE_SEED = 1000
+LATENCY_MS = 5.0
+BANDWIDTH_MBPS = 1000.0
+KS = (2, 4, 7)
+PROMPT_TOKENS = 64
+# (layer split of the 6-layer target, activation bits)
+FULL_PLANS = (
+    (((0, 1), (1, 6)), 32),
+    (((0, 3), (3, 6)), 32),
+    (((0, 5), (5, 6)), 32),
+    (((0, 3), (3, 6)), 8),
+)
+QUICK_PLANS = (
+    (((0, 1), (1, 6)), 32),
+    (((0, 5), (5, 6)), 32),
+    (((0, 3), (3, 6)), 8),
+)
+SIZES = {
+    "full": {"prompts": 4, "tokens": 48, "acceptance_prompts": 32, "acceptance_tokens": 64},
+    "quick": {"prompts": 3, "tokens": 32, "acceptance_prompts": 16, "acceptance_tokens": 48},
+}
+REFERENCE_SPLIT = ((0, 3), (3, 6))  # the acceptance traces and the short re-profile
+
+
+# ----------------------------------------------------------------------------- per-pass rows
+def stage_pass_rows(
+    passes: pd.DataFrame, raw: dict, splits, bits: int, job: int | None
+) -> pd.DataFrame:
+    """One row per stage per pass: role, layers, n_tokens, bits, kind, service_ms and the
+    stage's own compute / codec / verify ms (``raw/stage{i}.csv``)."""
+    stages = len(splits)
+    rows = []
+    for i, (lo, hi) in enumerate(splits):
+        st = raw.get(f"stage{i}", pd.DataFrame())
+        if job is not None and not st.empty and "job" in st.columns:
+            st = st[st["job"] == job]
+        own = st.set_index("pass") if not st.empty else None
+        for r in passes.to_dict("records"):
+            p = int(r["pass"])
+            has = own is not None and p in own.index
+            rows.append(
+                {
+                    "kind": r["kind"],
+                    "stage": i,
+                    "role": stage_role(i, stages),
+                    "layers": hi - lo,
+                    "n_tokens": int(r["n_tokens"]),
+                    "k": int(r["k"]),
+                    "bits": int(bits),
+                    "service_ms": float(r[f"service{i}_ms"]),
+                    "compute_ms": float(own.at[p, "compute_ms"]) if has else np.nan,
+                    "codec_ms": float(own.at[p, "codec_ms"]) if has else np.nan,
+                    "verify_ms": float(own.at[p, "verify_ms"]) if has else np.nan,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def hop_error_rows(passes: pd.DataFrame, stages: int) -> pd.DataFrame:
+    """Per verify pass and hop: role (forward | return), bytes, error_ms (achieved -
+    scheduled)."""
+    v = passes[passes["kind"] == "verify"]
+    rows = []
+    for h in range(stages):
+        role = "return" if h == stages - 1 else "forward"
+        for b, e in zip(v[f"hop{h}_bytes"], v[f"hop{h}_error_ms"], strict=True):
+            if np.isfinite(e):
+                rows.append({"role": role, "bytes": float(b), "error_ms": float(e)})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- fits
+def fit_stage_cost(rows: pd.DataFrame) -> dict:
+    """Least squares of verify-pass service ms on [first, last, layers, n, layers*n,
+    codec ops at each bits < 32]; prefill on [first, last, layers]; the middle role derived
+    (module docstring). Returns the bundle's ``stage_cost`` mapping (+ ``fit_rmse_ms``)."""
+    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
+    quant_bits = sorted(int(b) for b in v["bits"].unique() if int(b) != 32)
+    first = (v["role"] == "first").to_numpy(float)
+    layers = v["layers"].to_numpy(float)
+    n = v["n_tokens"].to_numpy(float)
+    cols = [first, 1 - first, layers, n, layers * n]
+    cols += [(v["bits"] == b).to_numpy(float) for b in quant_bits]  # one codec op each role
+    x = np.column_stack(cols)
+    y = v["service_ms"].to_numpy(float)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    rmse = float(np.sqrt(np.mean((x @ coef - y) ** 2)))
+    fixed = {"first": float(coef[0]), "last": float(coef[1])}
+    fixed["middle"] = _middle(fixed["last"], rows, "verify")
+    out = {
+        "fixed_ms": {r: fixed[r] for r in ROLES},
+        "per_layer_ms": float(coef[2]),
+        "per_token_ms": float(coef[3]),
+        "per_layer_token_ms": float(coef[4]),
+        "codec_ms_per_op": {
+            32: 0.0,
+            **{b: float(c) for b, c in zip(quant_bits, coef[5:], strict=True)},
+        },
+        "fit_rmse_ms": rmse,
+        "verify_passes": len(y),
+    }
+    pre = rows[(rows["kind"] == "prefill") & rows["role"].isin(("first", "last"))]
+    pre = pre[pre["bits"] == 32] if (pre["bits"] == 32).any() else pre
+    pf = (pre["role"] == "first").to_numpy(float)
+    xp = np.column_stack([pf, 1 - pf, pre["layers"].to_numpy(float)])
+    cp, *_ = np.linalg.lstsq(xp, pre["service_ms"].to_numpy(float), rcond=None)
+    pfixed = {"first": float(cp[0]), "last": float(cp[1])}
+    pfixed["middle"] = _middle(pfixed["last"], rows, "prefill")
+    out["prefill"] = {
+        "fixed_ms": {r: pfixed[r] for r in ROLES},
+        "per_layer_ms": float(cp[2]),
+        "passes": len(pre),
+    }
+    return out
+
+
+def _middle(fixed_last: float, rows: pd.DataFrame, kind: str) -> float:
+    """A middle stage = the last stage without verifying + stage 0's fp32 encode."""
+    sub = rows[(rows["kind"] == kind) & (rows["bits"] == 32)]
+    verify = sub.loc[sub["role"] == "last", "verify_ms"].mean()
+    encode = sub.loc[sub["role"] == "first", "codec_ms"].mean()
+    verify = 0.0 if not np.isfinite(verify) else float(verify)
+    encode = 0.0 if not np.isfinite(encode) else float(encode)
+    return max(0.0, fixed_last - verify + encode)
+
+
+def fit_drafter(draft: pd.DataFrame) -> dict:
+    """K drafts' ms = intercept + per_draft * K (least squares over verify passes)."""
+    k = draft["k"].to_numpy(float)
+    x = np.column_stack([np.ones_like(k), k])
+    coef, *_ = np.linalg.lstsq(x, draft["draft_ms"].to_numpy(float), rcond=None)
+    means = draft.groupby("k")["draft_ms"].mean()
+    return {
+        "intercept_ms": float(coef[0]),
+        "per_draft_ms": float(coef[1]),
+        "mean_ms_by_k": {int(kk): float(v) for kk, v in means.items()},
+    }
+
+
+def fit_messages(errors: pd.DataFrame) -> dict:
+    """Mean per-message cost per hop role, and its linear dependence on bytes (all roles)."""
+    per = {
+        role: float(errors.loc[errors["role"] == role, "error_ms"].mean())
+        for role in ("forward", "return")
+    }
+    b = errors["bytes"].to_numpy(float)
+    x = np.column_stack([np.ones_like(b), b])
+    coef, *_ = np.linalg.lstsq(x, errors["error_ms"].to_numpy(float), rcond=None)
+    q = errors.groupby("role")["error_ms"].quantile([0.5, 0.99]).unstack()
+    return {
+        "per_message_ms": per,
+        "intercept_ms": float(coef[0]),
+        "per_kib_ms": float(coef[1] * 1024),
+        "quantiles_ms": {
+            str(r): {"p50": float(q.at[r, 0.5]), "p99": float(q.at[r, 0.99])} for r in q.index
+        },
+        "frames": len(errors),
+    }
+
+
+def acceptance_trace(target_dir: str, drafter_dir: str, prompts, ks, tokens: int) -> pd.DataFrame:
+    """Greedy in-process speculative decoding of ``prompts`` at every K: the trace frame."""
+    import torch
+
+    from wansim.real.model import load_lm
+    from wansim.real.speculative import Drafter, speculative_decode
+
+    torch.set_num_threads(1)
+    target = load_lm(target_dir)
+    drafter = Drafter(load_lm(drafter_dir, field="drafter_dir"))
+    rows = []
+    for k in ks:
+        for j, p in enumerate(prompts):
+            _, acc = speculative_decode(target, drafter, list(p.tokens), tokens, k, prompt_index=j)
+            rows += [
+                {"workload": p.workload, "prompt_id": p.prompt_id, "step": s, "k": k, "accepted": a}
+                for s, a in enumerate(acc)
+            ]
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- the real runs
+def open_pipeline(
+    target_dir: str,
+    drafter_dir: str,
+    splits,
+    bits: int,
+    run_dir: Path,
+    latency_ms: float = LATENCY_MS,
+):
+    """A started 2-stage profiling pipeline (close it when done)."""
+    from wansim.real.config import PipelineSpec
+    from wansim.real.link import LinkSpec
+    from wansim.real.runner import Pipeline
+
+    spec = PipelineSpec(
+        target_dir=target_dir,
+        drafter_dir=drafter_dir,
+        stages=len(splits),
+        layer_splits=tuple(splits),
+        links=(LinkSpec(latency_ms=latency_ms, bandwidth_mbps=BANDWIDTH_MBPS),),
+        activation_bits=bits,
+    )
+    return Pipeline(spec, run_dir).start()
+
+
+def measure_job(pipe, splits, bits: int, k: int, prompts, tokens: int) -> dict:
+    """One job on a profiling pipeline: per-stage rows, hop errors, drafting times, trace."""
+    from wansim.calibrate.measure import decompose
+    from wansim.real.config import DecodeSpec
+    from wansim.real.recording import read_raw
+
+    res = pipe.generate(prompts, DecodeSpec(k=k, max_new_tokens=tokens), name=f"k{k}")
+    raw = read_raw(pipe.run_dir / "raw", len(splits))
+    passes = decompose(res.steps, raw, len(splits))
+    job = int(res.steps["job"].iloc[0]) if "job" in res.steps.columns else None
+    v = passes[passes["kind"] == "verify"]
+    return {
+        "stage": stage_pass_rows(passes, raw, splits, bits, job),
+        "hops": hop_error_rows(passes, len(splits)).assign(bits=bits),
+        "draft": pd.DataFrame({"k": v["k"], "draft_ms": v["draft_ms"]}),
+    }
+
+
+def _concat(jobs: list[dict], load) -> dict:
+    out = {key: pd.concat([j[key] for j in jobs], ignore_index=True) for key in jobs[0]}
+    out["load"] = load
+    return out
+
+
+def run_plan(
+    target_dir: str, drafter_dir: str, splits, bits: int, ks, prompts, tokens: int, run_dir: Path
+) -> dict:
+    """One 2-stage pipeline decoding ``prompts`` at every K (the short re-profile), after one
+    unmeasured warm-up job (a fresh pipeline's first passes are slower)."""
+    load0 = os.getloadavg()[0]
+    pipe = open_pipeline(target_dir, drafter_dir, splits, bits, run_dir)
+    try:
+        measure_job(pipe, splits, bits, ks[0], prompts[:1], 8)
+        jobs = [measure_job(pipe, splits, bits, k, prompts, tokens) for k in ks]
+    finally:
+        pipe.close()
+    return _concat(jobs, (round(load0, 2), round(os.getloadavg()[0], 2)))
+
+
+def run_profile(
+    out: str | Path,
+    *,
+    quick: bool,
+    target_dir: str,
+    drafter_dir: str,
+    progress: Callable[[str], None] | None = None,
+    plans=None,
+    ks: tuple[int, ...] = KS,
+    size: dict | None = None,
+) -> dict:
+    """Run the profile and write the bundle to ``out``; returns the manifest written.
+    ``plans``, ``ks``, ``size``: smaller profiles for tests (default: :data:`FULL_PLANS` or
+    :data:`QUICK_PLANS`, :data:`KS`, :data:`SIZES`)."""
+    from wansim.acceptance.profile import profile_to_mapping
+    from wansim.acceptance.trace import fit_profile
+    from wansim.real.prompts import builtin_prompts
+
+    say = progress or (lambda _m: None)
+    size = size or SIZES["quick" if quick else "full"]
+    plans = plans or (QUICK_PLANS if quick else FULL_PLANS)
+    ks = tuple(ks)
+    out = Path(out)
+    prompts = builtin_prompts("code", size["prompts"], PROMPT_TOKENS, seed=PROFILE_SEED)
+    t0 = time.perf_counter()
+    # every plan's pipeline stays up and the jobs alternate between them (K by K, the plan
+    # order rotating): load drift hits every layer split, bit width and K alike, so it does not
+    # masquerade as a cost per layer
+    say(
+        f"profile: {len(plans)} 2-stage pipelines (layers "
+        + ", ".join(f"{s_[0][1]}+{s_[1][1] - s_[1][0]} {b}-bit" for s_, b in plans)
+        + f"), K {','.join(map(str, ks))}, {size['prompts']} prompts x {size['tokens']} tokens "
+        "(the first start imports torch)"
+    )
+    load0 = os.getloadavg()[0]
+    pipes = []
+    jobs: list[list[dict]] = [[] for _ in plans]
+    try:
+        for j, (splits, bits) in enumerate(plans):
+            pipes.append(
+                open_pipeline(target_dir, drafter_dir, splits, bits, out / "runs" / f"plan{j}")
+            )
+        for j, (splits, bits) in enumerate(plans):  # unmeasured warm-up jobs
+            measure_job(pipes[j], splits, bits, ks[0], prompts[:1], 8)
+        for i, k in enumerate(ks):
+            for j in [(i + x) % len(plans) for x in range(len(plans))]:
+                splits, bits = plans[j]
+                jobs[j].append(measure_job(pipes[j], splits, bits, k, prompts, size["tokens"]))
+            say(f"  K={k} done on every pipeline ({time.perf_counter() - t0:.0f} s)")
+    finally:
+        for pipe in pipes:
+            pipe.close()
+    load = (round(load0, 2), round(os.getloadavg()[0], 2))
+    results = []
+    for (splits, bits), js in zip(plans, jobs, strict=True):
+        r = _concat(js, load)
+        r["splits"], r["bits"] = splits, bits
+        results.append(r)
+    stage = pd.concat([r["stage"] for r in results], ignore_index=True)
+    hops = pd.concat([r["hops"] for r in results], ignore_index=True)
+    draft = pd.concat([r["draft"] for r in results], ignore_index=True)
+    say(
+        f"acceptance: {size['acceptance_prompts']} prompts x {size['acceptance_tokens']} tokens "
+        f"at K {','.join(map(str, ks))}, in process"
+    )
+    acc_prompts = builtin_prompts(
+        "code", size["acceptance_prompts"], PROMPT_TOKENS, seed=PROFILE_SEED
+    )
+    trace = acceptance_trace(target_dir, drafter_dir, acc_prompts, ks, size["acceptance_tokens"])
+    import yaml
+
+    profile = fit_profile(
+        trace,
+        drafter=Path(drafter_dir).name,
+        target=Path(target_dir).name,
+        temperature=0.0,
+        verifier="greedy",
+        provenance=f"wansim calibrate profile: traces at K {','.join(map(str, ks))} pooled",
+    )
+    profile_text = yaml.safe_dump(profile_to_mapping(profile), sort_keys=False)
+    import json
+
+    tcfg = json.loads((Path(target_dir) / "config.json").read_text())
+    loads = [x for r in results for x in r["load"]]
+    manifest = {
+        "created_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "model": {
+            "target": Path(target_dir).name,
+            "target_config_sha256": config_sha256(target_dir),
+            "layers": int(tcfg["num_hidden_layers"]),
+            "hidden_size": int(tcfg["hidden_size"]),
+            "vocab_size": int(tcfg["vocab_size"]),
+            "drafter": Path(drafter_dir).name,
+            "drafter_kind": "draft_model",
+            "drafter_config_sha256": config_sha256(drafter_dir),
+        },
+        "profiled": {
+            "stages": 2,
+            "plans": [
+                {
+                    "layer_split": [list(s) for s in r["splits"]],
+                    "bits": r["bits"],
+                    "load_avg_1min": list(r["load"]),
+                }
+                for r in results
+            ],
+            "ks": list(ks),
+            "latency_ms": LATENCY_MS,
+            "bandwidth_mbps": BANDWIDTH_MBPS,
+            "prompts": size["prompts"],
+            "tokens": size["tokens"],
+            "prompt_tokens": PROMPT_TOKENS,
+            "prompt_seed": PROFILE_SEED,
+            "verifier": "greedy",
+            "quick": bool(quick),
+            "load_avg_1min": {"min": min(loads), "max": max(loads)},
+            "seconds": round(time.perf_counter() - t0, 1),
+        },
+        "stage_cost": fit_stage_cost(stage),
+        "drafter": fit_drafter(draft),
+        "message": fit_messages(hops),
+        "acceptance": {
+            "ks": list(ks),
+            "max_k": max(ks),
+            "steps": len(trace),
+            "prompts": size["acceptance_prompts"],
+            "tokens": size["acceptance_tokens"],
+            "tau_by_k": {int(k): float((g["accepted"] + 1).mean()) for k, g in trace.groupby("k")},
+        },
+    }
+    write_bundle(
+        out,
+        manifest,
+        {"stage_passes": stage, "drafter": draft, "emulator_error": hops},
+        profile_text,
+    )
+    say(f"profile written to {out} in {time.perf_counter() - t0:.0f} s")
+    return manifest

@@ -1,0 +1,402 @@
+"""The out-of-sample report: per-cell and per-mechanism errors beside the real run-to-run
+spread, strict JSON, a text table, and two PNGs (no torch here).
+
+Per cell: real = mean over its runs; spread = (max - min) / mean over the runs, per metric;
+predicted = mean over the rounds' load-matched predictions; error = (predicted - real) / real.
+``within_2x_spread``: |error| <= 2 x spread (a prediction cannot be judged better than the
+system repeats itself). Summary: median |error| and the worst (signed) error per engine and
+metric over the measured cells, per mechanism, and the bundle-only (no re-profile) errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+METRICS = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p99")
+ENGINES = ("des", "analytical")
+
+
+def strict(obj):
+    """NaN/inf -> None, numpy -> Python, recursively (for ``json.dumps(allow_nan=False)``)."""
+    if isinstance(obj, dict):
+        return {str(k): strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def rel_error(pred, real) -> float | None:
+    if pred is None or real is None or not real or not math.isfinite(float(pred)):
+        return None
+    return (float(pred) - float(real)) / abs(float(real))
+
+
+def spread(values: list[float]) -> float | None:
+    """(max - min) / mean of a cell's runs."""
+    v = [x for x in values if x is not None and math.isfinite(x)]
+    if len(v) < 2 or not np.mean(v):
+        return None
+    return float((max(v) - min(v)) / abs(np.mean(v)))
+
+
+def _mean(values) -> float | None:
+    v = [float(x) for x in values if x is not None and math.isfinite(float(x))]
+    return float(np.mean(v)) if v else None
+
+
+def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
+    entry = {
+        "name": cell.label,
+        "stages": cell.stages,
+        "latency_ms": cell.latency_ms,
+        "k": cell.k,
+        "mechanism": cell.mechanism,
+        "status": "measured" if runs else "pending",
+        "config": dataclasses.asdict(cell),
+    }
+    if not runs:
+        entry["real"] = None
+        only = pred["bundle_only"]
+        for engine in ENGINES:
+            m = only.get(engine)
+            entry[engine] = (
+                {key: m.get(key) for key in (*METRICS, "tau")}
+                if m
+                else {"error": only.get("error")}
+            )
+        entry["pending_reason"] = (
+            f"the real path does not run {cell.mechanism} yet (predicted from the bundle only)"
+        )
+        return entry
+    real = {key: _mean(r.get(key) for r in runs) for key in (*METRICS, "tau", "lap_ms_mean")}
+    real["spread"] = {key: spread([r.get(key) for r in runs]) for key in (*METRICS, "tau")}
+    loads = [x for r in runs for x in r["load_avg_1min"]]
+    real["load_avg_1min"] = {"min": min(loads), "max": max(loads)}
+    real["runs"] = runs
+    entry["real"] = real
+    for engine in ENGINES:
+        m = {key: _mean(p[engine].get(key) for p in pred["rounds"]) for key in (*METRICS, "tau")}
+        m["error"] = {key: rel_error(m[key], real[key]) for key in (*METRICS, "tau")}
+        m["within_2x_spread"] = {
+            key: (
+                abs(m["error"][key]) <= 2 * real["spread"][key]
+                if m["error"][key] is not None and real["spread"][key] is not None
+                else None
+            )
+            for key in METRICS
+        }
+        entry[engine] = m
+    entry["lap_parts_ms"] = lap_parts(runs, [p["components"] for p in pred["rounds"]])
+    only = pred["bundle_only"].get("analytical", {})
+    entry["bundle_only"] = {
+        "analytical": {
+            **{key: only.get(key) for key in METRICS},
+            "error": {key: rel_error(only.get(key), real[key]) for key in METRICS},
+        }
+    }
+    return entry
+
+
+def lap_parts(runs: list[dict], predicted: list[dict]) -> dict:
+    """Where a cell's mean lap differs: per part (stages, drafting, the per-message cost of the
+    forward hops and of the return hop; the configured latencies are the same on both sides)
+    the real mean over runs, the predicted mean over rounds, and the gap; ``largest_gap`` names
+    the part the engines' inputs missed most (what a miss teaches)."""
+
+    def parts(stage: list[float], draft: float, fwd: float, back: float, hops: int) -> dict:
+        return {
+            "stages": float(sum(stage)),
+            "drafting": float(draft),
+            "per_message_forward": float(fwd * (hops - 1)),
+            "per_message_return": float(back),
+        }
+
+    hops = len(runs[0]["stage_service_ms_mean"])
+    real = [
+        parts(
+            r["stage_service_ms_mean"],
+            r["draft_ms_mean"],
+            r["per_message_ms_mean"]["forward"],
+            r["per_message_ms_mean"]["return"],
+            hops,
+        )
+        for r in runs
+    ]
+    pred = [
+        parts(
+            p["stage_service_ms"],
+            p["draft_ms"],
+            p["per_message_ms"]["forward"],
+            p["per_message_ms"]["return"],
+            hops,
+        )
+        for p in predicted
+    ]
+    out = {}
+    for key in real[0]:
+        rv, pv = _mean(x[key] for x in real), _mean(x[key] for x in pred)
+        out[key] = {"real": rv, "predicted": pv, "gap": (pv - rv) if None not in (rv, pv) else None}
+    gaps = {k: abs(v["gap"]) for k, v in out.items() if v["gap"] is not None}
+    out["largest_gap"] = max(gaps, key=gaps.get) if gaps else None
+    out["real_stage_service_ms"] = [
+        _mean(r["stage_service_ms_mean"][i] for r in runs) for i in range(hops)
+    ]
+    out["predicted_stage_service_ms"] = [
+        _mean(p["stage_service_ms"][i] for p in predicted) for i in range(hops)
+    ]
+    return out
+
+
+def _stats(errs: list[tuple[float, str]]) -> dict:
+    if not errs:
+        return {"median_abs_error": None, "worst": None, "worst_cell": None, "cells": 0}
+    worst = max(errs, key=lambda e: abs(e[0]))
+    return {
+        "median_abs_error": float(np.median([abs(e) for e, _ in errs])),
+        "worst": float(worst[0]),
+        "worst_cell": worst[1],
+        "cells": len(errs),
+    }
+
+
+def summarize(entries: list[dict]) -> dict:
+    measured = [e for e in entries if e["status"] == "measured"]
+
+    def errs(engine: str, key: str, cells=measured):
+        return [
+            (e[engine]["error"][key], e["name"])
+            for e in cells
+            if e[engine]["error"][key] is not None
+        ]
+
+    des = {key: _stats(errs("des", key)) for key in METRICS}
+    ana = {key: _stats(errs("analytical", key)) for key in METRICS}
+    only = {
+        key: _stats(
+            [
+                (e["bundle_only"]["analytical"]["error"][key], e["name"])
+                for e in measured
+                if e["bundle_only"]["analytical"]["error"][key] is not None
+            ]
+        )
+        for key in METRICS
+    }
+    mechs = sorted({e["mechanism"] for e in measured})
+    per_mech = {
+        m: {
+            engine: {
+                key: _stats(errs(engine, key, [e for e in measured if e["mechanism"] == m]))[
+                    "median_abs_error"
+                ]
+                for key in METRICS
+            }
+            for engine in ENGINES
+        }
+        for m in mechs
+    }
+    within = [e["des"]["within_2x_spread"]["tokens_per_s"] for e in measured]
+    within = [w for w in within if w is not None]
+    loads = [x for e in measured for x in e["real"]["load_avg_1min"].values()]
+    return {
+        "out_of_sample": True,
+        "engine": "des",
+        **des,
+        "analytical": ana,
+        "bundle_only_analytical": only,
+        "per_mechanism": per_mech,
+        "tokens_per_s_within_2x_spread": f"{sum(within)}/{len(within)}",
+        "real_spread_median": {
+            key: _median([e["real"]["spread"][key] for e in measured]) for key in METRICS
+        },
+        "cells": len(entries),
+        "measured": len(measured),
+        "pending": [e["name"] for e in entries if e["status"] == "pending"],
+        "load_avg_1min": {"min": min(loads), "max": max(loads)} if loads else None,
+    }
+
+
+def _median(values):
+    v = [x for x in values if x is not None]
+    return float(np.median(v)) if v else None
+
+
+def build_result(cells, runs, predictions, rounds_info, bundle, settings, seconds) -> dict:
+    entries = [cell_entry(c, runs.get(c.label, []), predictions[c.label]) for c in cells]
+    summary = summarize(entries)
+    summary["rounds"] = rounds_info
+    summary["bundle"] = str(bundle.path)
+    summary["bundle_created_utc"] = bundle.manifest.get("created_utc")
+    summary["settings"] = dataclasses.asdict(settings)
+    summary["seconds"] = round(seconds, 1)
+    return strict({"cells": entries, "summary": summary})
+
+
+def dumps(result: dict) -> str:
+    return json.dumps(strict(result), allow_nan=False)
+
+
+# ----------------------------------------------------------------------------- outputs
+def write_outputs(result: dict, out: Path) -> None:
+    (out / "predict.json").write_text(json.dumps(strict(result), indent=1, allow_nan=False) + "\n")
+    plot_scatter(result, out / "predict_scatter.png")
+    plot_mechanisms(result, out / "predict_errors_by_mechanism.png")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_scatter(result: dict, path: Path) -> None:
+    """Real vs predicted tokens/s per measured cell (both engines), the y = x line, +-10%."""
+    plt = _plt()
+    measured = [c for c in result["cells"] if c["status"] == "measured"]
+    fig, ax = plt.subplots(figsize=(6, 5.5))
+    xs = [c["real"]["tokens_per_s"] for c in measured]
+    for engine, marker in (("des", "o"), ("analytical", "x")):
+        ys = [c[engine]["tokens_per_s"] for c in measured]
+        ax.scatter(xs, ys, marker=marker, label=engine)
+    for c in measured:
+        ax.annotate(c["name"], (c["real"]["tokens_per_s"], c["des"]["tokens_per_s"]), fontsize=6)
+    if xs:
+        lo, hi = min(xs) * 0.8, max(xs) * 1.2
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="predicted = real")
+        ax.plot([lo, hi], [lo * 1.1, hi * 1.1], "k:", lw=0.6, label="+-10%")
+        ax.plot([lo, hi], [lo * 0.9, hi * 0.9], "k:", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        from matplotlib.ticker import ScalarFormatter
+
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(ScalarFormatter())
+    ax.set_xlabel("real tokens/s (mean over runs)")
+    ax.set_ylabel("predicted tokens/s (profile bundle + configuration)")
+    s = result["summary"]
+    ax.set_title(
+        f"out of sample: median |err| {_pct(s['tokens_per_s']['median_abs_error'])}, "
+        f"worst {_pct(s['tokens_per_s']['worst'], signed=True)} (DES)",
+        fontsize=9,
+    )
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_mechanisms(result: dict, path: Path) -> None:
+    """Median |error| per mechanism and metric (DES), with the median real spread."""
+    plt = _plt()
+    s = result["summary"]
+    mechs = list(s["per_mechanism"])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / len(METRICS)
+    for j, key in enumerate(METRICS):
+        vals = [100 * (s["per_mechanism"][m]["des"][key] or 0.0) for m in mechs]
+        ax.bar(np.arange(len(mechs)) + j * width, vals, width, label=key)
+    for j, key in enumerate(METRICS):
+        sp = s["real_spread_median"][key]
+        if sp is not None:
+            ax.axhline(100 * sp, color=f"C{j}", ls=":", lw=0.8)
+    ax.set_xticks(np.arange(len(mechs)) + 0.4 - width / 2)
+    ax.set_xticklabels(mechs or ["(none measured)"])
+    ax.set_ylabel("median |error| %, DES (dotted: median real run-to-run spread)")
+    ax.set_title(
+        f"out-of-sample error by mechanism; pending: {len(s['pending'])} cells", fontsize=9
+    )
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _gap_words(parts: dict | None) -> str:
+    if not parts or not parts.get("largest_gap"):
+        return "-"
+    key = parts["largest_gap"]
+    return f"{key.replace('_', ' ')} {parts[key]['gap']:+.1f} ms"
+
+
+def _pct(x, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{100 * x:+.1f}%" if signed else f"{100 * x:.1f}%"
+
+
+def format_table(result: dict) -> str:
+    s = result["summary"]
+    lines = [
+        f"wansim calibrate predict: OUT OF SAMPLE — {s['measured']} cells run "
+        f"x {s['settings']['rounds']} rounds, {len(s['pending'])} pending; bundle {s['bundle']}; "
+        f"load average {s['load_avg_1min']['min'] if s['load_avg_1min'] else '-'}-"
+        f"{s['load_avg_1min']['max'] if s['load_avg_1min'] else '-'}; {s['seconds']:.0f} s",
+        "",
+        f"{'cell':<24} {'mechanism':<18} {'real tok/s':>10} {'spread':>7} {'DES':>8} "
+        f"{'anal.':>8} {'bundle':>8} {'<=2x':>5} | {'lap p50':>7} {'DES':>7} | {'lap p99':>7} "
+        f"{'DES':>7} | {'TPOT p99':>8} {'DES':>7} | {'tau':>4} {'DES':>7} | load | largest "
+        "gap in the mean lap (predicted - real)",
+    ]
+    for c in result["cells"]:
+        if c["status"] == "pending":
+            d = c["des"].get("tokens_per_s")
+            lines.append(
+                f"{c['name']:<24} {c['mechanism']:<18} {'pending':>10} {'':>7} "
+                f"{(f'{d:.1f}' if d is not None else '-'):>8}  (predicted only)"
+            )
+            continue
+        r, d, a = c["real"], c["des"], c["analytical"]
+        b = c["bundle_only"]["analytical"]["error"]
+        w = d["within_2x_spread"]["tokens_per_s"]
+        lines.append(
+            f"{c['name']:<24} {c['mechanism']:<18} {r['tokens_per_s']:>10.1f} "
+            f"{_pct(r['spread']['tokens_per_s']):>7} {_pct(d['error']['tokens_per_s'], True):>8} "
+            f"{_pct(a['error']['tokens_per_s'], True):>8} {_pct(b['tokens_per_s'], True):>8} "
+            f"{('yes' if w else 'no' if w is not None else '-'):>5} | {r['lap_ms_p50']:>7.1f} "
+            f"{_pct(d['error']['lap_ms_p50'], True):>7} | {r['lap_ms_p99']:>7.1f} "
+            f"{_pct(d['error']['lap_ms_p99'], True):>7} | {r['tpot_ms_p99']:>8.1f} "
+            f"{_pct(d['error']['tpot_ms_p99'], True):>7} | {r['tau']:>4.2f} "
+            f"{_pct(d['error']['tau'], True):>7} | "
+            f"{r['load_avg_1min']['min']:.1f}-{r['load_avg_1min']['max']:.1f} | "
+            f"{_gap_words(c.get('lap_parts_ms'))}"
+        )
+    lines += ["", "median |error| / worst (cell), measured cells:"]
+    for name, block in (
+        ("DES", s),
+        ("analytical", s["analytical"]),
+        ("bundle only (anal.)", s["bundle_only_analytical"]),
+    ):
+        row = f"{name:<20}"
+        for key in METRICS:
+            st = block[key]
+            row += f" {key} {_pct(st['median_abs_error'])} / {_pct(st['worst'], True)}"
+            row += f" ({st['worst_cell']})" if st["worst_cell"] else ""
+            row += ";"
+        lines.append(row)
+    sp = s["real_spread_median"]
+    lines.append(
+        "real run-to-run spread (median over cells): "
+        + ", ".join(f"{k} {_pct(sp[k])}" for k in METRICS)
+        + f"; DES tokens/s error within 2x the cell's spread: {s['tokens_per_s_within_2x_spread']}"
+    )
+    for m, v in s["per_mechanism"].items():
+        lines.append(
+            f"  {m}: DES median |err| " + ", ".join(f"{k} {_pct(v['des'][k])}" for k in METRICS)
+        )
+    lines.append(
+        "(spread: (max - min) / mean over a cell's runs; bundle: the bundle's costs without the "
+        "rounds' re-profile; load: 1-minute load average around the cell's runs)"
+    )
+    return "\n".join(lines)

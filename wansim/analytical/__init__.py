@@ -6,7 +6,7 @@ in the others' dependencies (pandas, scipy).
 
 from __future__ import annotations
 
-import importlib
+from wansim.lazy import lazy_exports
 
 _EXPORTS = {
     "analyze": "wansim.analytical.engine",
@@ -15,10 +15,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    """Import the defining module on first use (module ``__getattr__``, PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -36,7 +36,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from wansim.real.frames import Kind, array_frame
-from wansim.real.records import CancelRow, StepRow
+from wansim.real.records import CancelRow, step_row
 from wansim.real.speculative import prompt_generators
 
 
@@ -112,29 +112,22 @@ def generate_async(worker, job: dict) -> dict:
             committed.append(nxt)
             n_new += acc + 1
             worker.steps.write(
-                StepRow(
-                    job["job"],
-                    prompt["workload"],
-                    prompt["prompt_id"],
-                    j,
-                    step,
-                    front.pass_id,
-                    k,
-                    acc,
-                    acc + 1,
-                    front.pos,
-                    front.t_start,
-                    front.t_draft,
-                    front.sent_ns,
-                    t_verdict,
-                    f"{(front.t_draft - front.t_start) / 1e6:.4f}",
-                    f"{front.s0_ms:.4f}",
-                    f"{(t_verdict - front.t_start) / 1e6:.4f}",
-                    v_send,
-                    0,
-                    k,
-                    "",
-                    "",
+                step_row(
+                    job=job["job"],
+                    workload=prompt["workload"],
+                    prompt_id=prompt["prompt_id"],
+                    prompt_index=j,
+                    step=step,
+                    pass_=front.pass_id,
+                    k=k,
+                    accepted=acc,
+                    pos=front.pos,
+                    start_ns=front.t_start,
+                    draft_end_ns=front.t_draft,
+                    sent_ns=front.sent_ns,
+                    verdict_ns=t_verdict,
+                    stage0_ms=front.s0_ms,
+                    send_ns_verdict=v_send,
                 )
             )
             step += 1

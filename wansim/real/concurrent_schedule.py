@@ -18,7 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from wansim.real.records import StepRow
+from wansim.real.records import step_row
 from wansim.real.speculative import prompt_generators
 
 
@@ -93,29 +93,22 @@ def generate_concurrent(worker, job: dict) -> dict:
             req.committed.append(nxt)
             req.n_new += acc + 1
             worker.steps.write(
-                StepRow(
-                    job["job"],
-                    req.prompt["workload"],
-                    req.prompt["prompt_id"],
-                    req.index,
-                    req.step,
-                    pid,
-                    k,
-                    acc,
-                    acc + 1,
-                    pos,
-                    t_start,
-                    t_draft,
-                    sent,
-                    t_verdict,
-                    f"{(t_draft - t_start) / 1e6:.4f}",
-                    f"{s0_ms:.4f}",
-                    f"{(t_verdict - t_start) / 1e6:.4f}",
-                    v_send,
-                    0,
-                    k,
-                    "",
-                    "",
+                step_row(
+                    job=job["job"],
+                    workload=req.prompt["workload"],
+                    prompt_id=req.prompt["prompt_id"],
+                    prompt_index=req.index,
+                    step=req.step,
+                    pass_=pid,
+                    k=k,
+                    accepted=acc,
+                    pos=pos,
+                    start_ns=t_start,
+                    draft_end_ns=t_draft,
+                    sent_ns=sent,
+                    verdict_ns=t_verdict,
+                    stage0_ms=s0_ms,
+                    send_ns_verdict=v_send,
                 )
             )
             req.step += 1

@@ -61,6 +61,56 @@ class StepRow:
     walk_children: str  # trees: "2;2;0" candidates per walked node
 
 
+def step_row(
+    *,
+    job: int,
+    workload: str,
+    prompt_id: int,
+    prompt_index: int,
+    step: int,
+    pass_: int,
+    k: int,
+    accepted: int,
+    pos: int,
+    start_ns: int,
+    draft_end_ns: int,
+    sent_ns: int,
+    verdict_ns: int,
+    stage0_ms: float,
+    send_ns_verdict: int,
+    draft_stage: int = 0,
+    nodes: int | None = None,
+    accepted_ranks: str = "",
+    walk_children: str = "",
+) -> StepRow:
+    """One verified pass as stage 0 logs it: the committed tokens (accepted + 1) and the
+    drafting and lap milliseconds are derived here, once, from the clock readings (ns)."""
+    return StepRow(
+        job,
+        workload,
+        prompt_id,
+        prompt_index,
+        step,
+        pass_,
+        k,
+        accepted,
+        accepted + 1,
+        pos,
+        start_ns,
+        draft_end_ns,
+        sent_ns,
+        verdict_ns,
+        f"{(draft_end_ns - start_ns) / 1e6:.4f}",
+        f"{stage0_ms:.4f}",
+        f"{(verdict_ns - start_ns) / 1e6:.4f}",
+        send_ns_verdict,
+        draft_stage,
+        k if nodes is None else nodes,
+        accepted_ranks,
+        walk_children,
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class CancelRow:
     job: int

@@ -59,7 +59,7 @@ from wansim.real.frames import (
     with_request,
 )
 from wansim.real.model import StageShard, load_lm
-from wansim.real.records import CancelRow, RecordLog, StageRow, StepRow
+from wansim.real.records import CancelRow, RecordLog, StageRow, StepRow, step_row
 from wansim.real.speculative import (
     Drafter,
     prompt_generators,
@@ -683,29 +683,26 @@ class StageWorker:
                 committed.append(nxt)
                 n_new += acc + 1
                 self.steps.write(
-                    StepRow(
-                        job["job"],
-                        prompt["workload"],
-                        prompt["prompt_id"],
-                        j,
-                        step,
-                        pid,
-                        k,
-                        acc,
-                        acc + 1,
-                        pos,
-                        t_start,
-                        t_draft,
-                        sent,
-                        t_verdict,
-                        f"{(t_draft - t_start) / 1e6:.4f}",
-                        f"{s0_ms:.4f}",
-                        f"{(t_verdict - t_start) / 1e6:.4f}",
-                        v_send,
-                        draft_stage,
-                        nodes,
-                        ranks,
-                        children,
+                    step_row(
+                        job=job["job"],
+                        workload=prompt["workload"],
+                        prompt_id=prompt["prompt_id"],
+                        prompt_index=j,
+                        step=step,
+                        pass_=pid,
+                        k=k,
+                        accepted=acc,
+                        pos=pos,
+                        start_ns=t_start,
+                        draft_end_ns=t_draft,
+                        sent_ns=sent,
+                        verdict_ns=t_verdict,
+                        stage0_ms=s0_ms,
+                        send_ns_verdict=v_send,
+                        draft_stage=draft_stage,
+                        nodes=nodes,
+                        accepted_ranks=ranks,
+                        walk_children=children,
                     )
                 )
                 step += 1

@@ -39,7 +39,15 @@ METRICS: dict[str, tuple[str, str]] = {
     ),
 }
 
-ORDER = list(METRICS)
+# with faults only (scenario ``faults.events``)
+FAULT_METRICS: dict[str, tuple[str, str]] = {
+    "goodput_tokens_per_s": ("tok/s", "output tokens of the requests that finished / wall time"),
+    "failed_requests": ("", "requests that failed (recovery: fail; expected value analytically)"),
+    "availability": ("", "share of the wall time the ring could serve (outside outages)"),
+}
+ALL_METRICS = {**METRICS, **FAULT_METRICS}
+
+ORDER = list(ALL_METRICS)
 
 
 def scalar_metrics(metrics: dict) -> dict[str, float]:

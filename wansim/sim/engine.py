@@ -33,9 +33,10 @@ from wansim.links.tcp import tcp_params
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
 from wansim.sim.async_speculation import Scheduler, guess_rates
+from wansim.sim.faults import FaultInjector, fault_seed
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
-from wansim.sim.metrics import ci_method, compute_metrics, warmup_requests
+from wansim.sim.metrics import NO_FINISHED, ci_method, compute_metrics, warmup_requests
 from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import Stage
@@ -62,6 +63,13 @@ def check_supported(scenario: Scenario) -> None:
         )
     if not uses_blocks(scenario):
         return
+    if scenario.faults.events:
+        raise ScenarioError(
+            "faults.events",
+            "faults with the block schedule (async, an overlapped drafter) are not simulated"
+            " (use schedule.kind: sync without drafter.overlap)",
+            f"{len(scenario.faults.events)} events",
+        )
     field = "schedule.kind" if sched.kind == "async" else "drafter.overlap"
     value = sched.kind if sched.kind == "async" else True
     if scenario.speculation.policy == "tree":
@@ -106,6 +114,7 @@ class Pipeline:
     source: RequestSource
     scheduler: Scheduler | None
     timeline: Timeline | None
+    faults: FaultInjector | None = None
 
 
 def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
@@ -178,12 +187,23 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
     tcp = tcp_params(scenario.network)
     d = scenario.network.drift
     drift = d if (d.latency_factor, d.bandwidth_factor) != (1.0, 1.0) else None
+    faults = (
+        FaultInjector(env, scenario.faults, stages, fault_seed(scenario.seed, p_stages))
+        if scenario.faults.events
+        else None
+    )
     links = [
         Link(
             env,
             i,
             hop,
-            scheduler.deliver((i + 1) % p_stages) if blocks else stages[(i + 1) % p_stages].receive,
+            scheduler.deliver((i + 1) % p_stages)
+            if blocks
+            else (
+                faults.deliver(stages[(i + 1) % p_stages].receive)
+                if faults
+                else stages[(i + 1) % p_stages].receive
+            ),
             *hop_streams(seeds, i),
             tl.transfers if tl else None,
             tcp,
@@ -198,11 +218,13 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
             scheduler.prepare(req)
         stages[0].receive([Pass(req, PREFILL, 0, req.prompt_tokens)])
 
-    source = RequestSource(env, scenario.workload, streams[2], admit)
+    source = RequestSource(env, scenario.workload, streams[2], faults.admit if faults else admit)
+    if faults is not None:
+        faults.wire(source, admit)
     for stage, link in zip(stages, links, strict=True):
         stage.link_out = link
         stage.source = source
-    return Pipeline(scenario, env, stages, links, verifier, source, scheduler, tl)
+    return Pipeline(scenario, env, stages, links, verifier, source, scheduler, tl, faults)
 
 
 def run_events(pipe: Pipeline) -> RunRecord:
@@ -210,6 +232,8 @@ def run_events(pipe: Pipeline) -> RunRecord:
     for stage in pipe.stages:
         stage.start()
     pipe.source.start()
+    if pipe.faults is not None:
+        pipe.faults.start()
     # A kept timeline grows by a tuple per slice; the cyclic garbage collector would walk those
     # ever-longer lists again and again (most of the timeline's cost, measured): it pauses for
     # the run (the run's cycles are collected when it resumes).
@@ -231,6 +255,7 @@ def run_events(pipe: Pipeline) -> RunRecord:
         events,
         pipe.timeline,
         pipe.scheduler,
+        pipe.faults.log if pipe.faults is not None else None,
     )
 
 
@@ -244,6 +269,10 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
         raise RuntimeError(f"DES ended with {unfinished} unfinished requests")
     wl = scenario.workload
     method = ci_method(record)
+    metrics = compute_metrics(record)
+    undefined = {"tokens_per_s_ci95": method} if method.startswith("undefined") else {}
+    if method == NO_FINISHED:  # every request failed in a fault
+        undefined.update({k: NO_FINISHED for k, v in metrics.items() if v is None})
     details = {
         "record": record,
         "timeline": pipe.timeline,
@@ -251,7 +280,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
         "events": record.events,
         "ci_method": method,
         # metric -> why it is null in the JSON (wansim.result.Result.to_json)
-        "undefined": {"tokens_per_s_ci95": method} if method.startswith("undefined") else {},
+        "undefined": undefined,
         "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
         "verify_passes": record.verify_passes,
     }
@@ -268,7 +297,9 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
             "drafter_passes": scheduler.drafter_passes,
             "drafter_wasted_blocks": scheduler.drafter_wasted_blocks,
         }
-    return Result(scenario=scenario, engine="des", metrics=compute_metrics(record), details=details)
+    if pipe.faults is not None:
+        details["faults"] = pipe.faults.log
+    return Result(scenario=scenario, engine="des", metrics=metrics, details=details)
 
 
 def _events_scheduled(env: simpy.Environment) -> int:

@@ -455,3 +455,31 @@ def test_scenario_module_imports_no_deployment_layer():
         m for m in names if m and m.startswith(("wansim.deploy", "wansim.catalog"))
     ]
     assert "nodes" in wansim.scenario.RAW_RESOLVERS  # wired in above it (wansim/__init__.py)
+
+
+# ----------------------------------------------------------------------------- sources
+_URL_DATE = r"https?://\S+.*(20\d\d)"
+
+
+@pytest.mark.parametrize("name", list(HARDWARE))
+def test_every_hardware_figure_has_a_source(name):
+    """Spec (datasheet), price (URL and date, the figure itself) and launch overheads
+    (published measurements) for every GPU; derived figures say so."""
+    import re
+
+    h = HARDWARE[name]
+    src = h.sources
+    assert "datasheet" in src["spec"] or "whitepaper" in src["spec"]
+    assert re.search(_URL_DATE, src["price"]), src["price"]
+    assert src["price"].startswith(f"{h.usd_per_hour:g} USD/GPU-hour")
+    assert "assumed" not in src["price"]
+    assert src["overhead"].count("https://") >= 3 and "derived" in src["overhead"]
+    if "midpoint" in src["price"]:
+        assert "derived" in src["price"]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_model_figure_has_a_source(name):
+    s = MODELS[name].summary()["source"]
+    assert s["config"].startswith("https://huggingface.co/") and s["published"]
+    assert s["derived"].startswith("derived")

@@ -199,7 +199,7 @@ class ModelSpec:
             "attention": self.attention,
             "weight_dtypes": list(self.weight_dtypes),
             "drafters": list(self.drafters),
-            "source": dict(self.sources),
+            "source": {**self.sources, "derived": DERIVED_SOURCE},
         }
 
 
@@ -208,6 +208,10 @@ def _alternating(first: int, layers: int, a: int, b: int) -> tuple[int, ...]:
 
 
 _HF = "https://huggingface.co/"
+DERIVED_SOURCE = (
+    "derived from the config by the formulas of wansim.catalog.models: parameters per layer,"
+    " params_b, active_params_b, kv_bytes_per_token (checked against the published totals)"
+)
 
 MODELS: dict[str, ModelSpec] = {
     m.name: m

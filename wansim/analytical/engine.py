@@ -323,9 +323,8 @@ def _batched(scenario: Scenario, parts: dict, lockstep: Answer) -> Answer:
     stretch = means["lap_ms_mean"] / lockstep.means["lap_ms_mean"]
     # a lap is the lockstep one, late by D(j) when j other requests were admitted ahead
     adm = run.admissions
-    late = [float(np.asarray(d)) for _, _, d in adm.others]
-    exposed = float(np.asarray(adm.exposed))
-    prob = [exposed * float(np.asarray(pj)) for _, pj, _ in adm.others]
+    late = [float(np.asarray(d)) for _, _, d in adm.others[1:]]
+    prob = [float(np.asarray(pj)) for _, pj, _ in adm.others[1:]]
     values, pmf = lockstep.lap_values_ms, lockstep.lap_pmf
     lap_p50, lap_p99 = quantiles(*shifted_mixture(values, pmf, late, prob), [0.5, 0.99])
     pct = lockstep.percentiles

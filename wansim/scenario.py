@@ -33,6 +33,9 @@ POLICIES = ("none", "chain", "tree")
 VERIFIERS = ("lossless", "greedy", "typical")
 TREE_KINDS = ("static", "sequoia", "dynamic")
 SCHEDULES = ("sync", "async")
+CANCEL_ON_DIVERGENCE = "cancel_on_divergence"
+FLUSH_ON_FULL_ACCEPTANCE = "flush_on_full_acceptance"
+ASYNC_PROTOCOLS = (CANCEL_ON_DIVERGENCE, FLUSH_ON_FULL_ACCEPTANCE)
 BATCHING = ("none", "continuous")
 ARRIVALS = ("closed", "poisson")
 RECOVERIES = ("failover", "fail")
@@ -420,12 +423,18 @@ class Schedule:
     ``async`` (in-pipe speculation): S0 launches up to ``max_inflight_blocks`` blocks of a
     request before their verdicts return, each drafted from the drafts before it; needs the
     drafter on S0 (``drafter.placement: first_stage``) and a chain (:mod:`wansim.sim.async_speculation`
-    has the protocol)."""
+    has the protocol). ``async_protocol``: ``cancel_on_divergence`` (a verified block commits
+    its accepted drafts and the bonus or correction token; a lost bet cancels the blocks behind
+    it, with cancellation messages) or ``flush_on_full_acceptance`` (a block's K drafts count
+    only when all are accepted, without a bonus token; else the block commits only the
+    target's token at the divergence; stale blocks are computed by every stage they reach and
+    dropped at the last, no cancellation travels)."""
 
     kind: str = spec("sync", choices=SCHEDULES)
     max_inflight_blocks: int = spec(1, ge=1)
     hedge_branches: int = spec(0, ge=0)
     batching: str = spec("none", choices=BATCHING)
+    async_protocol: str = spec(CANCEL_ON_DIVERGENCE, choices=ASYNC_PROTOCOLS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -552,8 +561,20 @@ class Scenario:
                 "the sync schedule keeps one block in flight per request (use kind: async)",
                 sched.max_inflight_blocks,
             )
+        if sched.async_protocol != CANCEL_ON_DIVERGENCE and sched.kind != "async":
+            raise ScenarioError(
+                "schedule.async_protocol",
+                f"is the async schedule's protocol (schedule.kind is {sched.kind}; use async)",
+                sched.async_protocol,
+            )
         if sched.kind != "async":
             return
+        if sched.async_protocol == FLUSH_ON_FULL_ACCEPTANCE and self.k < 2:
+            raise ScenarioError(
+                "speculation.k",
+                "flush_on_full_acceptance commits K drafts or one token: it needs K >= 2",
+                self.speculation.k,
+            )
         if self.drafter.placement != "first_stage":
             raise ScenarioError(
                 "drafter.placement",

@@ -63,7 +63,7 @@ from wansim.acceptance.model import AcceptanceModel, acceptance_model
 from wansim.acceptance.profile import load_profile
 from wansim.compute import drafter_tree_ms
 from wansim.errors import ScenarioError
-from wansim.scenario import AcceptanceSpec, Scenario
+from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE, AcceptanceSpec, Scenario
 from wansim.wire import activation_bytes_per_token, tree_mask_bytes, verdict_bytes
 
 MAX_TREE_NODES = 4096
@@ -453,6 +453,7 @@ def policy_terms(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
     for i, (k, budget, shift, alpha, m) in enumerate(rows):
         pol = policy(point_scenario(scenario, k, budget, shift, alpha))
         w, surv = pol.difficulty_nodes()
+        surv = commit_survival(scenario, surv)
         depth = surv.shape[1]
         if depth:
             n_mean, n_var = closed_form.passes_moments(surv, m)
@@ -483,6 +484,21 @@ def policy_terms(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
         res[name] = table
     res["tau"] = np.asarray(m_tokens) / res["passes"]
     return res
+
+
+def commit_survival(scenario: Scenario, survival: np.ndarray) -> np.ndarray:
+    """P(committed - 1 >= d), d = 1.., per pass under the schedule's commit rule (both engines:
+    the DES verifier draws from it, the closed forms count passes with it).
+
+    Every schedule but one commits A + 1 for A accepted drafts (the bonus or correction
+    token): the acceptance's own S_1..S_D. ``schedule.async_protocol:
+    flush_on_full_acceptance`` commits a block's K drafts when all K are accepted (no bonus
+    token), else the target's one token at the divergence: committed - 1 is K - 1 with
+    probability S_K, else 0, i.e. the survival (S_K, ..., S_K) of depth K - 1."""
+    if scenario.schedule.async_protocol != FLUSH_ON_FULL_ACCEPTANCE:
+        return survival
+    s = np.asarray(survival, dtype=float)
+    return np.repeat(s[..., -1:], max(s.shape[-1] - 1, 0), axis=-1)
 
 
 def drafter_ms(scenario: Scenario, terms: dict, batch) -> np.ndarray:

@@ -22,6 +22,9 @@ def guess_acceptance(acceptance):
     )
 
 
-def bet_win_probability(survival_k, guess_rate) -> np.ndarray:
-    """P(the bet wins) = S_K p_{K+1}: all K drafts accepted, then the guess."""
-    return np.asarray(survival_k, dtype=float) * np.asarray(guess_rate, dtype=float)
+def bet_win_probability(survival_k, guess_rate, flush: bool = False) -> np.ndarray:
+    """P(the bet wins) = S_K p_{K+1}: all K drafts accepted, then the guess. With
+    ``flush_on_full_acceptance`` the next block starts right after the K drafts (no bonus
+    token, no guess): S_K."""
+    s = np.asarray(survival_k, dtype=float)
+    return s if flush else s * np.asarray(guess_rate, dtype=float)

@@ -52,7 +52,7 @@ from wansim.acceptance import closed_form
 from wansim.acceptance.bet import bet_win_probability, guess_acceptance
 from wansim.analytical.resequencing import ring_hol_ms
 from wansim.compute import mean_stage_ms, stage_ms_each
-from wansim.scenario import Scenario
+from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE, Scenario
 
 MAX_CHAIN = 256  # blocks per chain considered (a chain longer than a request is cut there)
 JITTER_NODES = 5
@@ -205,9 +205,10 @@ def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
         w, surv = pol.difficulty_nodes()
         depth = surv.shape[1]
         if depth:
-            n_mean, n_var = closed_form.passes_moments(surv, m)
+            commit = speculation.commit_survival(scenario, surv)
+            n_mean, n_var = closed_form.passes_moments(commit, m)
             _, rates = guess_acceptance(pol.acceptance).nodes(depth + 1)
-            r = bet_win_probability(surv[:, -1], rates[:, depth, 0])
+            r = bet_win_probability(surv[:, -1], rates[:, depth, 0], flush(scenario))
         else:
             n_mean, n_var, r = np.full(len(w), float(m)), np.zeros(len(w)), np.zeros(len(w))
         found.append((w, n_mean, n_var, r, float(m) / n_mean))
@@ -380,6 +381,12 @@ def _lap_atoms(sched: Schedule, cycle, prob, e_g, node_passes, width):
     return np.asarray(values), weights / weights.sum()
 
 
+def flush(scenario: Scenario) -> bool:
+    """``flush_on_full_acceptance``: stale blocks are computed by every stage they reach (the
+    last included) and no cancellation travels; the bet is S_K (no guess)."""
+    return scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
+
+
 def uses_blocks(scenario: Scenario) -> bool:
     """Async, or a drafter that overlaps (with something to draft)."""
     return scenario.schedule.kind == "async" or (
@@ -438,7 +445,9 @@ def block_schedule(scenario: Scenario, s0_wait=0.0) -> BlockSchedule:
     overlap = bool(scenario.drafter.overlap)
     s0_stale = res["stale_s0_per_request"]
     fwd_stale = res["stale_fwd_per_request"]
-    mid = np.maximum(stages - 2, 0)
+    # stages that compute a forwarded stale block: S1..S(P-2) (cancel_on_divergence: the last
+    # drops it) or S1..S(P-1) (flush_on_full_acceptance: computed wherever it arrives)
+    mid = np.maximum(stages - (1 if flush(scenario) else 2), 0)
     drafting = 0.0 if overlap else draft
     busy_all = (
         stages * stage_prefill
@@ -452,7 +461,10 @@ def block_schedule(scenario: Scenario, s0_wait=0.0) -> BlockSchedule:
     )  # (1 + E[G]) on average over the hops
     extra_bytes = (
         fwd_stale * (stages - 1) * parts["forward_bytes"]
-        + res["cancels_per_request"] * mid * float(scenario.payload.cancel_bytes)
+        + (0.0 if flush(scenario) else 1.0)
+        * res["cancels_per_request"]
+        * mid
+        * float(scenario.payload.cancel_bytes)
     ) * resend
     exact = speculation.target_exact(scenario)
     lap = res["lap_ms_mean"]

@@ -42,6 +42,7 @@ import numpy as np
 
 from wansim import normal_functions as nf
 from wansim.analytical.resequencing import delay_atoms, resequencing_wait_ms
+from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE
 
 BISECTION_STEPS = 60
 CONVOY_SWEEPS = 30
@@ -259,13 +260,15 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
     stale_s0 = 0.0 if blocks is None else blocks["stale_blocks_s0_per_request"]
     stale_fwd = 0.0 if blocks is None else blocks["stale_blocks_forwarded_per_request"]
     win = 0.0 if blocks is None else blocks["bet_win_rate"]
+    flushing = blocks is not None and scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
     for i in range(pmax):
         live = stages > i
         last = stages - 1 == i
         col = 1 + 2 * i
         drafts_here = (first and i == 0) or (not first and last)
         extra = np.where(drafts_here & (not overlap), d, 0.0)
-        visits = passes + (stale_s0 if i == 0 else np.where(last, 0.0, stale_fwd))
+        at_last = stale_fwd if flushing else 0.0  # flush: the last stage computes them too
+        visits = passes + (stale_s0 if i == 0 else np.where(last, at_last, stale_fwd))
         out["s_d"][..., col] = np.where(live, dec_c[i] + extra, 0.0)
         out["s_p"][..., col] = np.where(live, pre_c[i], 0.0)
         out["v_d"][..., col] = np.where(live, visits, 0.0)

@@ -9,7 +9,7 @@ import numpy as np
 
 from wansim.analytical import batched as batching
 from wansim.analytical.batched import batched, batched_metrics
-from wansim.analytical.blocks import block_schedule, block_schedule_metrics, uses_blocks
+from wansim.analytical.blocks import block_schedule, block_schedule_metrics, flush, uses_blocks
 from wansim.analytical.concurrent import concurrent_metrics
 from wansim.analytical.distribution import (
     lap_distribution,
@@ -346,7 +346,7 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     first = scenario.drafter.placement == "first_stage"
     busy[0 if first else p - 1] += passes * draft
     busy[0] += s0 * (ver[0] + (draft if first else 0.0))
-    for i in range(1, p - 1):
+    for i in range(1, p if flush(scenario) else p - 1):  # (flush: the last computes them too)
         busy[i] += fwd * ver[i]
     return busy, duration
 

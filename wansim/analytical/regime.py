@@ -146,6 +146,13 @@ def outside(scenario) -> str:
             " over DES seeds (tests/physics/test_faults.py: within 2% + 5 standard errors), not"
             " on the approximation-error grid"
         )
+    if scenario.schedule.async_protocol != "cancel_on_divergence":
+        return (
+            f"async_protocol {scenario.schedule.async_protocol}: the block schedule's model with"
+            " its commit rule and bet, checked against the DES in"
+            " tests/engines/test_async_protocols.py (within 10%), not on the approximation-error"
+            " grid"
+        )
     if name not in REGIMES:
         return f"{name}: no measured regime covers this combination"
     links = _links(scenario)

@@ -66,6 +66,7 @@ from collections import deque
 import numpy as np
 from simpy.events import Timeout
 
+from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE
 from wansim.sim.messages import VERIFY, Pass
 
 QUEUED = object()  # RequestState.drafting while the request waits for the drafter device
@@ -179,9 +180,15 @@ class Scheduler:
         self.first_stage = scenario.drafter.placement == "first_stage"
         self.k = int(scenario.k)
         self.tokens = self.k + 1
+        # flush_on_full_acceptance: the verifier draws committed - 1 (0 or K - 1: commit
+        # survival), the bet wins on K - 1; stale blocks go on to the last stage, no Cancel
+        self.flush = scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
+        self.full = self.k - 1 if self.flush else self.k
         self.draft_ms = float(draft_ms)
         self.cancel_bytes = float(cancel_bytes)
         self.p_guess = np.asarray(p_guess, dtype=float)
+        if self.flush:  # no guess: the bet is the K drafts alone (wansim.acceptance.bet)
+            self.p_guess = np.ones_like(self.p_guess)
         self.bet_seed = bet_seed
         self.states: dict[int, RequestState] = {}
         # what intermediate stages have learned from cancellation messages: rid -> epoch
@@ -217,7 +224,7 @@ class Scheduler:
             st.bet_i = 0
         u = st.bets[st.bet_i]
         st.bet_i += 1
-        return accepted == self.k and u < st.p_guess
+        return accepted == self.full and u < st.p_guess
 
     def _room(self, st: RequestState, req) -> bool:
         """Could the request still need a block beyond those already drafted or in flight?"""
@@ -247,8 +254,8 @@ class Scheduler:
     # ------------------------------------------------------------------------- stage hooks
     def _stale_at(self, index: int, block: Block) -> bool:
         st = self.states[block.request.rid]
-        if index == self.last:
-            return block.epoch < st.epoch
+        if index == self.last:  # (flush: computed, then dropped at the verdict)
+            return not self.flush and block.epoch < st.epoch
         if index == 0 and self.first_stage:
             return block.epoch < st.known_epoch
         return block.epoch < self.stage_epochs[index].get(block.request.rid, 0)
@@ -393,7 +400,7 @@ class Scheduler:
             for p in stale:
                 mailbox.remove(p)
                 self._cancelled(p)
-            if st.forwarded_step > step and self.n_stages > 2:
+            if st.forwarded_step > step and self.n_stages > 2 and not self.flush:
                 self.cancel_messages += 1
                 self.stages[0].link_out.send([Cancel(req, epoch)], self.cancel_bytes, 1.0)
             st.forwarded_step = step

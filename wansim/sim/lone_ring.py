@@ -173,6 +173,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "schedule.max_inflight_blocks": (1,),
     "schedule.hedge_branches": ANY,
     "schedule.batching": ("none", "continuous"),  # one request: never a batch of two
+    "schedule.async_protocol": ("cancel_on_divergence",),
     "workload.requests": ANY,
     "workload.concurrency": (1,),
     "workload.prompt_tokens": ANY,

@@ -49,7 +49,7 @@ class Verifier:
         n_requests = scenario.workload.requests
         rates = self.policy.request_rates(rng_difficulty, n_requests)
         # survival per request (a dynamic tree is built once per request here)
-        self.survival = self.policy.survival(rates)
+        self.survival = speculation.commit_survival(scenario, self.policy.survival(rates))
         decode = scenario.workload.output_tokens - 1
         tau = 1.0 + self.survival.sum(axis=1)
         self.block = np.minimum(np.ceil(1.25 * decode / tau) + 8, MAX_BLOCK).astype(int)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wansim.analytical import analyze
 from wansim.errors import ScenarioError
 from wansim.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.sim.async_speculation import CANCEL
+from wansim.sim.messages import VERIFY
 
 FLUSH = "flush_on_full_acceptance"
 K, ALPHA = 3, 0.8
@@ -137,3 +140,47 @@ def test_impossible_combinations_name_the_field(over, path):
 def test_an_unknown_protocol_is_refused():
     with pytest.raises(ScenarioError, match=r"schedule\.async_protocol: must be one of"):
         load_scenario(data=async_case("flush"))
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    stages=st.integers(1, 7),
+    k=st.integers(2, 6),
+    window=st.integers(1, 8),
+    alpha=st.floats(0.2, 0.97),
+    concurrency=st.integers(1, 3),
+    batching=st.sampled_from(["none", "continuous"]),
+    overlap=st.booleans(),
+    latency=st.sampled_from([0.0, 2.0, 30.0]),
+    output=st.integers(2, 60),
+    seed=st.integers(0, 1000),
+)
+def test_flush_invariants_over_random_scenarios(
+    stages, k, window, alpha, concurrency, batching, overlap, latency, output, seed
+):
+    """flush_on_full_acceptance in the DES, any window, concurrency, batching, overlap: every
+    valid block commits K or 1 token (or what its request still needs); no cancellation
+    travels; the wasted stage-tokens recomputed from the timeline (every verify token a stage
+    computed, minus P x the verified ones) equal the engine's count."""
+    data = async_case(
+        stages=stages,
+        seed=seed,
+        network={"latency_ms": latency},
+        drafter={"overlap": overlap, "acceptance": {"alpha": alpha}},
+        speculation={"k": k},
+        schedule={"max_inflight_blocks": window, "batching": batching},
+        workload={"requests": 6, "concurrency": concurrency, "output_tokens": output},
+    )
+    res = simulate(load_scenario(data=data), timeline=True)
+    tl = res.details["timeline"]
+    log = np.array(tl.verify_log)  # (rid, step, time, n, accepted, remaining, committed)
+    committed, remaining = log[:, 6], log[:, 5]
+    assert np.all((committed == k) | (committed == 1) | (committed == remaining))
+    assert res.details["blocks"]["cancel_messages"] == 0
+    assert not [t for t in tl.transfers if t[7][0].kind == CANCEL]
+    computed = sum(
+        p.n for s in tl.stage_slices if s[3] != "draft" for p in s[4] if p.kind == VERIFY
+    )
+    assert (
+        computed - stages * int(log[:, 3].sum()) == res.details["blocks"]["cancelled_stage_tokens"]
+    )

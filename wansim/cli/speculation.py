@@ -149,6 +149,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         "points": res["points"],
         "evaluated": res["evaluated"],
         "skipped": len(res["skipped"]),
+        "skipped_example": res["skipped"][0]["error"] if res["skipped"] else None,
         "best": rows[0],
         "top": rows,
         "confirm": args.confirm,

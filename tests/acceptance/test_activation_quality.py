@@ -264,3 +264,30 @@ def test_plan_ranks_a_measured_lossy_width_only_when_allowed_and_flags_it(tmp_pa
 def test_wire_quality_input_errors_are_input_errors():
     with pytest.raises(WansimInputError):
         table_from_mapping([], "t.yaml")
+
+
+def test_the_lone_ring_path_takes_the_factor_as_the_events_do():
+    """One request in the sync ring runs on the DES's vectorised lone-ring path: with the
+    table at 3 bits it must equal the per-event run to the bit (and differ from 16 bits)."""
+    sc = load_scenario(
+        data={
+            "stages": 3,
+            "drafter": {"acceptance": {"alpha": 0.8, "activation_quality": TABLE}},
+            "speculation": {"k": 4},
+            "payload": {"activation_bits": 3},
+            "workload": {"requests": 1, "output_tokens": 400},
+        }
+    )
+    fast, slow = wansim.simulate(sc), wansim.simulate(sc, per_event=True)
+    assert fast.details["events"] == 0 < slow.details["events"]
+    assert fast.metrics == slow.metrics and fast.metrics["target_exact"] is False
+    full = wansim.simulate(
+        load_scenario(data=sc_dict(sc), overrides={"payload.activation_bits": 16})
+    )
+    assert full.metrics["tau"] != fast.metrics["tau"]
+
+
+def sc_dict(sc):
+    from wansim.scenario import scenario_to_dict
+
+    return scenario_to_dict(sc)

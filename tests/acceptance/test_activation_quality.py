@@ -204,6 +204,8 @@ def test_optimize_sees_the_measured_cost(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     rows = {r["config"]["payload.activation_bits"]: r for r in out["top"]}
     assert set(rows) == {3, 16} and rows[3]["tau"] < rows[16]["tau"]
+    best_bits = out["best"]["config"]["payload.activation_bits"]
+    assert any("not target-exact" in f for f in out["flags"]) == (best_bits == 3)
 
 
 def test_optimize_the_table_rows_carry_the_cost(tmp_path):

@@ -1070,9 +1070,10 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
 
         wl = dataclasses.replace(wl, trace=str(found))
         scenario = dataclasses.replace(scenario, workload=wl)
-    from wansim.workload import check_workload
+    if wl.trace is not None or wl.arrival == "trace" or wl.lengths.kind in ("trace", "empirical"):
+        from wansim.workload import check_workload  # (numpy: only for a workload that needs it)
 
-    check_workload(wl)
+        check_workload(wl)
     net = scenario.network
     hops = tuple(
         dataclasses.replace(h, jitter=fix_jitter(h.jitter, f"network.hops[{i}].jitter"))

@@ -117,6 +117,8 @@ def regime_name(scenario) -> str:
         parts.append("overlap")
     if many:
         parts.append("concurrent")
+    if scenario.faults.events:
+        parts = (parts or ["sync"]) + ["faults"]
     return "+".join(parts) or "sync"
 
 
@@ -138,6 +140,12 @@ def outside(scenario) -> str:
     (prefill convoys), and continuous batching whose sequences drift apart where the batch
     would pipeline as groups (:func:`_batching_outside`)."""
     name = regime_name(scenario)
+    if scenario.faults.events:
+        return (
+            "faults: an expected value (wansim/analytical/faults.py), checked against Monte Carlo"
+            " over DES seeds (tests/physics/test_faults.py: within 2% + 5 standard errors), not"
+            " on the approximation-error grid"
+        )
     if name not in REGIMES:
         return f"{name}: no measured regime covers this combination"
     links = _links(scenario)

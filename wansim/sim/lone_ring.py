@@ -191,6 +191,9 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "workload.mix": ((),),
     "workload.slo.ttft_ms": ANY,  # read only by the metrics
     "workload.slo.tpot_ms": ANY,
+    "faults.events": ((),),  # failures run event by event (wansim.sim.faults)
+    "faults.recovery": ANY,  # read only with events
+    "faults.detection_s": ANY,
 }
 
 

@@ -83,17 +83,25 @@ def request_rates(record: RunRecord) -> np.ndarray:
 
 
 def measured_mask(record: RunRecord) -> np.ndarray:
+    """The requests the per-request statistics cover: past the warm-up, and finished (a
+    request that failed in a fault has no decode rate)."""
     n = len(record.arrival_ms)
-    return np.arange(n) >= warmup_requests(record.concurrency, n)
+    mask = np.arange(n) >= warmup_requests(record.concurrency, n)
+    if record.failed.any():
+        mask &= ~record.failed
+    return mask
 
 
 MIN_REQUESTS_FOR_REQUEST_CI = 10
 UNDEFINED_CI = "undefined: a request has fewer than two laps (no spread to estimate)"
+NO_FINISHED = "undefined: no request finished (every one failed in a fault)"
 
 
 def ci_method(record: RunRecord) -> str:
     """The method :func:`rate_interval` uses for this run (module docstring)."""
     mask = measured_mask(record)
+    if not mask.any():
+        return NO_FINISHED
     if mask.sum() >= MIN_REQUESTS_FOR_REQUEST_CI:
         if record.concurrency == 1:
             return "t-interval over requests"
@@ -293,6 +301,8 @@ def compute_metrics(record: RunRecord, slo=None, seed: int = 0) -> dict:
     """The metrics of the module docstring; ``slo``: ``workload.slo`` (None: no bounds);
     ``seed``: the bootstrap's."""
     mask = measured_mask(record)
+    if not mask.any():  # every request failed in a fault: no per-request statistic
+        return _all_failed(record, seed)
     rates = request_rates(record)[mask]
     laps = record.laps_ms[mask[record.lap_request]]
     tpot = (record.decode_ms / record.decode_tokens)[mask]
@@ -322,8 +332,8 @@ def compute_metrics(record: RunRecord, slo=None, seed: int = 0) -> dict:
         block,
         seed,
     )
-    ok = meets_slo(record, slo)
-    return {
+    ok = meets_slo(record, slo) & ~failed_mask(record)
+    out = {
         "tokens_per_s": float(rates.mean()),
         "throughput_tokens_per_s": 1e3 * record.output_tokens / makespan,
         "tau": record.tokens_committed / record.verify_passes,
@@ -348,4 +358,65 @@ def compute_metrics(record: RunRecord, slo=None, seed: int = 0) -> dict:
         "target_exact": record.target_exact,
         "tokens_per_s_ci95": interval,
         **intervals,
+    }
+    if record.faults is not None:
+        out.update(fault_metrics(record))
+    return out
+
+
+def failed_mask(record: RunRecord) -> np.ndarray:
+    """Per request: failed in a fault (all False without faults)."""
+    n = len(record.arrival_ms)
+    return record.failed if len(record.failed) == n else np.zeros(n, dtype=bool)
+
+
+def _all_failed(record: RunRecord, seed: int) -> dict:
+    makespan = record.makespan_ms
+    utilisation = np.asarray(stage_utilization(record.stage_busy_ms, makespan))
+    passes = record.verify_passes
+    out = dict.fromkeys(PER_REQUEST)
+    empty = np.zeros(0, dtype=np.int64)
+    series = ("tpot_ms", "ttft_ms", "e2e_ms", "queue_ms")
+    out.update(
+        percentile_intervals({k: empty for k in series}, {"lap_ms": (empty, empty)}, empty, 1, seed)
+    )
+    out.update(
+        {
+            "goodput_requests_per_s": 0.0,
+            "tau": record.tokens_committed / passes if passes else None,
+            "bubble_fraction": float(1.0 - utilisation.mean()),
+            "stage_utilization": [float(u) for u in utilisation],
+            "bytes_per_token": float(record.link_bytes_decode.sum() / record.tokens_committed)
+            if record.tokens_committed
+            else None,
+            "wasted_token_fraction": wasted_fraction(record) if record.tokens_verified else None,
+            "target_exact": record.target_exact,
+            "tokens_per_s_ci95": None,
+        }
+    )
+    out.update(fault_metrics(record))
+    return out
+
+
+PER_REQUEST = ("tokens_per_s", "lap_ms_mean", "lap_ms_p50", "lap_ms_p99")
+PER_REQUEST += ("tpot_ms_p50", "tpot_ms_p99", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99")
+PER_REQUEST += ("e2e_ms_p50", "e2e_ms_p99", "queue_ms_mean", "queue_ms_p99", "slo_attainment")
+
+
+def fault_metrics(record: RunRecord) -> dict:
+    """With faults: ``goodput_tokens_per_s`` (output tokens of the requests that finished /
+    makespan), ``failed_requests``, ``availability`` (1 - the ring's outage time within the
+    run / makespan); ``throughput_tokens_per_s`` counts what failed requests produced before
+    they failed (their first token and committed tokens)."""
+    makespan = record.makespan_ms
+    ok = ~record.failed
+    finished = float((record.decode_tokens[ok] + 1).sum())
+    started = np.isfinite(record.first_token_ms)
+    produced = finished + float((record.committed + started)[record.failed].sum())
+    end = float(record.finish_ms.max())
+    return {
+        "throughput_tokens_per_s": 1e3 * produced / makespan,
+        "goodput_tokens_per_s": 1e3 * finished / makespan,
+        "failed_requests": int(record.failed.sum()),
+        "availability": 1.0 - record.faults.down_ms(end) / makespan,
     }

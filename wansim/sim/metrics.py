@@ -203,43 +203,80 @@ def weighted_quantile(sorted_values: np.ndarray, weights: np.ndarray, q: float) 
 
 
 BLOCK_TABLE_ENTRIES = 4_000_000  # bounds the (owners x blocks) table of owner_quantiles
+CHUNK_ENTRIES = 1_000_000  # bounds the (resamples x values) work arrays, chunked by resamples
 
 
 def owner_quantiles(
     sorted_values: np.ndarray, owner: np.ndarray, counts: np.ndarray, qs
 ) -> list[np.ndarray]:
     """:func:`weighted_quantile` of ``sorted_values`` with weights ``counts[:, owner]`` for each
-    q in ``qs``, the same indices without the (resamples x values) weight matrix.
+    q in ``qs``: the same indices without the (resamples x values) weight matrix.
 
     Weights are whole counts, so every cumulative sum is an exact integer whatever the order of
-    the additions. The values are cut into blocks; each owner's number of values per block
-    (a table) times the counts gives each block's weight per resample (exact), their running
-    sum finds the block where the threshold ``q * total - 1e-9`` is first reached, and only that
-    block's weights are summed value by value. Same threshold, same first index."""
+    the additions. The values are cut into blocks (of at least 64 values, as many as a table
+    of ``BLOCK_TABLE_ENTRIES`` allows: the gather of the second step, not the product, is the
+    costly part); each owner's number of values per block (a table) times the
+    counts gives each block's weight per resample (exact), their running sum finds the block
+    where the threshold ``q * total - 1e-9`` is first reached, and only that block's weights
+    are summed value by value, a chunk of resamples at a time. Same threshold, same first
+    index."""
     n_values = len(sorted_values)
-    owners = counts.shape[1]
+    resamples, owners = counts.shape
     n_blocks = max(1, min(n_values // 64, BLOCK_TABLE_ENTRIES // max(owners, 1)))
     width = -(-n_values // n_blocks)
     n_blocks = -(-n_values // width)
     block_of = np.arange(n_values) // width
-    table = np.bincount(owner * n_blocks + block_of, minlength=owners * n_blocks)
-    table = table.reshape(owners, n_blocks).astype(float)
-    cum_blocks = np.cumsum(counts @ table, axis=1)
+    table = np.bincount(  # float counts (weights of one): no integer copy of the table
+        owner * n_blocks + block_of, weights=np.ones(n_values), minlength=owners * n_blocks
+    ).reshape(owners, n_blocks)
+    # in float64, a chunk of owners at a time (whole numbers: the partial sums add exactly;
+    # OpenBLAS is slow on a few rows times many owners, fast on all rows times a few owners)
+    block_weights = np.zeros((resamples, n_blocks))
+    step = max(1, CHUNK_ENTRIES // max(resamples, 1))
+    for lo in range(0, owners, step):
+        block_weights += counts[:, lo : lo + step].astype(float) @ table[lo : lo + step]
+    cum_blocks = np.cumsum(block_weights, axis=1)
     total = cum_blocks[:, -1:]
-    rows = np.arange(counts.shape[0])[:, None]
+    step = max(1, CHUNK_ENTRIES // width)
     out = []
     for q in qs:
         threshold = q * total - 1e-9
         b = np.argmax(cum_blocks >= threshold, axis=1)
-        before = np.where(b > 0, cum_blocks[rows[:, 0], np.maximum(b - 1, 0)], 0.0)
-        idx = b[:, None] * width + np.arange(width)
-        inside = idx < n_values
-        idx = np.minimum(idx, n_values - 1)
-        w = np.where(inside, counts[rows, owner[idx]], 0.0)
-        cum = before[:, None] + np.cumsum(w, axis=1)
-        j = np.argmax(cum >= threshold, axis=1)
-        out.append(sorted_values[b * width + j])
+        picked = np.empty(resamples, dtype=np.int64)
+        for lo in range(0, resamples, step):
+            rows = np.arange(lo, min(lo + step, resamples))
+            bb = b[rows]
+            before = np.where(bb > 0, cum_blocks[rows, np.maximum(bb - 1, 0)], 0.0)
+            idx = bb[:, None] * width + np.arange(width)
+            inside = idx < n_values
+            idx = np.minimum(idx, n_values - 1)
+            w = np.where(inside, counts[rows[:, None], owner[idx]].astype(float), 0.0)
+            cum = before[:, None] + np.cumsum(w, axis=1)
+            picked[rows] = bb * width + np.argmax(cum >= threshold[rows], axis=1)
+        out.append(sorted_values[picked])
     return out
+
+
+def resample_counts(
+    order: np.ndarray, rng: np.random.Generator, resamples: int, block: int, total: int
+) -> np.ndarray:
+    """(resamples, total): how often each request id is in each resample. A resample is
+    ceil(n / ``block``) blocks of ``block`` consecutive entries of ``order`` (starts uniform
+    from ``rng``, one row of starts per resample), cut to n = len(order). Drawn and counted a
+    chunk of resamples at a time: the generator gives the same starts as one draw of all rows
+    (its 32-bit buffer lives in its state; tested). Counts are whole numbers <= n <= 2^24:
+    exact in float32, which halves the largest array of the bootstrap."""
+    n = len(order)
+    blocks = -(-n // block)
+    counts = np.empty((resamples, total), dtype=np.float32)
+    step = max(1, CHUNK_ENTRIES // max(n, 1))
+    for lo in range(0, resamples, step):
+        m = min(step, resamples - lo)
+        starts = rng.integers(0, n - block + 1, size=(m, blocks))
+        picks = (starts[:, :, None] + np.arange(block)).reshape(m, -1)[:, :n]
+        ids = order[picks] + (np.arange(m) * total)[:, None]
+        counts[lo : lo + m] = np.bincount(ids.ravel(), minlength=m * total).reshape(m, total)
+    return counts
 
 
 def percentile_intervals(
@@ -267,13 +304,8 @@ def percentile_intervals(
         return dict.fromkeys(names)
     block = max(1, min(block, n))
     rng = np.random.default_rng([seed, BOOTSTRAP_STREAM])
-    blocks = -(-n // block)
-    starts = rng.integers(0, n - block + 1, size=(BOOTSTRAP_RESAMPLES, blocks))
-    picks = (starts[:, :, None] + np.arange(block)).reshape(BOOTSTRAP_RESAMPLES, -1)[:, :n]
     total = int(max(order.max(), *(r.max() for _, r in per_lap.values()), 0)) + 1
-    counts = np.zeros((BOOTSTRAP_RESAMPLES, total))
-    rows = np.repeat(np.arange(BOOTSTRAP_RESAMPLES), n)
-    np.add.at(counts, (rows, order[picks].ravel()), 1.0)
+    counts = resample_counts(order, rng, BOOTSTRAP_RESAMPLES, block, total)
     tails = [(1 - level) / 2, (1 + level) / 2]
     out: dict[str, list[float] | None] = {}
     series = {k: (v[order], order) for k, v in per_request.items()} | per_lap

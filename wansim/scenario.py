@@ -307,7 +307,9 @@ class AcceptanceSpec:
     ``sibling_logit_offsets`` (trees): rank-r candidates are accepted at
     sigmoid(logit p_d - offset_r) for r = 2, 3, ... (overrides the profile's; see
     :mod:`wansim.acceptance.trees`). alpha/per_position rates are the rates of the scenario's
-    ``speculation.verifier`` rule; a profile converts them (its ``verifier_logit_shift``)."""
+    ``speculation.verifier`` rule; a profile converts them (its ``verifier_logit_shift``).
+    ``activation_quality``: a table file of what each activation bit width costs (acceptance
+    factor, exactness; :mod:`wansim.acceptance.activation_quality`), replacing the profile's."""
 
     profile: str | None = spec(None)
     workload: str | None = spec(None)
@@ -317,6 +319,7 @@ class AcceptanceSpec:
     dispersion: float | None = spec(None, ge=0, lt=1)
     extrapolate: bool = spec(False)
     sibling_logit_offsets: tuple[float, ...] | None = spec(None, max_items=4096)
+    activation_quality: str | None = spec(None)
 
     def check(self, path: str) -> None:
         if self.sibling_logit_offsets is not None and not self.sibling_logit_offsets:
@@ -790,6 +793,7 @@ def _get(raw: Any, *keys: str) -> Any:
 _FILE_FIELDS = (
     (("drafter", "acceptance"), "profile"),
     (("workload",), "trace"),
+    (("drafter", "acceptance"), "activation_quality"),
     (("network", "jitter"), "samples_file"),
 )
 
@@ -1101,6 +1105,17 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         if found is None:
             raise ScenarioError("drafter.acceptance.profile", "file not found", acc.profile)
         acc = dataclasses.replace(acc, profile=str(found))
+    if acc.activation_quality is not None:
+        found = resolve_file(acc.activation_quality, base_dir)
+        if found is None:
+            raise ScenarioError(
+                "drafter.acceptance.activation_quality", "file not found", acc.activation_quality
+            )
+        from wansim.acceptance.activation_quality import load_table
+
+        load_table(found)  # checked now, one line, not mid-run
+        acc = dataclasses.replace(acc, activation_quality=str(found))
+    if acc is not scenario.drafter.acceptance:
         scenario = dataclasses.replace(
             scenario, drafter=dataclasses.replace(scenario.drafter, acceptance=acc)
         )

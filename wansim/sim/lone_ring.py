@@ -160,6 +160,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
             "dispersion",
             "extrapolate",
             "sibling_logit_offsets",
+            "activation_quality",  # read through speculation.policy, as the events are
         )
     },
     "speculation.policy": ("none", "chain", "tree"),

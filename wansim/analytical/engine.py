@@ -19,6 +19,7 @@ from wansim.analytical.distribution import (
     shifted_mixture,
 )
 from wansim.analytical.faults import fault_run
+from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.regime import approximation
 from wansim.analytical.serving import serving_metrics
 from wansim.analytical.sync import lap_parts, passes_per_node, sync_metrics
@@ -186,6 +187,8 @@ def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
     with the approximation it was answered by (:mod:`wansim.analytical.regime`)."""
     check_supported(scenario)
+    if varies(scenario):
+        return _over_nodes(scenario)
     if scenario.network.transport == "tcp":  # the sync lap under the window, then ideal forms
         scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
     parts = lap_parts(scenario)
@@ -207,6 +210,23 @@ def analyze(scenario: Scenario) -> Result:
         metrics=metrics,
         details=details,
         approximation=trust,
+    )
+
+
+def _over_nodes(scenario: Scenario) -> Result:
+    """Requests that differ (lengths, acceptance rows): expectations over nodes
+    (:mod:`wansim.analytical.mixture`)."""
+    parts = [(w, node, analyze(node)) for w, node in nodes(scenario)]
+    metrics = combine([(w, r.metrics, node.workload.output_tokens) for w, node, r in parts])
+    first = dict(parts[0][2].approximation or {})
+    first["regime"] = f"{first.get('regime', '')} + expectation over {len(parts)} workload nodes"
+    first["validated"] = False
+    return Result(
+        scenario=scenario,
+        engine="analytical",
+        metrics=metrics,
+        details={"approximation": first["regime"], "nodes": len(parts)},
+        approximation=first,
     )
 
 

@@ -220,6 +220,15 @@ def test_unsupported_combinations_exit_2_with_one_line(tmp_path):
     many = scenario({"events": [{"stage": 1, "at_s": 1}]}, requests=4, concurrency=2)
     with pytest.raises(ScenarioError, match="faults beyond one request at a time"):
         analyze(many)
+    varied = load_scenario(
+        data={
+            **DETERMINISTIC,
+            "faults": {"events": [{"stage": 1, "at_s": 1}]},
+            "workload": {"requests": 4, "lengths": {"kind": "lognormal", "output_cv": 0.5}},
+        }
+    )
+    with pytest.raises(ScenarioError, match="faults beyond one request at a time of like"):
+        analyze(varied)
 
 
 def test_analytical_null_with_a_reason_when_failures_outpace_recovery():

@@ -98,8 +98,8 @@ def check_supported(scenario: Scenario) -> None:
             (
                 "faults.events",
                 f"{len(scenario.faults.events)} events",
-                alone and np.ndim(scenario.workload.requests) == 0,
-                "faults beyond one request at a time in the sync schedule are",
+                alone and np.ndim(scenario.workload.requests) == 0 and not varies(scenario),
+                "faults beyond one request at a time of like requests in the sync schedule are",
             )
         )
     for path, value, ok, what in unsupported:

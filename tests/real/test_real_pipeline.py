@@ -117,8 +117,9 @@ def test_three_stages_latency_and_quantized_wire(tiny_dirs, local, code_prompts,
     assert res.summary["lap_ms_p50"] >= 12.0
     links = res.links
     assert np.allclose(links["scheduled_ms_mean"], 4.0, atol=0.01)
-    # never early; the relays' lateness is measured (loose bound: the machine may be loaded)
-    assert (links["error_ms_p50"] > -0.05).all() and (links["error_ms_p50"] < 15.0).all()
+    # never early (how late is the machine's load: benchmarks/bench_link_accuracy.py)
+    assert (links["error_ms_p50"] > -0.05).all()
+    assert (links["achieved_ms_p50"] >= 4.0).all()
     # 8-bit: 4 tokens x (128 + 2 scale) bytes + headers, vs 4 x 512 at fp32
     assert links.loc[0, "bytes_per_pass_mean"] < 4 * 512
     target, _ = local

@@ -1,6 +1,7 @@
 """Build the pipeline and run it: ``simulate(scenario, *, timeline=False) -> Result``.
 
-Components: P :class:`~wansim.sim.stage.Stage` servers (closed form before the last stage in
+Components: P stage servers (:mod:`wansim.sim.stage`: P - 1 relay stages, S0 first, then the
+last stage, where the verifier sits; closed form before the last stage in
 the sync schedule, processes otherwise), P :class:`~wansim.sim.link.Link`
 hops (hop i carries S_i's output to S_(i+1); hop P-1 is the return hop to S0; with P = 1 the
 ring is the return hop alone), one :class:`~wansim.sim.verifier.Verifier` at the last stage and
@@ -45,7 +46,7 @@ from wansim.sim.metrics import (
 )
 from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
-from wansim.sim.stage import Stage
+from wansim.sim.stage import LastStage, RelayStage, Stage
 from wansim.sim.verifier import Verifier
 from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
 
@@ -147,27 +148,41 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
     ]
     fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
-    stages = [
-        Stage(
+    shared = {
+        "batching": scenario.schedule.batching == "continuous",
+        "timeline": tl.stage_slices if tl else None,
+    }
+    # S0's drafter duty (placement first_stage): drafting before its compute
+    first_drafts = {
+        "draft_before_ms": draft if first_stage and not overlap else 0.0,
+        "draft_before_per_sequence_ms": draft_per_sequence if first_stage else 0.0,
+    }
+    last = p_stages - 1
+    stages: list[Stage] = [
+        RelayStage(
             env,
             i,
-            p_stages,
             computes[i],
             fwd_bytes,
-            float(verdict_bytes(scenario.payload, tree_nodes, not first_stage)),
-            batching=scenario.schedule.batching == "continuous",
-            draft_before_ms=draft if first_stage and i == 0 and not overlap else 0.0,
-            draft_after_ms=draft if not first_stage and i == p_stages - 1 and not overlap else 0.0,
-            draft_before_per_sequence_ms=draft_per_sequence if first_stage and i == 0 else 0.0,
-            draft_after_per_sequence_ms=(
-                draft_per_sequence if not first_stage and i == p_stages - 1 else 0.0
-            ),
             mask_bytes_per_sequence=float(tree_mask_bytes(tree_nodes)),
-            verifier=verifier,
-            timeline=tl.stage_slices if tl else None,
+            **shared,
+            **(first_drafts if i == 0 else {}),
         )
-        for i in range(p_stages)
+        for i in range(last)
     ]
+    stages.append(
+        LastStage(
+            env,
+            last,
+            computes[last],
+            float(verdict_bytes(scenario.payload, tree_nodes, not first_stage)),
+            verifier=verifier,
+            draft_after_ms=draft if not first_stage and not overlap else 0.0,
+            draft_after_per_sequence_ms=draft_per_sequence if not first_stage else 0.0,
+            **shared,
+            **(first_drafts if last == 0 else {}),
+        )
+    )
     scheduler = None
     if blocks:
         scheduler = Scheduler(

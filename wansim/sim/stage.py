@@ -135,6 +135,23 @@ class Stage:
     def _serve(self, p: Pass) -> None:
         raise NotImplementedError
 
+    def _compute_next(self):
+        """Process steps: wait for a pass, take the next pass or batch (:meth:`_next_batch`)
+        and hold the stage for its service time. Returns (batch, tokens); an empty batch
+        (every block in it cancelled) was not computed."""
+        env = self.env
+        mailbox = self.mailbox
+        while not mailbox:  # (a cancellation may empty the mailbox before we wake)
+            wake = self.wake = Event(env)
+            yield wake
+        batch, n = self._next_batch()
+        if batch:
+            start = env._now
+            draft, compute = self._service_ms(batch, n)
+            yield Timeout(env, draft + compute)
+            self._account(batch, start, draft, compute)
+        return batch, n
+
     def _next_batch(self) -> tuple[list[Pass], int]:
         """The oldest pass of the (non-empty) mailbox, or with continuous batching every pass
         waiting there; less the cancelled blocks (block schedule). (batch, tokens)."""
@@ -223,20 +240,11 @@ class RelayStage(Stage):
         return size, share
 
     def run(self):
-        env = self.env
         hooks = self.hooks
-        mailbox = self.mailbox
         while True:
-            while not mailbox:  # (a cancellation may empty the mailbox before we wake)
-                wake = self.wake = Event(env)
-                yield wake
-            batch, n = self._next_batch()
+            batch, n = yield from self._compute_next()
             if not batch:
                 continue
-            start = env._now
-            draft, compute = self._service_ms(batch, n)
-            yield Timeout(env, draft + compute)
-            self._account(batch, start, draft, compute)
             if hooks is not None:  # count the work; cancelled meanwhile: not forwarded
                 batch = hooks.done(self.index, batch)
                 if not batch:
@@ -281,18 +289,10 @@ class LastStage(Stage):
     def run(self):
         env = self.env
         hooks = self.hooks
-        mailbox = self.mailbox
         while True:
-            while not mailbox:  # (a cancellation may empty the mailbox before we wake)
-                wake = self.wake = Event(env)
-                yield wake
-            batch, n = self._next_batch()
+            batch, _ = yield from self._compute_next()
             if not batch:
                 continue
-            start = env._now
-            draft, compute = self._service_ms(batch, n)
-            yield Timeout(env, draft + compute)
-            self._account(batch, start, draft, compute)
             if hooks is not None:  # the block schedule verifies and answers
                 hooks.verdicts(self, hooks.done(self.index, batch))
                 continue

@@ -34,7 +34,10 @@ VERIFIERS = ("lossless", "greedy", "typical")
 TREE_KINDS = ("static", "sequoia", "dynamic")
 SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
-ARRIVALS = ("closed", "poisson")
+ARRIVALS = ("closed", "poisson", "gamma", "onoff", "trace")
+LENGTH_KINDS = ("fixed", "lognormal", "empirical", "trace")
+RECOVERIES = ("failover", "fail")
+MAX_FAULTS = 10_000
 ACTIVATION_BITS = (3, 4, 8, 16, 32)
 MAX_LOSS_RATE = 0.99
 MAX_STAGES = 1024
@@ -304,7 +307,9 @@ class AcceptanceSpec:
     ``sibling_logit_offsets`` (trees): rank-r candidates are accepted at
     sigmoid(logit p_d - offset_r) for r = 2, 3, ... (overrides the profile's; see
     :mod:`wansim.acceptance.trees`). alpha/per_position rates are the rates of the scenario's
-    ``speculation.verifier`` rule; a profile converts them (its ``verifier_logit_shift``)."""
+    ``speculation.verifier`` rule; a profile converts them (its ``verifier_logit_shift``).
+    ``activation_quality``: a table file of what each activation bit width costs (acceptance
+    factor, exactness; :mod:`wansim.acceptance.activation_quality`), replacing the profile's."""
 
     profile: str | None = spec(None)
     workload: str | None = spec(None)
@@ -314,6 +319,7 @@ class AcceptanceSpec:
     dispersion: float | None = spec(None, ge=0, lt=1)
     extrapolate: bool = spec(False)
     sibling_logit_offsets: tuple[float, ...] | None = spec(None, max_items=4096)
+    activation_quality: str | None = spec(None)
 
     def check(self, path: str) -> None:
         if self.sibling_logit_offsets is not None and not self.sibling_logit_offsets:
@@ -437,10 +443,34 @@ class Slo:
 
 
 @dataclasses.dataclass(frozen=True)
+class Lengths:
+    """Per-request prompt and output lengths (:mod:`wansim.workload`): ``fixed`` (the
+    workload's prompt_tokens/output_tokens), ``lognormal`` (those are the means; ``prompt_cv``,
+    ``output_cv`` the coefficients of variation; clipped to the maxima), ``empirical`` (pairs
+    drawn from ``workload.trace``'s rows) or ``trace`` (its rows in order)."""
+
+    kind: str = spec("fixed", choices=LENGTH_KINDS)
+    prompt_cv: float = spec(0.0, ge=0, le=10)
+    output_cv: float = spec(0.0, ge=0, le=10)
+    max_prompt_tokens: int = spec(131_072, ge=1, le=10_000_000)
+    max_output_tokens: int = spec(32_768, ge=2, le=10_000_000)
+
+
+@dataclasses.dataclass(frozen=True)
+class MixRow:
+    """A share of the requests whose acceptance is the profile's ``workload`` row."""
+
+    workload: str = spec("math")
+    share: float = spec(1.0, gt=0)
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     """Requests of ``prompt_tokens`` (one prefill pass) and ``output_tokens`` (the first from
     prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
-    flight, a new one starts when one finishes; ``poisson``: arrivals at ``rate_per_s``."""
+    flight, a new one starts when one finishes; open arrivals (``poisson``, ``gamma``,
+    ``onoff``, ``trace``) wait for one of the ``concurrency`` slots. Arrival processes, length
+    distributions, traces and mixes: :mod:`wansim.workload`."""
 
     requests: int = spec(64, ge=1, le=1_000_000)
     concurrency: int = spec(1, ge=1, le=65_536)
@@ -448,7 +478,78 @@ class Workload:
     output_tokens: int = spec(256, ge=2)
     arrival: str = spec("closed", choices=ARRIVALS)
     rate_per_s: float = spec(1.0, gt=0)
+    arrival_cv: float = spec(
+        1.0, gt=0, le=100, doc="gamma arrivals: coefficient of variation of the gaps"
+    )
+    on_ms: float = spec(1000.0, gt=0, doc="onoff arrivals: mean on period")
+    off_ms: float = spec(1000.0, gt=0, doc="onoff arrivals: mean off period")
+    lengths: Lengths = spec(factory=Lengths)
+    trace: str | None = spec(
+        None, doc="request trace (CSV or .parquet): arrival_ms, prompt_tokens, output_tokens"
+    )
+    mix: tuple[MixRow, ...] = spec((), max_items=64)
     slo: Slo = spec(factory=Slo)
+
+    def check(self, path: str) -> None:
+        if self.trace is not None and not (
+            self.arrival == "trace" or self.lengths.kind in ("trace", "empirical")
+        ):
+            raise ScenarioError(
+                f"{path}.trace",
+                "is read only by arrival: trace or lengths.kind: trace | empirical",
+                self.trace,
+            )
+        if self.lengths.kind != "lognormal" and (self.lengths.prompt_cv or self.lengths.output_cv):
+            raise ScenarioError(
+                f"{path}.lengths.kind",
+                "prompt_cv/output_cv need kind: lognormal",
+                self.lengths.kind,
+            )
+        names = [r.workload for r in self.mix]
+        if len(set(names)) != len(names):
+            raise ScenarioError(f"{path}.mix", "names a workload twice", names)
+
+
+# ----------------------------------------------------------------------------- faults
+@dataclasses.dataclass(frozen=True)
+class FaultEvent:
+    """One failing component: exactly one of ``stage`` (index) or ``link`` (hop index; the
+    last is the return hop), and exactly one of ``at_s`` (one failure at that simulated time)
+    or ``rate_per_hour`` (failures at that Poisson rate while the ring is up). ``downtime_s``:
+    how long the ring cannot serve after it (default ``faults.detection_s``)."""
+
+    stage: int | None = spec(None, ge=0)
+    link: int | None = spec(None, ge=0)
+    at_s: float | None = spec(None, ge=0)
+    rate_per_hour: float | None = spec(None, gt=0, le=3_600_000)
+    downtime_s: float | None = spec(None, ge=0, le=1e7)
+
+    def check(self, path: str) -> None:
+        if (self.stage is None) == (self.link is None):
+            raise ScenarioError(path, "give exactly one of stage, link", self._given())
+        if (self.at_s is None) == (self.rate_per_hour is None):
+            raise ScenarioError(path, "give exactly one of at_s, rate_per_hour", self._given())
+
+    def _given(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) is not None]
+
+    @property
+    def component(self) -> str:
+        """``stage 3`` or ``link 2`` (Perfetto and details)."""
+        return f"stage {self.stage}" if self.stage is not None else f"link {self.link}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Faults:
+    """Stage and link failures (:mod:`wansim.faults`). A failure stops the whole ring for its
+    downtime (``detection_s`` unless the event gives ``downtime_s``): every pass in flight is
+    lost. ``recovery: failover``: a spare takes the component's place and every request that
+    was in flight re-prefills its prompt plus the tokens it had committed, then decodes on;
+    ``fail``: those requests fail (their tokens do not count as goodput)."""
+
+    recovery: str = spec("failover", choices=RECOVERIES)
+    detection_s: float = spec(1.0, ge=0, le=1e7, doc="failure to the spare serving, seconds")
+    events: tuple[FaultEvent, ...] = spec((), max_items=MAX_FAULTS)
 
 
 # ----------------------------------------------------------------------------- scenario
@@ -464,9 +565,19 @@ class Scenario:
     speculation: Speculation = spec(factory=Speculation)
     schedule: Schedule = spec(factory=Schedule)
     workload: Workload = spec(factory=Workload)
+    faults: Faults = spec(factory=Faults)
 
     def check(self, path: str) -> None:
         self._check_schedule()
+        for i, event in enumerate(self.faults.events):
+            for name in ("stage", "link"):
+                index = getattr(event, name)
+                if index is not None and index >= self.stages:
+                    raise ScenarioError(
+                        f"faults.events[{i}].{name}",
+                        f"must be < stages ({self.stages}; {name}s are numbered from 0)",
+                        index,
+                    )
         hops = self.network.hops
         if hops and len(hops) != self.stages:
             raise ScenarioError(
@@ -681,6 +792,8 @@ def _get(raw: Any, *keys: str) -> Any:
 # file-valued fields: (path to the mapping, key)
 _FILE_FIELDS = (
     (("drafter", "acceptance"), "profile"),
+    (("workload",), "trace"),
+    (("drafter", "acceptance"), "activation_quality"),
     (("network", "jitter"), "samples_file"),
 )
 
@@ -992,6 +1105,17 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         if found is None:
             raise ScenarioError("drafter.acceptance.profile", "file not found", acc.profile)
         acc = dataclasses.replace(acc, profile=str(found))
+    if acc.activation_quality is not None:
+        found = resolve_file(acc.activation_quality, base_dir)
+        if found is None:
+            raise ScenarioError(
+                "drafter.acceptance.activation_quality", "file not found", acc.activation_quality
+            )
+        from wansim.acceptance.activation_quality import load_table
+
+        load_table(found)  # checked now, one line, not mid-run
+        acc = dataclasses.replace(acc, activation_quality=str(found))
+    if acc is not scenario.drafter.acceptance:
         scenario = dataclasses.replace(
             scenario, drafter=dataclasses.replace(scenario.drafter, acceptance=acc)
         )
@@ -1007,6 +1131,18 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         read_samples(found, f"{where}.samples_file")  # its values are checked now, not mid-run
         return dataclasses.replace(j, samples_file=str(found))
 
+    wl = scenario.workload
+    if wl.trace is not None:
+        found = resolve_file(wl.trace, base_dir)
+        if found is None:
+            raise ScenarioError("workload.trace", "file not found", wl.trace)
+
+        wl = dataclasses.replace(wl, trace=str(found))
+        scenario = dataclasses.replace(scenario, workload=wl)
+    if wl.trace is not None or wl.arrival == "trace" or wl.lengths.kind in ("trace", "empirical"):
+        from wansim.workload import check_workload  # (numpy: only for a workload that needs it)
+
+        check_workload(wl)
     net = scenario.network
     hops = tuple(
         dataclasses.replace(h, jitter=fix_jitter(h.jitter, f"network.hops[{i}].jitter"))
@@ -1036,6 +1172,13 @@ def _check_acceptance(scenario: Scenario) -> None:
                 f"not in profile (has {', '.join(prof.workloads)})",
                 workload,
             )
+        for i, row in enumerate(scenario.workload.mix):
+            if row.workload not in prof.workloads:
+                raise ScenarioError(
+                    f"workload.mix[{i}].workload",
+                    f"not in profile (has {', '.join(prof.workloads)})",
+                    row.workload,
+                )
         measured = len(prof.workloads[workload].per_position)
         if need > measured and not acc.extrapolate:
             raise ScenarioError(
@@ -1044,7 +1187,11 @@ def _check_acceptance(scenario: Scenario) -> None:
                 " to hold the last rate)",
                 need,
             )
-    elif acc.per_position is not None:
+    if scenario.workload.mix and acc.profile is None:
+        raise ScenarioError(
+            "workload.mix", "names profile workload rows: it needs drafter.acceptance.profile", None
+        )
+    if acc.per_position is not None:
         measured = len(acc.per_position)
         if need > measured and not acc.extrapolate:
             raise ScenarioError(

@@ -72,6 +72,19 @@ def evaluate_grid(
     """Mean metrics for every point. ``mesh=True``: the cartesian product of the value lists;
     ``mesh=False``: the arrays are points already (equal length or broadcastable)."""
     check_supported(base)
+    wl = base.workload
+    if wl.lengths.kind != "fixed" or wl.mix:
+        field, value = (
+            ("workload.lengths.kind", wl.lengths.kind)
+            if wl.lengths.kind != "fixed"
+            else ("workload.mix", [r.workload for r in wl.mix])
+        )
+        raise ScenarioError(
+            field,
+            "the vectorised grid evaluates like requests (fixed lengths, one acceptance row);"
+            " wansim run / analyze take expectations over the workload",
+            value,
+        )
     for key in grid:
         if key not in VECTOR_FIELDS:
             raise ScenarioError(

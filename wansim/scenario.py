@@ -278,14 +278,34 @@ class Network:
 
 # ----------------------------------------------------------------------------- payload
 @dataclasses.dataclass(frozen=True)
+class ExtraTensor:
+    """A tensor of ``values_per_token`` values per token at ``bits`` that stage ``stage``'s
+    output adds to the forward message and every later hop carries until stage ``to_stage``
+    consumes it (hops ``stage`` .. ``to_stage - 1``; default the last stage; ``to_stage:
+    stages`` carries it over the return hop to S0) - e.g. an EAGLE-3 drafter's auxiliary
+    hidden states taken at a few stages, or the last stage's hidden state for a drafter at S0
+    (:func:`wansim.wire.forward_bytes`)."""
+
+    stage: int = spec(0, ge=0)
+    values_per_token: int = spec(7168, ge=1)
+    bits: int = spec(16, choices=ACTIVATION_BITS)
+    to_stage: int | None = spec(None, ge=1)
+
+
+@dataclasses.dataclass(frozen=True)
 class Payload:
     """Bytes on the wire: activations of hidden_size*activation_bits/8 per token (plus one fp16
-    scale per ``quant_group_size`` values below 16 bits; 32 = fp32), a header per message, and a
-    token-id return message of ``return_bytes``."""
+    scale per ``quant_group_size`` values below 16 bits; 32 = fp32), a header per message, the
+    ``extra_tensors`` that ride some hops, and a return message of ``return_bytes`` plus
+    ``return_token_bytes`` per token id it lists (:func:`wansim.wire.verdict_bytes`)."""
 
     activation_bits: int = spec(16, choices=ACTIVATION_BITS)
     header_bytes: int = spec(64, ge=0)
     return_bytes: int = spec(50, ge=1)
+    return_token_bytes: int = spec(
+        0, ge=0, doc="per token id in the verdict (verified positions, next chain drafts)"
+    )
+    extra_tensors: tuple[ExtraTensor, ...] = spec((), max_items=MAX_STAGES)
     cancel_bytes: int = spec(
         24, ge=1, doc="async: a cancellation message (request id, epoch, position)"
     )
@@ -470,6 +490,18 @@ class Scenario:
                 f"needs {self.stages} entries (one compute model per stage)",
                 f"{len(per_stage)} entries",
             )
+        for i, extra in enumerate(self.payload.extra_tensors):
+            to_stage = self.stages - 1 if extra.to_stage is None else extra.to_stage
+            if not extra.stage < to_stage <= self.stages:
+                raise ScenarioError(
+                    f"payload.extra_tensors[{i}].to_stage"
+                    if extra.to_stage is not None
+                    else f"payload.extra_tensors[{i}].stage",
+                    f"needs stage < to_stage <= stages ({self.stages}; to_stage defaults to the"
+                    f" last stage, {self.stages} is S0 over the return hop), stage is"
+                    f" {extra.stage}",
+                    to_stage if extra.to_stage is not None else extra.stage,
+                )
         overheads = self.model.stage_overhead_ms
         if overheads and len(overheads) != self.stages:
             raise ScenarioError(

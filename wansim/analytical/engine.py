@@ -19,7 +19,12 @@ from wansim.analytical.distribution import (
     shifted_mixture,
 )
 from wansim.analytical.regime import approximation
-from wansim.analytical.sync import lap_parts, passes_per_node, sync_metrics
+from wansim.analytical.sync import (
+    lap_parts,
+    passes_per_node,
+    ring_message_bytes,
+    sync_metrics,
+)
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import tcp_equivalent
 from wansim.errors import ScenarioError
@@ -243,7 +248,7 @@ def _one_request(scenario: Scenario, parts: dict) -> Answer:
     means = _scalars(sync_metrics(scenario))
     # lap distribution: compute and drafting are deterministic, hops carry the randomness
     hops = list(scenario.resolved_hops())
-    sizes = [float(parts["forward_bytes"])] * (len(hops) - 1) + [float(parts["return_bytes"])]
+    sizes = ring_message_bytes(scenario, parts)
     constant = float(parts["draft_ms"]) + scenario.stages * float(parts["stage_ms"])
     values, pmf, grid_ms = lap_distribution(hops, sizes, constant)
     lap_p50, lap_p99 = quantiles(values, pmf, [0.5, 0.99])

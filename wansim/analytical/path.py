@@ -35,13 +35,24 @@ def hop_service_ms(scenario, hop: int, n_bytes) -> np.ndarray:
     return busy_ms(n, bw, h.per_message_ms, h.codec_ms_per_mb, expected_losses(h.loss_rate))
 
 
+def hop_bytes(sizes, hop: int):
+    """Forward hop ``hop``'s message size from ``sizes``: one per hop (a tuple, with
+    ``payload.extra_tensors``) or the one size every hop carries."""
+    return sizes[hop] if isinstance(sizes, tuple) else sizes
+
+
 def ring_sums(scenario, fn, n_bytes_fwd, n_bytes_ret) -> tuple[np.ndarray, np.ndarray]:
     """(sum over the forward hops of fn(link, n_bytes_fwd), fn(return link, n_bytes_ret)), with
     link a resolved ``Hop`` hop by hop when per-hop overrides are given, else the one
-    ``Network`` (the same field names; ``stages`` may then be an array)."""
+    ``Network`` (the same field names; ``stages`` may then be an array). ``n_bytes_fwd`` may
+    be a tuple, one size per forward hop (``payload.extra_tensors``: scalar ``stages``)."""
     net = scenario.network
-    if net.hops:
+    per_hop = isinstance(n_bytes_fwd, tuple)
+    if net.hops or per_hop:
         links = scenario.resolved_hops()
-        fwd = sum((fn(link, n_bytes_fwd) for link in links[:-1]), start=np.zeros(()))
+        sizes = n_bytes_fwd if per_hop else (n_bytes_fwd,) * (len(links) - 1)
+        fwd = sum(
+            (fn(link, n) for link, n in zip(links[:-1], sizes, strict=True)), start=np.zeros(())
+        )
         return fwd, fn(links[-1], n_bytes_ret)
     return (np.asarray(scenario.stages) - 1) * fn(net, n_bytes_fwd), fn(net, n_bytes_ret)

@@ -40,7 +40,8 @@ from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import Stage
 from wansim.sim.verifier import Verifier
-from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
+from wansim.speculation import return_message_bytes
+from wansim.wire import forward_bytes, tree_mask_bytes
 
 # bounded work: a run simulates requests x output_tokens tokens (~1e5-1e6 a second)
 MAX_TOKENS = 100_000_000
@@ -79,6 +80,10 @@ def check_supported(scenario: Scenario) -> None:
 def uses_blocks(scenario: Scenario) -> bool:
     """Whether the run needs the block schedule (async, or a drafter that overlaps)."""
     return scenario.schedule.kind == "async" or (scenario.drafter.overlap and scenario.k > 0)
+
+
+def _hop_forward_bytes(payload, hidden_size: int, hop: int, stages: int, n: int) -> float:
+    return float(forward_bytes(payload, hidden_size, n, hop, stages))
 
 
 def _cached(fn):
@@ -139,15 +144,27 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         functools.partial(stage_pass_ms, m, o)
         for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
     ]
-    fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
+    # hop i's forward message of n tokens (per hop with payload.extra_tensors) and the return
+    # message per sequence (wansim.wire)
+    payload, hidden = scenario.payload, scenario.model.hidden_size
+    if payload.extra_tensors:
+        fwd_bytes = [
+            _cached(functools.partial(_hop_forward_bytes, payload, hidden, i, p_stages))
+            for i in range(p_stages)
+        ]
+    else:
+        fwd_bytes = [_cached(lambda n: forward_bytes(payload, hidden, n))] * p_stages
+    ret_bytes = float(
+        return_message_bytes(scenario, tree_nodes, 1, pol.tokens_per_pass(), pol.nodes)
+    )
     stages = [
         Stage(
             env,
             i,
             p_stages,
             computes[i],
-            fwd_bytes,
-            float(verdict_bytes(scenario.payload, tree_nodes, not first_stage)),
+            fwd_bytes[i],
+            ret_bytes,
             batching=scenario.schedule.batching == "continuous",
             draft_before_ms=draft if first_stage and i == 0 and not overlap else 0.0,
             draft_after_ms=draft if not first_stage and i == p_stages - 1 and not overlap else 0.0,

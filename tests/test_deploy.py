@@ -434,3 +434,24 @@ def test_partition_matches_brute_force_on_random_heterogeneous_nodes(hws, batch)
         return
     got = partition(m, nodes, prec, load)
     assert (max(s.pass_ms for s in got), sum(s.pass_ms for s in got)) == pytest.approx(best)
+
+
+def test_scenario_module_imports_no_deployment_layer():
+    """Dependency direction: deploy resolves a deployment into a scenario; scenario.py (the
+    bottom layer) imports neither wansim.deploy nor wansim.catalog, even lazily."""
+    import ast
+    import inspect
+
+    import wansim.scenario
+
+    tree = ast.parse(inspect.getsource(wansim.scenario))
+    names = [
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in (n.names if isinstance(n, ast.Import) else [None])
+    ]
+    assert names and not [
+        m for m in names if m and m.startswith(("wansim.deploy", "wansim.catalog"))
+    ]
+    assert "nodes" in wansim.scenario.RAW_RESOLVERS  # wired in above it (wansim/__init__.py)

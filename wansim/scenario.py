@@ -12,7 +12,7 @@ import copy
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -587,6 +587,17 @@ def hop_name(i: int, stages: int) -> str:
 
 
 # ----------------------------------------------------------------------------- loading
+# Mappings that describe a scenario at a higher level, keyed by the top-level field that marks
+# them (``nodes``: a deployment, resolved by wansim.deploy into a plain scenario mapping).
+# The layers above register here (wansim/__init__.py), so this module imports none of them.
+RAW_RESOLVERS: dict[str, Callable[[dict, Path], dict]] = {}
+
+
+def register_raw_resolver(key: str, resolve: Callable[[dict, Path], dict]) -> None:
+    """``resolve(raw, base_dir) -> scenario mapping`` for raw mappings that contain ``key``."""
+    RAW_RESOLVERS[key] = resolve
+
+
 def load_scenario(
     path: str | os.PathLike | None = None,
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
@@ -612,10 +623,9 @@ def load_scenario(
     if not isinstance(raw, Mapping):
         raise ScenarioError("scenario", "must be a mapping", raw)
     raw = apply_overrides(raw, overrides or ())
-    if "nodes" in raw:  # a deployment (nodes + model preset): resolved by wansim.deploy
-        from wansim.deploy.plan import deployment_scenario_raw
-
-        raw = deployment_scenario_raw(raw, base_dir)
+    for key, resolve in RAW_RESOLVERS.items():  # e.g. a deployment (``nodes``): wansim.deploy
+        if key in raw:
+            raw = resolve(raw, base_dir)
     raw = _apply_drafter_preset(raw)
     raw = _apply_compute_bundle(raw, base_dir)
     scenario = parse(Scenario, raw, "")

@@ -152,13 +152,13 @@ def plot_stage_utilization(results: dict, path: Path) -> Path:
 def analytical_lap_distribution(scenario) -> tuple[np.ndarray, np.ndarray]:
     """(lap values ms, probabilities): the distribution the analytical percentiles come from."""
     from wansim.analytical.distribution import lap_distribution
-    from wansim.analytical.sync import lap_parts, ring_message_bytes
+    from wansim.analytical.sync import lap_constant, lap_parts, ring_message_bytes
 
     parts = lap_parts(scenario)
     hops = list(scenario.resolved_hops())
     sizes = ring_message_bytes(scenario, parts)
-    constant = float(parts["draft_ms"]) + scenario.stages * float(parts["stage_ms"])
-    values, pmf, _ = lap_distribution(hops, sizes, constant)
+    constant, stage_terms = lap_constant(scenario, parts)
+    values, pmf, _ = lap_distribution(hops, sizes, constant, stage_terms)
     return values, pmf
 
 

@@ -130,6 +130,51 @@ COMPUTE_VARIANTS = {
 ComputeModel = LinearCompute | RooflineCompute | MoeCompute | TableCompute
 
 
+NOISE_KINDS = ("none", "lognormal", "gamma")
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeNoise:
+    """Per-pass noise on a stage's pass time (compute model + overhead): the pass takes X times
+    its deterministic time, X independent per pass and stage with mean 1 and coefficient of
+    variation ``cv`` (lognormal or gamma), at the stages listed in ``stages`` (empty: every
+    stage). :mod:`wansim.slowdown`."""
+
+    kind: str = spec("none", choices=NOISE_KINDS)
+    cv: float = spec(0.0, ge=0, le=10)
+    stages: tuple[int, ...] = spec((), ge=0, max_items=MAX_STAGES, doc="empty: every stage")
+
+    def check(self, path: str) -> None:
+        if (self.kind == "none") != (self.cv == 0):
+            raise ScenarioError(
+                f"{path}.cv",
+                "must be > 0 with a noise kind and 0 with kind none",
+                self.cv,
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Straggler:
+    """Intermittent stragglers: a listed stage (empty: every stage) is slow - its passes take
+    ``factor`` x their time - for a random ``fraction`` of the time, in episodes of mean
+    ``episode_ms`` (exponential, as the gaps between them); ``episode_ms: 0``: each pass is
+    slow with probability ``fraction`` on its own. A pass is slow when it starts in an
+    episode. :mod:`wansim.slowdown`."""
+
+    fraction: float = spec(0.0, ge=0, lt=1)
+    factor: float = spec(1.0, ge=1, le=1000)
+    episode_ms: float = spec(0.0, ge=0)
+    stages: tuple[int, ...] = spec((), ge=0, max_items=MAX_STAGES, doc="empty: every stage")
+
+    def check(self, path: str) -> None:
+        if (self.fraction == 0) != (self.factor == 1):
+            raise ScenarioError(
+                f"{path}.factor",
+                f"must be > 1 with fraction > 0 and 1 with fraction 0 (fraction {self.fraction})",
+                self.factor,
+            )
+
+
 @dataclasses.dataclass(frozen=True)
 class Model:
     """``compute``: every stage's compute model. ``stage_compute``: optional, one entry per stage
@@ -153,6 +198,8 @@ class Model:
     host_cpu_factor: float = spec(
         1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
     )
+    noise: ComputeNoise = spec(factory=ComputeNoise)
+    straggler: Straggler = spec(factory=Straggler)
 
 
 # ----------------------------------------------------------------------------- network
@@ -502,6 +549,12 @@ class Scenario:
                     f" {extra.stage}",
                     to_stage if extra.to_stage is not None else extra.stage,
                 )
+        for name in ("noise", "straggler"):
+            for j, s in enumerate(getattr(self.model, name).stages):
+                if s >= self.stages:
+                    raise ScenarioError(
+                        f"model.{name}.stages[{j}]", f"must name a stage < {self.stages}", s
+                    )
         overheads = self.model.stage_overhead_ms
         if overheads and len(overheads) != self.stages:
             raise ScenarioError(

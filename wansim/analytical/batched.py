@@ -63,6 +63,7 @@ from wansim.analytical.path import hop_bytes, hop_service_ms, ring_sums, stage_s
 from wansim.analytical.sync import forward_sizes, prefill_sizes
 from wansim.compute import mean_stage_ms, stage_overheads_ms, stage_pass_ms
 from wansim.network import hop_mean
+from wansim.slowdown import mean_factors
 
 TAIL_SD = 10.0  # admissions per verdict: k up to mean + TAIL_SD sd (+ 10), at most b
 MAX_WAVES = 64  # replacement waves followed one by one; later ones at the renewal rate
@@ -309,11 +310,12 @@ def stage_busy_ms(scenario, run: BatchedRun) -> tuple[list[float], float]:
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
     models = scenario.stage_compute_models()
     overheads = stage_overheads_ms(scenario)
+    factors = mean_factors(scenario.model, p)  # compute noise and stragglers: E[XY]
     util = []
     for i in range(p):
 
         def stage_t(n, i=i):  # stage i's own model only (all P of them per stage was O(P^2))
-            return np.asarray(stage_pass_ms(models[i], overheads[i], n))
+            return np.asarray(stage_pass_ms(models[i], overheads[i], n)) * factors[i]
 
         draft = float(np.asarray(means["draft_ms"])) if i == draft_stage else 0.0
         util.append(float(np.asarray(busy_ms(scenario, means, adm, stage_t, draft))))

@@ -51,7 +51,7 @@ from wansim import speculation
 from wansim.acceptance import closed_form
 from wansim.acceptance.bet import bet_win_probability, guess_acceptance
 from wansim.analytical.resequencing import ring_hol_ms
-from wansim.compute import mean_stage_ms, stage_ms_each
+from wansim.compute import mean_stage_ms, stage_ms_each, stages_differ
 from wansim.scenario import Scenario
 
 MAX_CHAIN = 256  # blocks per chain considered (a chain longer than a request is cut there)
@@ -235,9 +235,7 @@ def block_metrics(scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0) -> di
     n = np.asarray(parts["tokens"], dtype=float)
     d = np.asarray(parts["draft_ms"], dtype=float)
     mean_stage = np.asarray(parts["stage_ms"], dtype=float)
-    c_first = np.asarray(
-        stage_ms_each(scenario, n)[0] if scenario.model.stage_compute else mean_stage
-    )
+    c_first = np.asarray(stage_ms_each(scenario, n)[0] if stages_differ(scenario) else mean_stage)
     first_stage = scenario.drafter.placement == "first_stage"
     overlap = bool(scenario.drafter.overlap)
     window = np.asarray(

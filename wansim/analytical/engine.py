@@ -20,6 +20,7 @@ from wansim.analytical.distribution import (
 )
 from wansim.analytical.regime import approximation
 from wansim.analytical.sync import (
+    lap_constant,
     lap_parts,
     passes_per_node,
     ring_message_bytes,
@@ -249,8 +250,8 @@ def _one_request(scenario: Scenario, parts: dict) -> Answer:
     # lap distribution: compute and drafting are deterministic, hops carry the randomness
     hops = list(scenario.resolved_hops())
     sizes = ring_message_bytes(scenario, parts)
-    constant = float(parts["draft_ms"]) + scenario.stages * float(parts["stage_ms"])
-    values, pmf, grid_ms = lap_distribution(hops, sizes, constant)
+    constant, stage_terms = lap_constant(scenario, parts)
+    values, pmf, grid_ms = lap_distribution(hops, sizes, constant, stage_terms)
     lap_p50, lap_p99 = quantiles(values, pmf, [0.5, 0.99])
     _, lap_var = mean_var(values, pmf)
     # TPOT: mixture over difficulty of normals (renewal CLT for the number of passes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.compute import mean_stage_ms, stage_ms_each
+from wansim.compute import mean_stage_ms, stage_ms_each, stages_differ
 from wansim.links.delivery import busy_ms
 from wansim.network import expected_losses
 
@@ -19,7 +19,7 @@ def stage_services_ms(scenario, n_tokens, n_stations: int) -> list[np.ndarray]:
     """Compute ms of a pass of ``n_tokens`` at stages 0 .. n_stations - 1 (each stage's own
     model with ``model.stage_compute``, else the one model; ``stages`` may then be an array
     and ``n_stations`` its maximum)."""
-    if scenario.model.stage_compute or scenario.model.stage_overhead_ms:
+    if stages_differ(scenario):
         return [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, n_tokens)]
     one = np.asarray(mean_stage_ms(scenario, n_tokens), dtype=float)  # every stage the same
     return [one] * n_stations

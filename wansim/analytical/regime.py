@@ -156,6 +156,17 @@ def outside(scenario) -> str:
             f"several requests on links below {SLOW_MBPS:g} Mbit/s (prefill convoys dominate;"
             " 100 Mbit/s, 8 requests: -54%)"
         )
+    model = scenario.model
+    if model.straggler.fraction and model.straggler.episode_ms > 0:
+        return (
+            "straggler episodes (model.straggler.episode_ms > 0): a stage's consecutive passes"
+            " share its state; the analytical engine takes them as independent per pass"
+        )
+    if (model.noise.kind != "none" or model.straggler.fraction) and name != "sync":
+        return (
+            "compute noise or stragglers beyond one request in the sync schedule (their means"
+            " only; the variability they add to queues and bets is not modelled)"
+        )
     if name == "continuous batching":
         if scenario.speculation.policy == "none":
             return "continuous batching without speculation (requests finish together)"

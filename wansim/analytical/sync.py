@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim import speculation
+from wansim import slowdown, speculation
 from wansim.acceptance import closed_form
 from wansim.analytical.path import hop_bytes, ring_sums
 from wansim.analytical.rate import mean_rate
@@ -181,6 +181,17 @@ def ring_message_bytes(scenario: Scenario, parts: dict) -> list[float]:
     return [float(hop_bytes(fwd, h)) for h in range(p - 1)] + [float(parts["return_bytes"])]
 
 
+def lap_constant(scenario: Scenario, parts: dict) -> tuple[float, list]:
+    """(the lap's deterministic compute and drafting ms, the slowed stages' random terms) for
+    :func:`wansim.analytical.distribution.lap_distribution` (scalar scenario)."""
+    draft = float(parts["draft_ms"])
+    if not slowdown.active(scenario.model):
+        return draft + scenario.stages * float(parts["stage_ms"]), []
+    each = stage_ms_each(scenario, parts["batch"] * parts["tokens"], mean=False)
+    fixed, terms = slowdown.lap_terms(scenario.model, each)
+    return draft + fixed, terms
+
+
 def prefill_sizes(scenario: Scenario, tokens):
     """The prefill's forward message sizes (per hop with ``payload.extra_tensors``)."""
     payload, hidden = scenario.payload, scenario.model.hidden_size
@@ -207,6 +218,9 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     )
 
     lap = draft + stages * stage + fwd + ret
+    if slowdown.active(scenario.model):  # compute noise, stragglers: per stage c^2 Var(XY)
+        each = stage_ms_each(scenario, b * n, mean=False)
+        lap_var = lap_var + slowdown.lap_variance_ms2(scenario.model, each)
     prefill = stages * stage_prefill + pre_fwd
     duration = prefill + passes * lap
     busy_all = stages * stage_prefill + passes * (stages * stage + draft)

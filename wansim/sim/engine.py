@@ -40,6 +40,7 @@ from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import Stage
 from wansim.sim.verifier import Verifier
+from wansim.slowdown import StageSlowdown, stage_rng
 from wansim.speculation import return_message_bytes
 from wansim.wire import forward_bytes, tree_mask_bytes
 
@@ -175,6 +176,11 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
             mask_bytes_per_sequence=float(tree_mask_bytes(tree_nodes)),
             verifier=verifier,
             timeline=tl.stage_slices if tl else None,
+            slowdown=(
+                StageSlowdown(scenario.model, i, stage_rng(scenario.seed, i))
+                if StageSlowdown.enabled(scenario.model, i)
+                else None
+            ),
         )
         for i in range(p_stages)
     ]

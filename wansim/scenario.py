@@ -494,6 +494,16 @@ class Schedule:
 
 
 @dataclasses.dataclass(frozen=True)
+class Slo:
+    """A request meets the service-level objective when its TTFT is at most ``ttft_ms`` and its
+    TPOT at most ``tpot_ms`` (null: no bound). Gives ``slo_attainment`` and
+    ``goodput_requests_per_s``."""
+
+    ttft_ms: float | None = spec(None, gt=0)
+    tpot_ms: float | None = spec(None, gt=0)
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     """Requests of ``prompt_tokens`` (one prefill pass) and ``output_tokens`` (the first from
     prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
@@ -505,6 +515,7 @@ class Workload:
     output_tokens: int = spec(256, ge=2)
     arrival: str = spec("closed", choices=ARRIVALS)
     rate_per_s: float = spec(1.0, gt=0)
+    slo: Slo = spec(factory=Slo)
 
 
 # ----------------------------------------------------------------------------- scenario

@@ -143,7 +143,7 @@ class Stage:
         self._account(batch, start, draft, compute)
         self._forward(batch, p.n, end)
 
-    def _service_ms(self, batch: list[Pass], n: int, start: float) -> tuple[float, float]:
+    def _service_ms(self, batch: list[Pass], n: int, start: float = 0.0) -> tuple[float, float]:
         """(drafting before compute, compute) for a pass or batch of ``n`` tokens starting at
         ``start`` (its compute slowed by the stage's noise and stragglers, when set)."""
         draft = 0.0

@@ -229,6 +229,11 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         stages[0].receive([Pass(req, PREFILL, 0, req.prompt_tokens)])
 
     source = RequestSource(env, scenario.workload, streams[2], admit)
+    if tl is not None:  # the WAN physics' own slices (wansim.sim.perfetto)
+        for stage in stages:
+            stage.slowdowns = tl.slowdowns
+        for link in links:
+            link.keep_costs(tl.software, tl.window_stalls)
     for stage, link in zip(stages, links, strict=True):
         stage.link_out = link
         stage.source = source

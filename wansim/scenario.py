@@ -320,6 +320,9 @@ class Network:
     transport: str = spec("ideal", choices=TRANSPORTS)
     tcp: Tcp = spec(factory=Tcp)
     drift: Drift = spec(factory=Drift)
+    trace_file: str | None = spec(
+        None, doc="CSV t_ms,latency_factor,bandwidth_factor replayed (wansim.links.nonstationary)"
+    )
     hops: tuple[HopOverride, ...] = spec((), max_items=MAX_STAGES)
 
 
@@ -767,6 +770,7 @@ def _get(raw: Any, *keys: str) -> Any:
 _FILE_FIELDS = (
     (("drafter", "acceptance"), "profile"),
     (("network", "jitter"), "samples_file"),
+    (("network",), "trace_file"),
 )
 
 
@@ -1098,6 +1102,14 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         for i, h in enumerate(net.hops)
     )
     net = dataclasses.replace(net, jitter=fix_jitter(net.jitter, "network.jitter"), hops=hops)
+    if net.trace_file is not None:
+        found = resolve_file(net.trace_file, base_dir)
+        if found is None:
+            raise ScenarioError("network.trace_file", "file not found", net.trace_file)
+        from wansim.links.nonstationary import read_trace
+
+        read_trace(str(found))  # its samples are checked now, not mid-run
+        net = dataclasses.replace(net, trace_file=str(found))
     return dataclasses.replace(scenario, network=net)
 
 

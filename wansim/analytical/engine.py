@@ -18,6 +18,7 @@ from wansim.analytical.distribution import (
     quantiles,
     shifted_mixture,
 )
+from wansim.analytical.nonstationary import analyze_pieces
 from wansim.analytical.regime import approximation
 from wansim.analytical.serving import serving_metrics
 from wansim.analytical.sync import (
@@ -30,6 +31,7 @@ from wansim.analytical.sync import (
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import tcp_equivalent
 from wansim.errors import ScenarioError
+from wansim.links.nonstationary import network_modulation
 from wansim.metrics import stage_utilization
 from wansim.result import Result
 from wansim.scenario import Scenario
@@ -87,15 +89,6 @@ def check_supported(scenario: Scenario) -> None:
                 "tcp beyond one lossless request in the sync schedule (one point at a time) is",
             )
         )
-    d = net.drift
-    unsupported.append(
-        (
-            "network.drift",
-            f"latency_factor {d.latency_factor}, bandwidth_factor {d.bandwidth_factor}",
-            (d.latency_factor, d.bandwidth_factor) == (1.0, 1.0),
-            "a drifting ring is",
-        )
-    )
     for path, value, ok, what in unsupported:
         if not ok:
             why = f"{what} not modelled by the analytical engine" if what else "not modelled by"
@@ -175,6 +168,8 @@ def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
     with the approximation it was answered by (:mod:`wansim.analytical.regime`)."""
     check_supported(scenario)
+    if network_modulation(scenario.network) is not None:  # drift, trace: quasi-static pieces
+        return analyze_pieces(scenario, analyze)
     if scenario.network.transport == "tcp":  # the sync lap under the window, then ideal forms
         scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
     parts = lap_parts(scenario)

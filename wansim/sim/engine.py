@@ -29,6 +29,7 @@ import simpy
 from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.errors import ScenarioError
 from wansim.links.draws import hop_streams, ring_seeds
+from wansim.links.nonstationary import network_modulation
 from wansim.links.tcp import tcp_params
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
@@ -206,8 +207,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         for stage in stages:
             stage.hooks = scheduler
     tcp = tcp_params(scenario.network)
-    d = scenario.network.drift
-    drift = d if (d.latency_factor, d.bandwidth_factor) != (1.0, 1.0) else None
+    drift = network_modulation(scenario.network)  # drift and trace replay, or None
     links = [
         Link(
             env,

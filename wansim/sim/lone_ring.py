@@ -136,6 +136,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "network.drift.latency_factor": (1.0,),
     "network.drift.bandwidth_factor": (1.0,),
     "network.drift.over_ms": ANY,
+    "network.trace_file": (None,),
     "network.hops": ANY,  # () when every hop is the network's
     **{f"network.hops[].{name}": ANY for name in _HOP},
     **{f"network.hops[].jitter.{name}": values for name, values in _JITTER.items()},

@@ -77,7 +77,7 @@ def lap_terms(model, pass_ms_each) -> tuple[float, list[tuple]]:
         c = float(c)
         kind = noise.kind if noise.kind != "none" and listed(noise.stages, i) else "none"
         f = strag.fraction if strag.fraction and listed(strag.stages, i) else 0.0
-        if kind == "none" and not f:
+        if c <= 0 or (kind == "none" and not f):  # (a pass of 0 ms stays 0)
             fixed += c
         else:
             terms.append((c, kind, noise.cv if kind != "none" else 0.0, f, strag.factor))

@@ -17,6 +17,7 @@ evaluates its closed forms per piece of the run with the factors held (:func:`pi
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
 from pathlib import Path
@@ -66,6 +67,15 @@ def read_trace(path: str, where: str = "network.trace_file") -> tuple[tuple[floa
     if not rows:
         raise ScenarioError(where, "has no samples", path)
     return tuple(tuple(col) for col in zip(*rows, strict=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class Ramp:
+    """A drift's fields (``wansim.scenario.Drift``'s names) without importing the scenario."""
+
+    latency_factor: float
+    bandwidth_factor: float
+    over_ms: float
 
 
 def drift_factors(t_ms: float, drift) -> tuple[float, float]:

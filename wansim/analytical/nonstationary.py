@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from wansim.analytical.regime import UNVALIDATED_BAND
 from wansim.links.nonstationary import pieces
 from wansim.result import Result
 from wansim.scenario import Drift, Scenario
@@ -83,6 +84,7 @@ def analyze_pieces(scenario: Scenario, analyze_stationary) -> Result:
     appr.update(
         regime=f"{appr.get('regime', '')} + time-varying links (quasi-static pieces)",
         validated=False,
+        error_band=dict(UNVALIDATED_BAND),
         why=(
             f"time-varying links: the stationary model over {len(walked)} pieces of the run,"
             " weighted by the tokens each produces (exact when the links change slowly"

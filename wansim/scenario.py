@@ -1152,6 +1152,25 @@ def _check_acceptance(scenario: Scenario) -> None:
             )
 
 
+def acceptance_depth(scenario: Scenario) -> tuple[int, int | None]:
+    """(positions the speculation needs: K, or the tree's depth; positions the acceptance
+    measured: the profile workload's or per_position's length, None for a constant alpha).
+    needed > measured means the rates beyond are extrapolated (the last one held)."""
+    from wansim.acceptance.profile import load_profile
+
+    acc = scenario.drafter.acceptance
+    need = scenario.k
+    if scenario.speculation.policy == "tree":
+        need = _tree_depth_needed(scenario)
+    if acc.profile is not None:
+        prof = load_profile(acc.profile)
+        workload = acc.workload or prof.default_workload
+        return need, len(prof.workloads[workload].per_position)
+    if acc.per_position is not None:
+        return need, len(acc.per_position)
+    return need, None
+
+
 def _tree_depth_needed(scenario: Scenario) -> int:
     tree = scenario.speculation.tree
     if tree.kind == "static" and tree.branching:

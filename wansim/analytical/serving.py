@@ -85,7 +85,7 @@ def decode_mixture(scenario, means: dict) -> tuple[np.ndarray, np.ndarray, np.nd
 def sum_quantiles(atoms, mass, w, mean, sd, qs) -> np.ndarray:
     """Quantiles of X + Y, X discrete (``atoms``, ``mass``), Y ~ sum_i w_i N(mean_i, sd_i^2)
     independent of X."""
-    from scipy.optimize import brentq  # (slow to import: only here)
+    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
 
     sd = np.maximum(sd, 1e-12 * np.maximum(1.0, np.abs(mean)))
     loc = atoms[:, None] + mean[None, :]

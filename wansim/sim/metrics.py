@@ -194,6 +194,46 @@ def weighted_quantile(sorted_values: np.ndarray, weights: np.ndarray, q: float) 
     return sorted_values[idx]
 
 
+BLOCK_TABLE_ENTRIES = 4_000_000  # bounds the (owners x blocks) table of owner_quantiles
+
+
+def owner_quantiles(
+    sorted_values: np.ndarray, owner: np.ndarray, counts: np.ndarray, qs
+) -> list[np.ndarray]:
+    """:func:`weighted_quantile` of ``sorted_values`` with weights ``counts[:, owner]`` for each
+    q in ``qs``, the same indices without the (resamples x values) weight matrix.
+
+    Weights are whole counts, so every cumulative sum is an exact integer whatever the order of
+    the additions. The values are cut into blocks; each owner's number of values per block
+    (a table) times the counts gives each block's weight per resample (exact), their running
+    sum finds the block where the threshold ``q * total - 1e-9`` is first reached, and only that
+    block's weights are summed value by value. Same threshold, same first index."""
+    n_values = len(sorted_values)
+    owners = counts.shape[1]
+    n_blocks = max(1, min(n_values // 64, BLOCK_TABLE_ENTRIES // max(owners, 1)))
+    width = -(-n_values // n_blocks)
+    n_blocks = -(-n_values // width)
+    block_of = np.arange(n_values) // width
+    table = np.bincount(owner * n_blocks + block_of, minlength=owners * n_blocks)
+    table = table.reshape(owners, n_blocks).astype(float)
+    cum_blocks = np.cumsum(counts @ table, axis=1)
+    total = cum_blocks[:, -1:]
+    rows = np.arange(counts.shape[0])[:, None]
+    out = []
+    for q in qs:
+        threshold = q * total - 1e-9
+        b = np.argmax(cum_blocks >= threshold, axis=1)
+        before = np.where(b > 0, cum_blocks[rows[:, 0], np.maximum(b - 1, 0)], 0.0)
+        idx = b[:, None] * width + np.arange(width)
+        inside = idx < n_values
+        idx = np.minimum(idx, n_values - 1)
+        w = np.where(inside, counts[rows, owner[idx]], 0.0)
+        cum = before[:, None] + np.cumsum(w, axis=1)
+        j = np.argmax(cum >= threshold, axis=1)
+        out.append(sorted_values[b * width + j])
+    return out
+
+
 def percentile_intervals(
     per_request: dict[str, np.ndarray],
     per_lap: dict[str, tuple[np.ndarray, np.ndarray]],
@@ -232,14 +272,9 @@ def percentile_intervals(
     for name, (values, owner) in series.items():
         sort = np.argsort(values, kind="stable")
         values, owner = values[sort], owner[sort]
-        chunk = max(1, 4_000_000 // max(len(values), 1))
-        stats = {q: [] for q in PERCENTILES}
-        for lo in range(0, BOOTSTRAP_RESAMPLES, chunk):
-            w = counts[lo : lo + chunk][:, owner]
-            for q in PERCENTILES:
-                stats[q].append(weighted_quantile(values, w, q))
-        for q in PERCENTILES:
-            low, high = np.quantile(np.concatenate(stats[q]), tails)
+        stats = owner_quantiles(values, owner, counts, PERCENTILES)
+        for q, resampled in zip(PERCENTILES, stats, strict=True):
+            low, high = np.quantile(resampled, tails)
             out[f"{name}_p{round(100 * q)}_ci95"] = [float(low), float(high)]
     return out
 

@@ -34,7 +34,8 @@ VERIFIERS = ("lossless", "greedy", "typical")
 TREE_KINDS = ("static", "sequoia", "dynamic")
 SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
-ARRIVALS = ("closed", "poisson")
+ARRIVALS = ("closed", "poisson", "gamma", "onoff", "trace")
+LENGTH_KINDS = ("fixed", "lognormal", "empirical", "trace")
 RECOVERIES = ("failover", "fail")
 MAX_FAULTS = 10_000
 ACTIVATION_BITS = (3, 4, 8, 16, 32)
@@ -512,10 +513,34 @@ class Slo:
 
 
 @dataclasses.dataclass(frozen=True)
+class Lengths:
+    """Per-request prompt and output lengths (:mod:`wansim.workload`): ``fixed`` (the
+    workload's prompt_tokens/output_tokens), ``lognormal`` (those are the means; ``prompt_cv``,
+    ``output_cv`` the coefficients of variation; clipped to the maxima), ``empirical`` (pairs
+    drawn from ``workload.trace``'s rows) or ``trace`` (its rows in order)."""
+
+    kind: str = spec("fixed", choices=LENGTH_KINDS)
+    prompt_cv: float = spec(0.0, ge=0, le=10)
+    output_cv: float = spec(0.0, ge=0, le=10)
+    max_prompt_tokens: int = spec(131_072, ge=1, le=10_000_000)
+    max_output_tokens: int = spec(32_768, ge=2, le=10_000_000)
+
+
+@dataclasses.dataclass(frozen=True)
+class MixRow:
+    """A share of the requests whose acceptance is the profile's ``workload`` row."""
+
+    workload: str = spec("math")
+    share: float = spec(1.0, gt=0)
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     """Requests of ``prompt_tokens`` (one prefill pass) and ``output_tokens`` (the first from
     prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
-    flight, a new one starts when one finishes; ``poisson``: arrivals at ``rate_per_s``."""
+    flight, a new one starts when one finishes; open arrivals (``poisson``, ``gamma``,
+    ``onoff``, ``trace``) wait for one of the ``concurrency`` slots. Arrival processes, length
+    distributions, traces and mixes: :mod:`wansim.workload`."""
 
     requests: int = spec(64, ge=1, le=1_000_000)
     concurrency: int = spec(1, ge=1, le=65_536)
@@ -523,7 +548,36 @@ class Workload:
     output_tokens: int = spec(256, ge=2)
     arrival: str = spec("closed", choices=ARRIVALS)
     rate_per_s: float = spec(1.0, gt=0)
+    arrival_cv: float = spec(
+        1.0, gt=0, le=100, doc="gamma arrivals: coefficient of variation of the gaps"
+    )
+    on_ms: float = spec(1000.0, gt=0, doc="onoff arrivals: mean on period")
+    off_ms: float = spec(1000.0, gt=0, doc="onoff arrivals: mean off period")
+    lengths: Lengths = spec(factory=Lengths)
+    trace: str | None = spec(
+        None, doc="request trace (CSV or .parquet): arrival_ms, prompt_tokens, output_tokens"
+    )
+    mix: tuple[MixRow, ...] = spec((), max_items=64)
     slo: Slo = spec(factory=Slo)
+
+    def check(self, path: str) -> None:
+        if self.trace is not None and not (
+            self.arrival == "trace" or self.lengths.kind in ("trace", "empirical")
+        ):
+            raise ScenarioError(
+                f"{path}.trace",
+                "is read only by arrival: trace or lengths.kind: trace | empirical",
+                self.trace,
+            )
+        if self.lengths.kind != "lognormal" and (self.lengths.prompt_cv or self.lengths.output_cv):
+            raise ScenarioError(
+                f"{path}.lengths.kind",
+                "prompt_cv/output_cv need kind: lognormal",
+                self.lengths.kind,
+            )
+        names = [r.workload for r in self.mix]
+        if len(set(names)) != len(names):
+            raise ScenarioError(f"{path}.mix", "names a workload twice", names)
 
 
 # ----------------------------------------------------------------------------- faults
@@ -826,6 +880,7 @@ def _get(raw: Any, *keys: str) -> Any:
 # file-valued fields: (path to the mapping, key)
 _FILE_FIELDS = (
     (("drafter", "acceptance"), "profile"),
+    (("workload",), "trace"),
     (("drafter", "acceptance"), "activation_quality"),
     (("network", "jitter"), "samples_file"),
     (("network",), "trace_file"),
@@ -1165,6 +1220,18 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         read_samples(found, f"{where}.samples_file")  # its values are checked now, not mid-run
         return dataclasses.replace(j, samples_file=str(found))
 
+    wl = scenario.workload
+    if wl.trace is not None:
+        found = resolve_file(wl.trace, base_dir)
+        if found is None:
+            raise ScenarioError("workload.trace", "file not found", wl.trace)
+
+        wl = dataclasses.replace(wl, trace=str(found))
+        scenario = dataclasses.replace(scenario, workload=wl)
+    if wl.trace is not None or wl.arrival == "trace" or wl.lengths.kind in ("trace", "empirical"):
+        from wansim.workload import check_workload  # (numpy: only for a workload that needs it)
+
+        check_workload(wl)
     net = scenario.network
     hops = tuple(
         dataclasses.replace(h, jitter=fix_jitter(h.jitter, f"network.hops[{i}].jitter"))
@@ -1202,6 +1269,13 @@ def _check_acceptance(scenario: Scenario) -> None:
                 f"not in profile (has {', '.join(prof.workloads)})",
                 workload,
             )
+        for i, row in enumerate(scenario.workload.mix):
+            if row.workload not in prof.workloads:
+                raise ScenarioError(
+                    f"workload.mix[{i}].workload",
+                    f"not in profile (has {', '.join(prof.workloads)})",
+                    row.workload,
+                )
         measured = len(prof.workloads[workload].per_position)
         if need > measured and not acc.extrapolate:
             raise ScenarioError(
@@ -1210,7 +1284,11 @@ def _check_acceptance(scenario: Scenario) -> None:
                 " to hold the last rate)",
                 need,
             )
-    elif acc.per_position is not None:
+    if scenario.workload.mix and acc.profile is None:
+        raise ScenarioError(
+            "workload.mix", "names profile workload rows: it needs drafter.acceptance.profile", None
+        )
+    if acc.per_position is not None:
         measured = len(acc.per_position)
         if need > measured and not acc.extrapolate:
             raise ScenarioError(

@@ -19,6 +19,7 @@ from wansim.analytical.distribution import (
     shifted_mixture,
 )
 from wansim.analytical.faults import fault_run
+from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces
 from wansim.analytical.regime import approximation
 from wansim.analytical.serving import serving_metrics
@@ -98,6 +99,15 @@ def check_supported(scenario: Scenario) -> None:
                 f"{len(scenario.faults.events)} events",
                 alone and np.ndim(scenario.workload.requests) == 0,
                 "faults beyond one request at a time in the sync schedule are",
+            )
+        )
+    if varies(scenario) and network_modulation(net) is not None:
+        unsupported.append(
+            (
+                "network.trace_file" if net.trace_file else "network.drift",
+                "with a workload mix or length distribution",
+                False,
+                "time-varying links with requests that differ are",
             )
         )
     if scenario.faults.events and network_modulation(net) is not None:
@@ -196,6 +206,8 @@ def analyze(scenario: Scenario) -> Result:
     check_supported(scenario)
     if network_modulation(scenario.network) is not None:  # drift, trace: quasi-static pieces
         return analyze_pieces(scenario, analyze)
+    if varies(scenario):
+        return _over_nodes(scenario)
     if scenario.network.transport == "tcp":  # the sync lap under the window, then ideal forms
         scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
     parts = lap_parts(scenario)
@@ -217,6 +229,23 @@ def analyze(scenario: Scenario) -> Result:
         metrics=metrics,
         details=details,
         approximation=trust,
+    )
+
+
+def _over_nodes(scenario: Scenario) -> Result:
+    """Requests that differ (lengths, acceptance rows): expectations over nodes
+    (:mod:`wansim.analytical.mixture`)."""
+    parts = [(w, node, analyze(node)) for w, node in nodes(scenario)]
+    metrics = combine([(w, r.metrics, node.workload.output_tokens) for w, node, r in parts])
+    first = dict(parts[0][2].approximation or {})
+    first["regime"] = f"{first.get('regime', '')} + expectation over {len(parts)} workload nodes"
+    first["validated"] = False
+    return Result(
+        scenario=scenario,
+        engine="analytical",
+        metrics=metrics,
+        details={"approximation": first["regime"], "nodes": len(parts)},
+        approximation=first,
     )
 
 

@@ -80,6 +80,19 @@ def evaluate_grid(
             " wansim run, or sweep with --engine des)",
             base.network.trace_file or "drift",
         )
+    wl = base.workload
+    if wl.lengths.kind != "fixed" or wl.mix:
+        field, value = (
+            ("workload.lengths.kind", wl.lengths.kind)
+            if wl.lengths.kind != "fixed"
+            else ("workload.mix", [r.workload for r in wl.mix])
+        )
+        raise ScenarioError(
+            field,
+            "the vectorised grid evaluates like requests (fixed lengths, one acceptance row);"
+            " wansim run / analyze take expectations over the workload",
+            value,
+        )
     for key in grid:
         if key not in VECTOR_FIELDS:
             raise ScenarioError(

@@ -53,6 +53,7 @@ from wansim.sim.verifier import Verifier
 from wansim.slowdown import StageSlowdown, stage_rng
 from wansim.speculation import return_message_bytes
 from wansim.wire import forward_bytes, tree_mask_bytes
+from wansim.workload import plan_requests
 
 # bounded work: a run simulates requests x output_tokens tokens (~1e5-1e6 a second)
 MAX_TOKENS = 100_000_000
@@ -72,6 +73,28 @@ def check_supported(scenario: Scenario) -> None:
             " --engine analytical)",
             wl.requests,
         )
+    if wl.mix and scenario.speculation.policy == "tree":
+        raise ScenarioError(
+            "workload.mix", "mixes acceptance rows per request for chains; trees are not", "tree"
+        )
+    if wl.mix and uses_blocks(scenario):
+        raise ScenarioError(
+            "workload.mix",
+            "mixes acceptance rows per request in the sync schedule; the block schedule (async,"
+            " overlapped drafter) is not",
+            [r.workload for r in wl.mix],
+        )
+    if wl.lengths.kind in ("trace", "empirical"):
+        from wansim.workload import read_trace
+
+        most = wl.requests * int(read_trace(wl.trace).output_tokens.max())
+        if most > MAX_TOKENS:
+            raise ScenarioError(
+                "workload.trace",
+                f"requests x the longest output is {most:.2g} tokens to simulate, more than the"
+                f" DES's {MAX_TOKENS:.0e} (fewer requests, or --engine analytical)",
+                wl.trace,
+            )
     if not uses_blocks(scenario):
         return
     if scenario.faults.events:
@@ -149,7 +172,8 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         if timeline
         else None
     )
-    verifier = Verifier(scenario, streams[0], streams[1], tl.verify_log if tl else None)
+    plan = plan_requests(scenario.workload, streams[2])
+    verifier = Verifier(scenario, streams[0], streams[1], tl.verify_log if tl else None, plan)
     # the policy's costs (wansim.speculation): a drafter pass per batch plus the tree's width per
     # sequence, the tree mask per verified sequence on forward hops, and the verdict (with the
     # next tree when drafted on the last stage) per sequence on the return hop
@@ -249,7 +273,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
             scheduler.prepare(req)
         stages[0].receive([Pass(req, PREFILL, 0, req.prompt_tokens)])
 
-    source = RequestSource(env, scenario.workload, streams[2], faults.admit if faults else admit)
+    source = RequestSource(env, scenario.workload, plan, faults.admit if faults else admit)
     if faults is not None:
         faults.wire(source, admit)
     if tl is not None:  # the WAN physics' own slices (wansim.sim.perfetto)

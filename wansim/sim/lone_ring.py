@@ -194,6 +194,16 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "workload.output_tokens": ANY,
     "workload.arrival": ("closed",),
     "workload.rate_per_s": ANY,  # read only by poisson arrivals
+    "workload.arrival_cv": ANY,  # read only by gamma arrivals
+    "workload.on_ms": ANY,  # read only by onoff arrivals
+    "workload.off_ms": ANY,
+    "workload.lengths.kind": ("fixed",),
+    "workload.lengths.prompt_cv": ANY,  # read only by lognormal lengths
+    "workload.lengths.output_cv": ANY,
+    "workload.lengths.max_prompt_tokens": ANY,
+    "workload.lengths.max_output_tokens": ANY,
+    "workload.trace": (None,),
+    "workload.mix": ((),),
     "workload.slo.ttft_ms": ANY,  # read only by the metrics
     "workload.slo.tpot_ms": ANY,
     "faults.events": ((),),  # failures run event by event (wansim.sim.faults)

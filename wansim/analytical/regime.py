@@ -18,6 +18,8 @@ import dataclasses
 
 import numpy as np
 
+from wansim.acceptance.model import quality_for
+
 RELATIVE = ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean")
 ABSOLUTE = ("bubble_fraction", "wasted_token_fraction")
 
@@ -158,6 +160,29 @@ def outside(scenario) -> str:
         return "loss with several messages in flight (head-of-line blocking, rough model)"
     if many and (jitter_ms > JITTER_MS_MEASURED or heavy):
         return f"jitter beyond {JITTER_MS_MEASURED:g} ms (or heavy-tailed) on a loaded ring"
+    model = scenario.model
+    if model.straggler.fraction and model.straggler.episode_ms > 0:
+        return (
+            "straggler episodes (model.straggler.episode_ms > 0): a stage's consecutive passes"
+            " share its state; the analytical engine takes them as independent per pass"
+        )
+    if (model.noise.kind != "none" or model.straggler.fraction) and name != "sync":
+        return (
+            "compute noise or stragglers beyond one request in the sync schedule (their means"
+            " only; the variability they add to queues and bets is not modelled)"
+        )
+    unseen = sorted(
+        {
+            int(b)
+            for b in np.ravel(np.asarray(scenario.payload.activation_bits))
+            if not quality_for(scenario.drafter.acceptance, int(b)).visible
+        }
+    )
+    if unseen and scenario.speculation.policy != "none":
+        return (
+            f"{unseen[0]}-bit activations: their acceptance cost is not measured for this"
+            " acceptance (drafter.acceptance.activation_quality)"
+        )
     if name == "continuous batching":
         return _batching_outside(scenario)
     slowest = min(float(np.min(np.asarray(link.bandwidth_mbps))) for link in links)

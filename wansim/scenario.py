@@ -427,6 +427,16 @@ class Schedule:
 
 
 @dataclasses.dataclass(frozen=True)
+class Slo:
+    """A request meets the service-level objective when its TTFT is at most ``ttft_ms`` and its
+    TPOT at most ``tpot_ms`` (null: no bound). Gives ``slo_attainment`` and
+    ``goodput_requests_per_s``."""
+
+    ttft_ms: float | None = spec(None, gt=0)
+    tpot_ms: float | None = spec(None, gt=0)
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     """Requests of ``prompt_tokens`` (one prefill pass) and ``output_tokens`` (the first from
     prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
@@ -438,6 +448,7 @@ class Workload:
     output_tokens: int = spec(256, ge=2)
     arrival: str = spec("closed", choices=ARRIVALS)
     rate_per_s: float = spec(1.0, gt=0)
+    slo: Slo = spec(factory=Slo)
 
 
 # ----------------------------------------------------------------------------- scenario
@@ -1042,6 +1053,25 @@ def _check_acceptance(scenario: Scenario) -> None:
                 " to hold the last rate)",
                 need,
             )
+
+
+def acceptance_depth(scenario: Scenario) -> tuple[int, int | None]:
+    """(positions the speculation needs: K, or the tree's depth; positions the acceptance
+    measured: the profile workload's or per_position's length, None for a constant alpha).
+    needed > measured means the rates beyond are extrapolated (the last one held)."""
+    from wansim.acceptance.profile import load_profile
+
+    acc = scenario.drafter.acceptance
+    need = scenario.k
+    if scenario.speculation.policy == "tree":
+        need = _tree_depth_needed(scenario)
+    if acc.profile is not None:
+        prof = load_profile(acc.profile)
+        workload = acc.workload or prof.default_workload
+        return need, len(prof.workloads[workload].per_position)
+    if acc.per_position is not None:
+        return need, len(acc.per_position)
+    return need, None
 
 
 def _tree_depth_needed(scenario: Scenario) -> int:

@@ -132,7 +132,7 @@ def mixture_normal_quantiles(weights, means, sds, qs) -> np.ndarray:
     def cdf(x: float) -> float:
         return float(weights @ nf.norm_cdf((x - means) / sds))
 
-    from scipy.optimize import brentq  # (scipy.optimize is slow to import: only when needed)
+    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
 
     lo = float((means - 12 * sds).min())
     hi = float((means + 12 * sds).max())

@@ -21,6 +21,7 @@ from wansim.analytical.distribution import (
     with_waits,
 )
 from wansim.analytical.regime import approximation
+from wansim.analytical.serving import serving_metrics
 from wansim.analytical.sync import lap_parts, passes_per_node, sync_metrics
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import tcp_equivalent
@@ -179,10 +180,12 @@ def analyze(scenario: Scenario) -> Result:
         answer = _batched(scenario, parts, answer)
     elif concurrent(scenario):
         answer = _concurrent(scenario, parts, answer)
+    metrics = _metrics(answer)
+    metrics.update(serving_metrics(scenario, answer.means))
     return Result(
         scenario=scenario,
         engine="analytical",
-        metrics=_metrics(answer),
+        metrics=metrics,
         details=answer.details,
         approximation=approximation(scenario).to_json(),
     )

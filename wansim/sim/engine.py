@@ -36,7 +36,13 @@ from wansim.sim import lone_ring
 from wansim.sim.async_speculation import Scheduler, guess_rates
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
-from wansim.sim.metrics import ci_method, compute_metrics, warmup_requests
+from wansim.sim.metrics import (
+    PERCENTILE_CI_METHOD,
+    UNDEFINED_PERCENTILE_CI,
+    ci_method,
+    compute_metrics,
+    warmup_requests,
+)
 from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import Stage
@@ -263,6 +269,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
         "makespan_ms": record.makespan_ms,
         "events": record.events,
         "ci_method": method,
+        "percentile_ci_method": PERCENTILE_CI_METHOD,
         # metric -> why it is null in the JSON (wansim.result.Result.to_json)
         "undefined": {"tokens_per_s_ci95": method} if method.startswith("undefined") else {},
         "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
@@ -281,7 +288,11 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
             "drafter_passes": scheduler.drafter_passes,
             "drafter_wasted_blocks": scheduler.drafter_wasted_blocks,
         }
-    return Result(scenario=scenario, engine="des", metrics=compute_metrics(record), details=details)
+    metrics = compute_metrics(record, wl.slo, scenario.seed)
+    for name, value in metrics.items():
+        if name.endswith("_ci95") and value is None and name != "tokens_per_s_ci95":
+            details["undefined"][name] = UNDEFINED_PERCENTILE_CI
+    return Result(scenario=scenario, engine="des", metrics=metrics, details=details)
 
 
 def _events_scheduled(env: simpy.Environment) -> int:

@@ -179,6 +179,8 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "workload.output_tokens": ANY,
     "workload.arrival": ("closed",),
     "workload.rate_per_s": ANY,  # read only by poisson arrivals
+    "workload.slo.ttft_ms": ANY,  # read only by the metrics
+    "workload.slo.tpot_ms": ANY,
 }
 
 

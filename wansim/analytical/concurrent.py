@@ -320,8 +320,8 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
 
 def convoy_share(w, n_mean, n_var, gap_laps, rounds) -> np.ndarray:
     """:func:`wansim.analytical.slots.synchrony` per point (rows of ``w``, ``n_mean``,
-    ``n_var``: the difficulty nodes): requests of equal length finish together, and their
-    successors' prefills convoy nobody."""
+    ``n_var``: the difficulty nodes, lengths in laps): requests of equal length on a ring
+    without randomness finish together, and their successors' prefills convoy nobody."""
     from wansim.analytical.slots import passes_pmf, synchrony
 
     return np.array(
@@ -441,12 +441,13 @@ def _concurrent(scenario, alone: dict, parts: dict, stale: dict | None) -> dict:
     scv = arrival_scv(
         flat(alone["lap_ms_mean"]), flat(alone["lap_ms_var"]), base["passes"], passes_var
     )
+    # requests without batching keep their own laps: the laps' spread (jitter,
+    # retransmissions) moves their completions apart in time as unequal lengths would, so in
+    # laps a request's length varies by Var N + N Var(lap) / lap^2
+    lap_alone = flat(alone["lap_ms_mean"])
+    drift = n_mean * (flat(alone["lap_ms_var"]) / np.maximum(lap_alone, 1e-12) ** 2)[:, None]
     share = convoy_share(
-        w,
-        n_mean,
-        n_var,
-        base["prefill_ms"] / flat(alone["lap_ms_mean"]),
-        flat(requests) / flat(n_conc),
+        w, n_mean, n_var + drift, base["prefill_ms"] / lap_alone, flat(requests) / flat(n_conc)
     )
     res = solve(flat(n_conc), base, ring, chain_blocks=chain, scv=scv, convoy_share=share)
     stretch = res["decode_ms"] / base["decode_ms"]

@@ -311,7 +311,12 @@ EXPLAINED = {
     "(`wansim/analytical/resequencing.py`, checked against a simulation to 5%): 16 requests "
     "at 4% loss went from +140% to +28%, async with 4 requests from +122% to -7%. For one "
     "request's own async blocks it overcounts: their verdicts were gated behind the lost "
-    "block anyway, so holding them costs less than the hold (-68% where it was +101%).",
+    "block anyway, so holding them costs less than the hold (-68% where it was +101%): the single-request async "
+    "points with loss (seeds 89, 156, 216, 250, 287) are most of the hunt's points beyond "
+    "their band. Seed 210 (+390%, DES half-width 71%): 8 requests whose 7 MB prefills take "
+    "590 ms a hop at 100 Mbit/s; their cold start staggers them by whole laps, while the model "
+    "takes requests of equal length (near-certain acceptance) to finish together and counts "
+    "no prefill convoys for them; the DES's laps average 3.7 s behind those prefills.",
     "no measured regime covers this combination": "the overlapped drafter with concurrent "
     "requests was never measured on a grid. Its drafter device is shared: a queued draft that "
     "starts after its request's lost bet is heard drafts from the correction, so a loaded "

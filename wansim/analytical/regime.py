@@ -86,7 +86,7 @@ REGIMES: dict[str, Regime] = {
 }
 
 # outside every measured regime: the band the agreement hunt measured over such points
-UNVALIDATED_BAND = _band(1.0, 1.0, 1.0, 0.5, 0.5)
+UNVALIDATED_BAND = _band(4.0, 1.3, 1.0, 0.5, 0.5)  # the 300-point hunt: +391% worst (seed 210)
 
 
 @dataclasses.dataclass(frozen=True)

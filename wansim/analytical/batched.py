@@ -67,11 +67,12 @@ import numpy as np
 
 from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
-from wansim.analytical.path import hop_service_ms, ring_sums, stage_services_ms
+from wansim.analytical.path import hop_bytes, hop_service_ms, ring_sums, stage_services_ms
 from wansim.analytical.slots import MAX_WAVES, NEIGHBOUR_WAVES, TAIL_SD, lap_exposure, passes_pmf
+from wansim.analytical.sync import forward_sizes, prefill_sizes
 from wansim.compute import mean_stage_ms, stage_overheads_ms, stage_pass_ms
 from wansim.network import hop_mean
-from wansim.wire import forward_bytes
+from wansim.slowdown import mean_factors
 
 
 def batched(scenario) -> bool:
@@ -89,7 +90,7 @@ def _path(scenario, n_tokens, n_bytes, pmax: int, live_stages) -> tuple[list, li
         services.append(compute[i])
         live.append(live_stages > i)
         if i < pmax - 1:
-            services.append(hop_service_ms(scenario, i, n_bytes))
+            services.append(hop_service_ms(scenario, i, hop_bytes(n_bytes, i)))
             live.append(live_stages > i + 1)  # hop i is forward when S(i+1) exists
     return services, live
 
@@ -140,19 +141,16 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None
     pmax = int(np.max(stages))
     b = np.asarray(parts["batch"], dtype=float)
     prompt = np.asarray(wl.prompt_tokens, dtype=float)
-    hidden = scenario.model.hidden_size
     first = scenario.drafter.placement == "first_stage"
     draft = np.asarray(parts["draft_ms"], dtype=float)
 
-    batch_services, live = _path(
-        scenario, b * parts["tokens"], parts["forward_bytes"], pmax, stages
-    )
+    batch_services, live = _path(scenario, b * parts["tokens"], forward_sizes(parts), pmax, stages)
     if first:
         batch_services[0] = batch_services[0] + draft
     gap = np.asarray(lockstep["return_hop_ms"], dtype=float) + (0.0 if first else draft)
 
     def prefill(tokens):
-        n_bytes = forward_bytes(scenario.payload, hidden, tokens)
+        n_bytes = prefill_sizes(scenario, tokens)
         return n_bytes, stages * mean_stage_ms(scenario, tokens) + _forward_hops_ms(
             scenario, n_bytes
         )
@@ -335,11 +333,12 @@ def stage_busy_ms(scenario, run: BatchedRun) -> tuple[list[float], float]:
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
     models = scenario.stage_compute_models()
     overheads = stage_overheads_ms(scenario)
+    factors = mean_factors(scenario.model, p)  # compute noise and stragglers: E[XY]
     util = []
     for i in range(p):
 
         def stage_t(n, i=i):  # stage i's own model only (all P of them per stage was O(P^2))
-            return np.asarray(stage_pass_ms(models[i], overheads[i], n))
+            return np.asarray(stage_pass_ms(models[i], overheads[i], n)) * factors[i]
 
         draft = float(np.asarray(means["draft_ms"])) if i == draft_stage else 0.0
         util.append(float(np.asarray(busy_ms(scenario, means, adm, stage_t, draft))))
@@ -365,7 +364,7 @@ def split_gain(scenario) -> float:
         parts = lap_parts(sc)
         stages = np.asarray(sc.stages)
         services, live = _path(
-            sc, n * parts["tokens"], parts["forward_bytes"], int(np.max(stages)), stages
+            sc, n * parts["tokens"], forward_sizes(parts), int(np.max(stages)), stages
         )
         busiest = max(
             float(np.max(np.where(on, s, 0.0))) for s, on in zip(services, live, strict=True)

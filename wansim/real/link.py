@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import csv
+import itertools
 import json
 import math
 import multiprocessing
@@ -46,7 +47,8 @@ import numpy as np
 from wansim.links.delivery import HopSender
 from wansim.links.draws import LinkDraws, hop_streams, ring_seeds
 from wansim.links.jitter import jitter_dist
-from wansim.links.tcp import TcpParams
+from wansim.links.nonstationary import Modulation, Ramp, network_modulation
+from wansim.links.tcp import TcpParams, tcp_params
 from wansim.real.errors import RealConfigError
 from wansim.real.frames import (
     HEADER_BYTES,
@@ -107,6 +109,14 @@ class LinkSpec:
     tcp_initial_window_segments: int = 10
     tcp_max_window_bytes: float = 4194304.0
     tcp_restart_after_idle: bool = True
+    # time-varying link (wansim.links.nonstationary): a drift and/or a replayed trace, in ms
+    # from the first message (the emulator's clock origin)
+    drift_latency_factor: float = 1.0
+    drift_bandwidth_factor: float = 1.0
+    drift_over_ms: float = 7_200_000.0
+    trace_t_ms: tuple[float, ...] = ()
+    trace_latency_factor: tuple[float, ...] = ()
+    trace_bandwidth_factor: tuple[float, ...] = ()
     seed: int = 0
     ring_stages: int = 1
     hop: int = 0
@@ -157,16 +167,49 @@ class LinkSpec:
             bad("hop", f"must be in 0..{self.ring_stages - 1} (ring_stages - 1)")
         if not 0 <= self.busy_wait_ms <= 20:
             bad("busy_wait_ms", "must be in [0, 20]")
+        for name in ("drift_latency_factor", "drift_bandwidth_factor", "drift_over_ms"):
+            if not getattr(self, name) > 0 or not math.isfinite(getattr(self, name)):
+                bad(name, "must be a finite number > 0")
+        trace = (self.trace_t_ms, self.trace_latency_factor, self.trace_bandwidth_factor)
+        if len({len(c) for c in trace}) != 1:
+            bad("trace_t_ms", "the trace's three columns must have one value per sample each")
+        if any(not v > 0 for v in (*self.trace_latency_factor, *self.trace_bandwidth_factor)):
+            bad("trace_latency_factor", "trace factors must be > 0")
+        if any(b <= a for a, b in itertools.pairwise(self.trace_t_ms)):
+            bad("trace_t_ms", "must be increasing")
+
+    def modulation(self) -> Modulation | None:
+        """The hop's drift and trace (:class:`wansim.links.nonstationary.Modulation`), or None."""
+        drift = Ramp(self.drift_latency_factor, self.drift_bandwidth_factor, self.drift_over_ms)
+        trace = None
+        if self.trace_t_ms:
+            trace = (self.trace_t_ms, self.trace_latency_factor, self.trace_bandwidth_factor)
+        mod = Modulation(drift, trace)
+        return mod if mod.drift is not None or trace is not None else None
 
     @classmethod
     def from_hop(
-        cls, hop, seed: int = 0, ring_stages: int = 1, index: int = 0, tcp=None
+        cls, hop, seed: int = 0, ring_stages: int = 1, index: int = 0, tcp=None, modulation=None
     ) -> LinkSpec:
         """From a resolved ``wansim.scenario.Hop`` (latency, bandwidth, jitter, loss, software
         costs), hop ``index`` of a ring of ``ring_stages`` (the DES's draws for that hop and
-        seed); ``tcp``: ``wansim.links.tcp.TcpParams`` for ``transport: tcp``."""
+        seed); ``tcp``: ``wansim.links.tcp.TcpParams`` for ``transport: tcp``; ``modulation``:
+        the network's :class:`~wansim.links.nonstationary.Modulation` (drift, trace)."""
         j = hop.jitter
-        tcp_fields = {}
+        varying = {}
+        if modulation is not None:
+            d = modulation.drift
+            if d is not None:
+                varying["drift_latency_factor"] = d.latency_factor
+                varying["drift_bandwidth_factor"] = d.bandwidth_factor
+                varying["drift_over_ms"] = d.over_ms
+            if modulation.trace is not None:
+                ts, lats, bws = modulation.trace
+                varying.update(
+                    trace_t_ms=tuple(ts),
+                    trace_latency_factor=tuple(lats),
+                    trace_bandwidth_factor=tuple(bws),
+                )
         if tcp is not None:
             tcp_fields = {
                 "transport": "tcp",
@@ -191,6 +234,21 @@ class LinkSpec:
             ring_stages=ring_stages,
             hop=index,
             **tcp_fields,
+            **varying,
+        )
+
+    @classmethod
+    def from_scenario(cls, scenario, index: int) -> LinkSpec:
+        """Hop ``index`` of a scenario's ring as the DES runs it: its resolved hop, the
+        network's transport (tcp) and time variation (drift, trace), the DES's streams."""
+        net = scenario.network
+        return cls.from_hop(
+            scenario.resolved_hops()[index],
+            scenario.seed,
+            scenario.stages,
+            index,
+            tcp_params(net),
+            network_modulation(net),
         )
 
     def to_json(self) -> str:
@@ -199,7 +257,13 @@ class LinkSpec:
     @classmethod
     def from_json(cls, text: str) -> LinkSpec:
         raw = json.loads(text)
-        raw["jitter_samples_ms"] = tuple(raw.get("jitter_samples_ms", ()))
+        for name in (
+            "jitter_samples_ms",
+            "trace_t_ms",
+            "trace_latency_factor",
+            "trace_bandwidth_factor",
+        ):
+            raw[name] = tuple(raw.get(name, ()))
         return cls(**raw)
 
 
@@ -254,7 +318,13 @@ class LinkScheduler:
             )
         bw = math.inf if spec.bandwidth_mbps is None else spec.bandwidth_mbps
         self.sender = HopSender(
-            bw, spec.per_message_ms, spec.codec_ms_per_mb, spec.retransmit_ms, spec.latency_ms, tcp
+            bw,
+            spec.per_message_ms,
+            spec.codec_ms_per_mb,
+            spec.retransmit_ms,
+            spec.latency_ms,
+            tcp,
+            spec.modulation(),
         )
 
     @property
@@ -278,8 +348,20 @@ class LinkScheduler:
 
 # ----------------------------------------------------------------------------- the relay
 class _Relay:
-    def __init__(self, spec: LinkSpec, hop: int, records_path: str | None):
+    """One hop's relay. ``clock`` (ns) and ``sleep`` (s) are the real ones; a test may give a
+    virtual pair to check the delivery timing without a wall clock."""
+
+    def __init__(
+        self,
+        spec: LinkSpec,
+        hop: int,
+        records_path: str | None,
+        clock=time.monotonic_ns,
+        sleep=asyncio.sleep,
+    ):
         self.spec = spec
+        self.clock = clock
+        self.sleep = sleep
         self.hop = hop
         self.sched = LinkScheduler(spec)
         self.queue: asyncio.Queue = asyncio.Queue()
@@ -310,7 +392,7 @@ class _Relay:
                         ) from None
                     break  # clean EOF between frames
 
-                arrival = time.monotonic_ns()
+                arrival = self.clock()
                 h = decode_header(head)
                 try:
                     payload = await reader.readexactly(h.payload_len) if h.payload_len else b""
@@ -335,8 +417,20 @@ class _Relay:
             self.error = f"upstream connection failed: {e}"
         self.queue.put_nowait(None)
 
+    async def wait_until(self, deliver_ns: int) -> None:
+        """Sleep until ``busy_wait_ms`` before ``deliver_ns`` (the event loop's timeout is
+        coarse), then busy-wait to it: never early, and late only by what the machine adds."""
+        remaining = deliver_ns - self.clock()
+        if remaining > self.busy_ns:
+            await self.sleep((remaining - self.busy_ns) / 1e9)
+        while self.clock() < deliver_ns:
+            pass
+
+    @property
+    def busy_ns(self) -> int:
+        return int(self.spec.busy_wait_ms * 1e6)
+
     async def write_loop(self, writer: asyncio.StreamWriter) -> None:
-        busy_ns = int(self.spec.busy_wait_ms * 1e6)
         stall = self.spec.stall_after_frames
         while True:
             item = await self.queue.get()
@@ -347,14 +441,10 @@ class _Relay:
                 frames = [f for f in frames if f[0] < stall]
                 if not frames:
                     continue
-            remaining = deliver - time.monotonic_ns()
-            if remaining > busy_ns:
-                await asyncio.sleep((remaining - busy_ns) / 1e9)
-            while time.monotonic_ns() < deliver:
-                pass
+            await self.wait_until(deliver)
             for _, _, data, _ in frames:
                 writer.write(data)
-            delivered = time.monotonic_ns()
+            delivered = self.clock()
             if writer.transport.get_write_buffer_size() > (1 << 20):
                 await writer.drain()
             if self.writer_csv:
@@ -487,19 +577,33 @@ class LinkAccuracy:
         return d
 
 
-def measure_link_accuracy(
+@dataclass(frozen=True)
+class RelayFrames:
+    """Per-frame times (ns, ``time.monotonic_ns``: one clock for every process) of frames sent
+    through one relay process: the sender's ``send``, the relay's ``arrival`` (read complete),
+    ``scheduled`` (its delivery rule) and ``delivered`` (written), the receiver's ``received``;
+    and the relay's ``busy_ms``/``prop_ms``/``queue_ms`` per frame (its record CSV)."""
+
+    frame_bytes: int
+    send: np.ndarray
+    arrival: np.ndarray
+    scheduled: np.ndarray
+    delivered: np.ndarray
+    received: np.ndarray
+    busy_ms: np.ndarray
+    prop_ms: np.ndarray
+    queue_ms: np.ndarray
+
+
+def relay_frames(
     spec: LinkSpec,
     frames: int = 1000,
     frame_bytes: int = 64,
     interval_ms: float = 2.0,
     host: str = "127.0.0.1",
-) -> LinkAccuracy:
-    """Send ``frames`` frames through a relay process; compare achieved to scheduled delay.
-
-    Achieved = receiver's ``monotonic_ns`` at full receipt minus the sender's ``send_ns``;
-    scheduled = the relay's own schedule (delivery minus arrival, which includes the sampled
-    jitter and any serialisation/queueing). Their difference is the emulator's error.
-    """
+) -> RelayFrames:
+    """Send ``frames`` frames, one every ``interval_ms`` (0: back to back), through a relay
+    process and return every frame's times (:class:`RelayFrames`)."""
     import tempfile
 
     ctx = multiprocessing.get_context("spawn")
@@ -537,19 +641,50 @@ def measure_link_accuracy(
             rows = list(csv.DictReader(fh))
     if len(received) != frames or len(rows) != frames:
         raise RuntimeError(f"link accuracy: got {len(received)}/{len(rows)} of {frames} frames")
-    achieved = np.array([(r - s) / 1e6 for s, r in received])
 
-    def col(name):
-        return np.array([int(r[name]) for r in rows], dtype=float)
+    def col(name, kind=np.int64):
+        return np.array([kind(r[name]) for r in rows], dtype=kind)
 
-    scheduled = (col("scheduled_ns") - col("arrival_ns")) / 1e6
-    into = (col("arrival_ns") - col("send_ns")) / 1e6
-    late = (col("delivered_ns") - col("scheduled_ns")) / 1e6
-    out = np.array([r for _, r in received], dtype=float) / 1e6 - col("delivered_ns") / 1e6
+    send = np.array([s for s, _ in received], dtype=np.int64)
+    if not np.array_equal(send, col("send_ns")):
+        raise RuntimeError("link accuracy: frames received out of order")
+    return RelayFrames(
+        frame_bytes=HEADER_BYTES + n_values,
+        send=send,
+        arrival=col("arrival_ns"),
+        scheduled=col("scheduled_ns"),
+        delivered=col("delivered_ns"),
+        received=np.array([r for _, r in received], dtype=np.int64),
+        busy_ms=col("busy_ms", float),
+        prop_ms=col("prop_ms", float),
+        queue_ms=col("queue_ms", float),
+    )
+
+
+def measure_link_accuracy(
+    spec: LinkSpec,
+    frames: int = 1000,
+    frame_bytes: int = 64,
+    interval_ms: float = 2.0,
+    host: str = "127.0.0.1",
+) -> LinkAccuracy:
+    """Send ``frames`` frames through a relay process; compare achieved to scheduled delay.
+
+    Achieved = receiver's ``monotonic_ns`` at full receipt minus the sender's ``send_ns``;
+    scheduled = the relay's own schedule (delivery minus arrival, which includes the sampled
+    jitter and any serialisation/queueing). Their difference is the emulator's error: on a
+    busy machine it is the processes' wake-up delays (benchmarks/bench_link_accuracy.py).
+    """
+    f = relay_frames(spec, frames, frame_bytes, interval_ms, host)
+    achieved = (f.received - f.send) / 1e6
+    scheduled = (f.scheduled - f.arrival) / 1e6
+    into = (f.arrival - f.send) / 1e6
+    late = (f.delivered - f.scheduled) / 1e6
+    out = (f.received - f.delivered) / 1e6
     err = achieved - scheduled
     return LinkAccuracy(
         frames=frames,
-        frame_bytes=HEADER_BYTES + n_values,
+        frame_bytes=f.frame_bytes,
         configured=spec,
         error_ms_mean=float(err.mean()),
         error_ms_sd=float(err.std()),

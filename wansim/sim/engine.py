@@ -1,6 +1,7 @@
 """Build the pipeline and run it: ``simulate(scenario, *, timeline=False) -> Result``.
 
-Components: P :class:`~wansim.sim.stage.Stage` servers (closed form before the last stage in
+Components: P stage servers (:mod:`wansim.sim.stage`: P - 1 relay stages, S0 first, then the
+last stage, where the verifier sits; closed form before the last stage in
 the sync schedule, processes otherwise), P :class:`~wansim.sim.link.Link`
 hops (hop i carries S_i's output to S_(i+1); hop P-1 is the return hop to S0; with P = 1 the
 ring is the return hop alone), one :class:`~wansim.sim.verifier.Verifier` at the last stage and
@@ -29,6 +30,7 @@ import simpy
 from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.errors import ScenarioError
 from wansim.links.draws import hop_streams, ring_seeds
+from wansim.links.nonstationary import network_modulation
 from wansim.links.tcp import tcp_params
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
@@ -47,9 +49,12 @@ from wansim.sim.metrics import (
 )
 from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
-from wansim.sim.stage import Stage
+from wansim.sim.stage import LastStage, RelayStage, Stage
 from wansim.sim.verifier import Verifier
-from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
+from wansim.slowdown import StageSlowdown, stage_rng
+from wansim.speculation import return_message_bytes
+from wansim.wire import forward_bytes, tree_mask_bytes
+from wansim.workload import plan_requests
 
 # bounded work: a run simulates requests x output_tokens tokens (~1e5-1e6 a second)
 MAX_TOKENS = 100_000_000
@@ -69,6 +74,28 @@ def check_supported(scenario: Scenario) -> None:
             " --engine analytical)",
             wl.requests,
         )
+    if wl.mix and scenario.speculation.policy == "tree":
+        raise ScenarioError(
+            "workload.mix", "mixes acceptance rows per request for chains; trees are not", "tree"
+        )
+    if wl.mix and uses_blocks(scenario):
+        raise ScenarioError(
+            "workload.mix",
+            "mixes acceptance rows per request in the sync schedule; the block schedule (async,"
+            " overlapped drafter) is not",
+            [r.workload for r in wl.mix],
+        )
+    if wl.lengths.kind in ("trace", "empirical"):
+        from wansim.workload import read_trace
+
+        most = wl.requests * int(read_trace(wl.trace).output_tokens.max())
+        if most > MAX_TOKENS:
+            raise ScenarioError(
+                "workload.trace",
+                f"requests x the longest output is {most:.2g} tokens to simulate, more than the"
+                f" DES's {MAX_TOKENS:.0e} (fewer requests, or --engine analytical)",
+                wl.trace,
+            )
     if not uses_blocks(scenario):
         return
     if scenario.faults.events:
@@ -95,6 +122,10 @@ def check_supported(scenario: Scenario) -> None:
 def uses_blocks(scenario: Scenario) -> bool:
     """Whether the run needs the block schedule (async, or a drafter that overlaps)."""
     return scenario.schedule.kind == "async" or (scenario.drafter.overlap and scenario.k > 0)
+
+
+def _hop_forward_bytes(payload, hidden_size: int, hop: int, stages: int, n: int) -> float:
+    return float(forward_bytes(payload, hidden_size, n, hop, stages))
 
 
 def _cached(fn):
@@ -142,7 +173,8 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         if timeline
         else None
     )
-    verifier = Verifier(scenario, streams[0], streams[1], tl.verify_log if tl else None)
+    plan = plan_requests(scenario.workload, streams[2])
+    verifier = Verifier(scenario, streams[0], streams[1], tl.verify_log if tl else None, plan)
     # the policy's costs (wansim.speculation): a drafter pass per batch plus the tree's width per
     # sequence, the tree mask per verified sequence on forward hops, and the verdict (with the
     # next tree when drafted on the last stage) per sequence on the return hop
@@ -156,28 +188,61 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         functools.partial(stage_pass_ms, m, o)
         for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
     ]
-    fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
-    stages = [
-        Stage(
+    # hop i's forward message of n tokens (per hop with payload.extra_tensors) and the return
+    # message per sequence (wansim.wire)
+    payload, hidden = scenario.payload, scenario.model.hidden_size
+    if payload.extra_tensors:
+        fwd_bytes = [
+            _cached(functools.partial(_hop_forward_bytes, payload, hidden, i, p_stages))
+            for i in range(p_stages)
+        ]
+    else:
+        fwd_bytes = [_cached(lambda n: forward_bytes(payload, hidden, n))] * p_stages
+    ret_bytes = float(
+        return_message_bytes(scenario, tree_nodes, 1, pol.tokens_per_pass(), pol.nodes)
+    )
+
+    def shared(i: int) -> dict:
+        """What every stage role takes: batching, the timeline, its compute noise/stragglers;
+        S0 its drafter duty (placement first_stage: drafting before its compute)."""
+        duties = {
+            "batching": scenario.schedule.batching == "continuous",
+            "timeline": tl.stage_slices if tl else None,
+            "slowdown": (
+                StageSlowdown(scenario.model, i, stage_rng(scenario.seed, i))
+                if StageSlowdown.enabled(scenario.model, i)
+                else None
+            ),
+        }
+        if i == 0:
+            duties["draft_before_ms"] = draft if first_stage and not overlap else 0.0
+            duties["draft_before_per_sequence_ms"] = draft_per_sequence if first_stage else 0.0
+        return duties
+
+    last = p_stages - 1
+    stages: list[Stage] = [
+        RelayStage(
             env,
             i,
-            p_stages,
             computes[i],
-            fwd_bytes,
-            float(verdict_bytes(scenario.payload, tree_nodes, not first_stage)),
-            batching=scenario.schedule.batching == "continuous",
-            draft_before_ms=draft if first_stage and i == 0 and not overlap else 0.0,
-            draft_after_ms=draft if not first_stage and i == p_stages - 1 and not overlap else 0.0,
-            draft_before_per_sequence_ms=draft_per_sequence if first_stage and i == 0 else 0.0,
-            draft_after_per_sequence_ms=(
-                draft_per_sequence if not first_stage and i == p_stages - 1 else 0.0
-            ),
+            fwd_bytes[i],
             mask_bytes_per_sequence=float(tree_mask_bytes(tree_nodes)),
-            verifier=verifier,
-            timeline=tl.stage_slices if tl else None,
+            **shared(i),
         )
-        for i in range(p_stages)
+        for i in range(last)
     ]
+    stages.append(
+        LastStage(
+            env,
+            last,
+            computes[last],
+            ret_bytes,
+            verifier=verifier,
+            draft_after_ms=draft if not first_stage and not overlap else 0.0,
+            draft_after_per_sequence_ms=draft_per_sequence if not first_stage else 0.0,
+            **shared(last),
+        )
+    )
     scheduler = None
     if blocks:
         scheduler = Scheduler(
@@ -193,8 +258,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         for stage in stages:
             stage.hooks = scheduler
     tcp = tcp_params(scenario.network)
-    d = scenario.network.drift
-    drift = d if (d.latency_factor, d.bandwidth_factor) != (1.0, 1.0) else None
+    drift = network_modulation(scenario.network)  # drift and trace replay, or None
     faults = (
         FaultInjector(env, scenario.faults, stages, fault_seed(scenario.seed, p_stages))
         if scenario.faults.events
@@ -226,9 +290,14 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
             scheduler.prepare(req)
         stages[0].receive([Pass(req, PREFILL, 0, req.prompt_tokens)])
 
-    source = RequestSource(env, scenario.workload, streams[2], faults.admit if faults else admit)
+    source = RequestSource(env, scenario.workload, plan, faults.admit if faults else admit)
     if faults is not None:
         faults.wire(source, admit)
+    if tl is not None:  # the WAN physics' own slices (wansim.sim.perfetto)
+        for stage in stages:
+            stage.slowdowns = tl.slowdowns
+        for link in links:
+            link.keep_costs(tl.software, tl.window_stalls)
     for stage, link in zip(stages, links, strict=True):
         stage.link_out = link
         stage.source = source

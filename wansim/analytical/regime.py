@@ -80,6 +80,15 @@ REGIMES: dict[str, Regime] = {
             "(wansim/analytical/batched.py)",
             _band(0.08, 0.08, 0.15, 0.04, 0.02),
         ),
+        Regime(
+            "micro-batched",
+            "N micro-batches in flight (continuous batching) with chunked prefill: the cycle "
+            "of a cyclic max-plus ring, max(lone lap, N x slowest station), at the mean pass "
+            "(verify passes and prompt chunks), the chunk budget's saturation, a chunk's own "
+            "heavier lap in TTFT, cold start and drain in the makespan "
+            "(wansim/analytical/micro_batched.py)",
+            _band(0.18, 0.20, 0.30, 0.10, 0.02),
+        ),
     )
 }
 
@@ -108,6 +117,8 @@ def regime_name(scenario) -> str:
         bool(scenario.drafter.overlap) and scenario.speculation.policy != "none"
     )
     many = int(np.max(np.asarray(scenario.workload.concurrency))) > 1
+    if sched.batching == "continuous" and sched.micro_batches is not None:
+        return "micro-batched"
     if many and sched.batching == "continuous":
         return "continuous batching"
     parts = []
@@ -156,6 +167,8 @@ def outside(scenario) -> str:
             f"several requests on links below {SLOW_MBPS:g} Mbit/s (prefill convoys dominate;"
             " 100 Mbit/s, 8 requests: -54%)"
         )
+    if name == "micro-batched":
+        return _outside_micro_batches(scenario)
     if name == "continuous batching":
         if scenario.speculation.policy == "none":
             return "continuous batching without speculation (requests finish together)"
@@ -165,6 +178,45 @@ def outside(scenario) -> str:
     return ""
 
 
+def _outside_micro_batches(scenario) -> str:
+    """The measured domain of the micro-batched model (docs/approximations.md): chunked
+    prefill on the approximation grid's ring, and passes of similar size."""
+    from wansim.analytical.micro_batched import pass_tokens
+    from wansim.analytical.sync import lap_parts
+
+    sched, wl = scenario.schedule, scenario.workload
+    if sched.prefill_chunk_tokens is None:
+        return (
+            "micro-batches with whole prompts (passes behind a prompt queue on FIFO links and"
+            " refills bunch: not modelled; measured -20% to +36% on tokens/s)"
+        )
+    if scenario.speculation.policy != "chain":
+        return "micro-batches measured with chains only"
+    beyond = (
+        int(np.max(np.asarray(wl.concurrency))) > MICRO_USERS_MEASURED
+        or sched.micro_batches > MICRO_BATCHES_MEASURED
+        or int(np.max(np.asarray(scenario.stages))) > MICRO_STAGES_MEASURED
+    )
+    if beyond:
+        return (
+            f"micro-batches beyond the measured grid (up to {MICRO_USERS_MEASURED} users,"
+            f" {MICRO_BATCHES_MEASURED} micro-batches, {MICRO_STAGES_MEASURED} stages)"
+        )
+    mean = pass_tokens(scenario, lap_parts(scenario))
+    ratio = float(np.max(mean["chunk_pass_tokens"] / mean["tokens"]))
+    if ratio > CHUNK_PASS_RATIO_MEASURED:
+        return (
+            f"a pass carrying a prompt chunk is {ratio:.1f}x the mean pass (measured up to"
+            f" {CHUNK_PASS_RATIO_MEASURED:g}x: beyond, the variable passes queue; +56% on"
+            " tokens/s measured at 5.4x)"
+        )
+    return ""
+
+
+MICRO_USERS_MEASURED = 64
+MICRO_BATCHES_MEASURED = 8
+MICRO_STAGES_MEASURED = 10
+CHUNK_PASS_RATIO_MEASURED = 2.2
 JITTER_MS_MEASURED = 5.0  # concurrency was measured with 3 ms lognormal jitter
 CERTAIN_ALPHA = 0.99
 SLOW_MBPS = 1000.0

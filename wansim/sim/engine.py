@@ -30,12 +30,14 @@ from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.errors import ScenarioError
 from wansim.links.draws import hop_streams, ring_seeds
 from wansim.links.tcp import tcp_params
+from wansim.micro_batching import micro_batched, serving_slots
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
 from wansim.sim.async_speculation import Scheduler, guess_rates
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
 from wansim.sim.metrics import ci_method, compute_metrics, warmup_requests
+from wansim.sim.micro_batches import MicroBatcher
 from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import Stage
@@ -161,6 +163,15 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         )
         for i in range(p_stages)
     ]
+    micro = None
+    if micro_batched(scenario):  # several batches in flight (wansim.micro_batching)
+        micro = MicroBatcher(
+            scenario.schedule.micro_batches,
+            scenario.schedule.prefill_chunk_tokens,
+            stages[0].receive,
+        )
+        for stage in stages:
+            stage.micro = micro
     scheduler = None
     if blocks:
         scheduler = Scheduler(
@@ -196,13 +207,24 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         verifier.prepare(req)
         if scheduler is not None:
             scheduler.prepare(req)
+        if micro is not None:
+            micro.admit(req)
+            return
         stages[0].receive([Pass(req, PREFILL, 0, req.prompt_tokens)])
 
-    source = RequestSource(env, scenario.workload, streams[2], admit)
+    source = RequestSource(env, scenario.workload, streams[2], admit, _slots(scenario))
     for stage, link in zip(stages, links, strict=True):
         stage.link_out = link
         stage.source = source
     return Pipeline(scenario, env, stages, links, verifier, source, scheduler, tl)
+
+
+def _slots(scenario: Scenario) -> int:
+    """Requests in flight at most: ``workload.concurrency``, fewer when micro-batches cap them
+    (:func:`wansim.micro_batching.serving_slots`; the warm-up wave is that many too)."""
+    if not micro_batched(scenario):
+        return scenario.workload.concurrency
+    return max(int(serving_slots(scenario)), 1)
 
 
 def run_events(pipe: Pipeline) -> RunRecord:
@@ -227,7 +249,7 @@ def run_events(pipe: Pipeline) -> RunRecord:
         pipe.stages,
         pipe.links,
         pipe.verifier,
-        pipe.scenario.workload.concurrency,
+        _slots(pipe.scenario),
         events,
         pipe.timeline,
         pipe.scheduler,
@@ -252,7 +274,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False) -> Result:
         "ci_method": method,
         # metric -> why it is null in the JSON (wansim.result.Result.to_json)
         "undefined": {"tokens_per_s_ci95": method} if method.startswith("undefined") else {},
-        "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
+        "warmup_requests": warmup_requests(_slots(scenario), wl.requests),
         "verify_passes": record.verify_passes,
     }
     scheduler = pipe.scheduler

@@ -226,8 +226,10 @@ def test_regime_is_named_and_unmeasured_corners_say_so():
         "workload.concurrency": 64,
     }
     assert approximation(load_scenario(REFERENCE, over)).validated
-    many = approximation(load_scenario(REFERENCE, {**over, "workload.concurrency": 128}))
+    many = approximation(load_scenario(REFERENCE, {**over, "workload.concurrency": 256}))
     assert not many.validated and "beyond the measured grid" in many.why
+    queued = approximation(load_scenario(REFERENCE, {**over, "stages": 4}))
+    assert not queued.validated and "more micro-batches than stages" in queued.why
     # 16 users in 8 batches of 2: a 256-token chunk beside 16 verify tokens
     lumpy = approximation(
         load_scenario(
@@ -236,3 +238,24 @@ def test_regime_is_named_and_unmeasured_corners_say_so():
         )
     )
     assert not lumpy.validated and "the mean pass" in lumpy.why
+
+
+def test_grid_gives_what_analyze_gives_point_by_point():
+    from wansim.analytical import evaluate_grid
+
+    over = {
+        "schedule.batching": "continuous",
+        "schedule.micro_batches": 8,
+        "schedule.prefill_chunk_tokens": 128,
+    }
+    grid = {"workload.concurrency": [16, 64], "network.latency_ms": [1, 25]}
+    frame = evaluate_grid(load_scenario(REFERENCE, over), grid)
+    for _, r in frame.iterrows():
+        point = {
+            **over,
+            "workload.concurrency": int(r["workload.concurrency"]),
+            "network.latency_ms": float(r["network.latency_ms"]),
+        }
+        one = analyze(load_scenario(REFERENCE, point)).metrics
+        for key in ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean", "bubble_fraction"):
+            assert r[key] == pytest.approx(one[key], rel=1e-12), key

@@ -174,8 +174,8 @@ def _points(group: str, fast: bool) -> list[dict]:
         grid = itertools.product(
             (4, 10),
             (3, 7),
-            (16, 64),
-            (2, 8) if fast else (2, 4, 8),
+            (16, 64) if fast else (16, 64, 128),
+            (2, 10) if fast else (2, 4, 10),
             (128, 256),  # whole prompts: not validated (wansim.analytical.regime.outside)
             (25.0, 1.0),  # latency-bound, then bottleneck-bound
         )

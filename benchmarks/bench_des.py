@@ -5,9 +5,11 @@ Runs the 10-stage reference scenario with enough requests for >= 100,000 output 
 (391 x 256), timing the whole ``simulate()`` call (build, run, metrics). Baseline in the same
 run: a bare SimPy loop -- one process yielding ``env.timeout`` -- scheduling as many timeouts as
 the engine scheduled events, so the ratio is the engine's cost per event over SimPy's own.
-Each repeat times the engine and then the bare loop back to back; the ratio reported is the
-median of those paired ratios (robust to a shared machine's load shifting between repeats),
-the wall times the best of ``--repeat``. Also: the same with the timeline kept (Perfetto), a
+Each repeat times the engine as ``simulate`` runs it (the vectorised lone ring where it
+applies: ``wansim/sim/lone_ring.py``), the per-event engine (``per_event=True``) and the bare
+loop back to back; ratios are the medians of those paired ratios (robust to a shared machine's
+load shifting between repeats), the times the best of ``--repeat`` (wall, and CPU seconds of
+the process, which a loaded machine inflates less). Also: the same with the timeline kept (Perfetto), a
 concurrency-8 continuous-batching variant, and async in-pipe speculation (K = 3, 8 blocks in
 flight, drafter on S0) alone and with 16 concurrent requests.
 
@@ -54,29 +56,50 @@ def bare_simpy(n_timeouts: int) -> float:
     return time.perf_counter() - start
 
 
+def _timed(scenario, **kwargs):
+    """(result, wall s, CPU s of this process) of one ``simulate`` call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = simulate(scenario, **kwargs)
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
 def measure(overrides: list[str], repeat: int, timeline: bool = False) -> dict:
+    """The engine as ``simulate`` runs it (the lone ring where it applies) paired repeat by
+    repeat with the per-event engine (``per_event=True``) and with bare SimPy."""
     scenario = load_scenario(REFERENCE, overrides)
     simulate(load_scenario(REFERENCE, [*overrides, "workload.requests=2"]))  # warm caches
-    walls, bares = [], []
+    walls, cpus, event_walls, event_cpus, bares = [], [], [], [], []
     for _ in range(repeat):
-        start = time.perf_counter()
-        result = simulate(scenario, timeline=timeline)
-        walls.append(time.perf_counter() - start)
-        bares.append(bare_simpy(result.details["events"]))
-    wall, bare = min(walls), min(bares)
-    ratio = float(np.median(np.array(walls) / np.array(bares)))
+        result, wall, cpu = _timed(scenario, timeline=timeline)
+        walls.append(wall)
+        cpus.append(cpu)
+        per_event, wall, cpu = _timed(scenario, timeline=timeline, per_event=True)
+        event_walls.append(wall)
+        event_cpus.append(cpu)
+        bares.append(bare_simpy(per_event.details["events"]))
+        assert result.metrics == per_event.metrics  # the fast path changes nothing
+    wall, bare, event_wall = min(walls), min(bares), min(event_walls)
     record = result.details["record"]
-    events = result.details["events"]
+    events = per_event.details["events"]
+    tokens = record.output_tokens
     return {
         "requests": scenario.workload.requests,
-        "output_tokens": record.output_tokens,
-        "events": events,
+        "output_tokens": tokens,
+        "events": result.details["events"],
+        "per_event_events": events,
         "wall_s": round(wall, 3),
-        "events_per_s": round(events / wall),
-        "tokens_per_s": round(record.output_tokens / wall),
+        "cpu_s": round(min(cpus), 3),
+        "tokens_per_s": round(tokens / wall),
+        "tokens_per_cpu_s": round(tokens / min(cpus)),
+        "per_event_wall_s": round(event_wall, 3),
+        "per_event_tokens_per_s": round(tokens / event_wall),
+        "speed_up_median_of_pairs": round(
+            float(np.median(np.array(event_walls) / np.array(walls))), 2
+        ),
         "bare_simpy_s": round(bare, 3),
-        "bare_events_per_s": round(events / bare),
-        "ratio_to_bare": round(ratio, 2),
+        "per_event_ratio_to_bare": round(
+            float(np.median(np.array(event_walls) / np.array(bares))), 2
+        ),
         "des_tokens_per_s_metric": round(result.metrics["tokens_per_s"], 3),
     }
 
@@ -85,21 +108,26 @@ def main() -> dict:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=100_000)
+    parser.add_argument("--only", nargs="*", help="case names to run (default: all)")
     args = parser.parse_args()
     base = load_scenario(REFERENCE)
     requests = math.ceil(args.tokens / base.workload.output_tokens)
     n = [f"workload.requests={requests}"]
+    cases = {
+        "reference": (n, False),
+        "reference_timeline": (n, True),
+        "concurrency_8_continuous": (
+            [*n, "workload.concurrency=8", "schedule.batching=continuous"],
+            False,
+        ),
+        # the block schedule (wansim/sim/async_speculation.py): stale blocks and cancellations
+        "async_k3_8_blocks": ([*n, *ASYNC], False),
+        "async_k3_8_blocks_concurrency_16": ([*n, *ASYNC, "workload.concurrency=16"], False),
+    }
     results = {
-        "reference": measure(n, args.repeat),
-        "reference_timeline": measure(n, args.repeat, timeline=True),
-        "concurrency_8_continuous": measure(
-            [*n, "workload.concurrency=8", "schedule.batching=continuous"], args.repeat
-        ),
-        # the block schedule (wansim/sim/async_speculation.py): stale blocks and cancellations add events
-        "async_k3_8_blocks": measure([*n, *ASYNC], args.repeat),
-        "async_k3_8_blocks_concurrency_16": measure(
-            [*n, *ASYNC, "workload.concurrency=16"], args.repeat
-        ),
+        name: measure(overrides, args.repeat, timeline=timeline)
+        for name, (overrides, timeline) in cases.items()
+        if not args.only or name in args.only
     }
     print(json.dumps(results, indent=2))
     return results

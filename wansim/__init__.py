@@ -11,10 +11,21 @@ Python API::
 from __future__ import annotations
 
 from wansim.errors import WansimInputError
-from wansim.scenario import Scenario, load_scenario
+from wansim.scenario import Scenario, load_scenario, register_raw_resolver
 
 __all__ = ["Scenario", "WansimInputError", "analyze", "load_scenario", "simulate"]
 __version__ = "0.1.0"
+
+
+def _deployment_scenario_raw(raw: dict, base_dir):
+    """A deployment file (``nodes`` + a model preset) as a plain scenario mapping."""
+    from wansim.deploy.plan import deployment_scenario_raw
+
+    return deployment_scenario_raw(raw, base_dir)
+
+
+# the scenario loader stays at the bottom: the deployment layer is wired in here, above it
+register_raw_resolver("nodes", _deployment_scenario_raw)
 
 
 def analyze(scenario: Scenario):

@@ -13,7 +13,7 @@ out-of-band points whose result said ``validated: true``: the target is none.
 
     python -m wansim.agreement_hunt [--points N] [--seed S] [--workers W] [--out CSV]
 
-``tests/test_agreement_hunt.py`` runs a slice in the default suite and a few hundred points
+``tests/agreement/test_agreement_hunt.py`` runs a slice in the default suite and a few hundred points
 in the slow run; ``docs/approximations.md`` is rendered from the table this writes.
 """
 

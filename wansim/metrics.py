@@ -19,6 +19,14 @@ METRICS: dict[str, tuple[str, str]] = {
     ),
     "tpot_ms_p99": ("ms", "time per output token, 99th percentile over requests"),
     "ttft_ms_mean": ("ms", "time to first token (prefill through the pipeline), mean"),
+    "ttft_ms_p50": ("ms", "time to first token (arrival to first token), median"),
+    "ttft_ms_p99": ("ms", "time to first token, 99th percentile over requests"),
+    "e2e_ms_p50": ("ms", "end-to-end latency of a request (arrival to last token), median"),
+    "e2e_ms_p99": ("ms", "end-to-end latency, 99th percentile over requests"),
+    "queue_ms_mean": ("ms", "queueing delay (arrival to admission: a slot or KV memory), mean"),
+    "queue_ms_p99": ("ms", "queueing delay, 99th percentile over requests"),
+    "slo_attainment": ("", "share of requests meeting workload.slo (TTFT and TPOT bounds)"),
+    "goodput_requests_per_s": ("req/s", "requests meeting workload.slo per second of wall time"),
     "bubble_fraction": ("", "idle share of stage time, 1 - mean stage utilisation"),
     "stage_utilization": ("", "busy share of each stage (list, S0 first)"),
     "bytes_per_token": (
@@ -39,17 +47,25 @@ METRICS: dict[str, tuple[str, str]] = {
     ),
 }
 
+# DES: a 95% interval beside every percentile (bootstrap; wansim.sim.metrics)
+PERCENTILE_METRICS = tuple(name for name in METRICS if name.endswith(("_p50", "_p99")))
+CI_METRICS = ("tokens_per_s_ci95", *(f"{name}_ci95" for name in PERCENTILE_METRICS))
 ORDER = list(METRICS)
+
+
+def is_interval(name: str) -> bool:
+    """Whether a metric is a [low, high] interval (DES only)."""
+    return name.endswith("_ci95")
 
 
 def scalar_metrics(metrics: dict) -> dict[str, float]:
     """Flatten to scalars: lists become name_0, name_1, ... (for tables and sweeps)."""
     out: dict[str, float] = {}
     for key, value in metrics.items():
-        if key == "tokens_per_s_ci95" and value is None:  # undefined: keep the columns
+        if is_interval(key) and value is None:  # undefined: keep the columns
             out[f"{key}_low"] = out[f"{key}_high"] = float("nan")
         elif isinstance(value, (list, tuple)):
-            if key == "tokens_per_s_ci95" and len(value) == 2:
+            if is_interval(key) and len(value) == 2:
                 out[f"{key}_low"], out[f"{key}_high"] = float(value[0]), float(value[1])
             else:
                 for i, v in enumerate(value):

@@ -1,6 +1,6 @@
 """The distribution functions the engines need, from ``scipy.special`` (imported in ~0.1 s)
 instead of ``scipy.stats`` (~0.5-1 s): the same formulas scipy.stats evaluates, so the same
-values to the bit (``tests/test_normal_functions.py`` compares them with scipy.stats).
+values to the bit (``tests/physics/test_normal_functions.py`` compares them with scipy.stats).
 
 - standard normal: cdf = ndtr, ppf = ndtri, pdf = exp(-x^2 / 2) / sqrt(2 pi);
 - normal N(mean, std^2): cdf((x - mean) / std), ppf(p) * std + mean;

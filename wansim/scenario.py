@@ -12,7 +12,7 @@ import copy
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -441,6 +441,16 @@ class Schedule:
 
 
 @dataclasses.dataclass(frozen=True)
+class Slo:
+    """A request meets the service-level objective when its TTFT is at most ``ttft_ms`` and its
+    TPOT at most ``tpot_ms`` (null: no bound). Gives ``slo_attainment`` and
+    ``goodput_requests_per_s``."""
+
+    ttft_ms: float | None = spec(None, gt=0)
+    tpot_ms: float | None = spec(None, gt=0)
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     """Requests of ``prompt_tokens`` (one prefill pass) and ``output_tokens`` (the first from
     prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
@@ -452,6 +462,7 @@ class Workload:
     output_tokens: int = spec(256, ge=2)
     arrival: str = spec("closed", choices=ARRIVALS)
     rate_per_s: float = spec(1.0, gt=0)
+    slo: Slo = spec(factory=Slo)
 
 
 # ----------------------------------------------------------------------------- scenario
@@ -597,6 +608,17 @@ def hop_name(i: int, stages: int) -> str:
 
 
 # ----------------------------------------------------------------------------- loading
+# Mappings that describe a scenario at a higher level, keyed by the top-level field that marks
+# them (``nodes``: a deployment, resolved by wansim.deploy into a plain scenario mapping).
+# The layers above register here (wansim/__init__.py), so this module imports none of them.
+RAW_RESOLVERS: dict[str, Callable[[dict, Path], dict]] = {}
+
+
+def register_raw_resolver(key: str, resolve: Callable[[dict, Path], dict]) -> None:
+    """``resolve(raw, base_dir) -> scenario mapping`` for raw mappings that contain ``key``."""
+    RAW_RESOLVERS[key] = resolve
+
+
 def load_scenario(
     path: str | os.PathLike | None = None,
     overrides: Iterable[str] | Mapping[str, Any] | None = None,
@@ -622,10 +644,9 @@ def load_scenario(
     if not isinstance(raw, Mapping):
         raise ScenarioError("scenario", "must be a mapping", raw)
     raw = apply_overrides(raw, overrides or ())
-    if "nodes" in raw:  # a deployment (nodes + model preset): resolved by wansim.deploy
-        from wansim.deploy.plan import deployment_scenario_raw
-
-        raw = deployment_scenario_raw(raw, base_dir)
+    for key, resolve in RAW_RESOLVERS.items():  # e.g. a deployment (``nodes``): wansim.deploy
+        if key in raw:
+            raw = resolve(raw, base_dir)
     raw = _apply_drafter_preset(raw)
     raw = _apply_compute_bundle(raw, base_dir)
     scenario = parse(Scenario, raw, "")
@@ -1074,6 +1095,25 @@ def _check_acceptance(scenario: Scenario) -> None:
                 " to hold the last rate)",
                 need,
             )
+
+
+def acceptance_depth(scenario: Scenario) -> tuple[int, int | None]:
+    """(positions the speculation needs: K, or the tree's depth; positions the acceptance
+    measured: the profile workload's or per_position's length, None for a constant alpha).
+    needed > measured means the rates beyond are extrapolated (the last one held)."""
+    from wansim.acceptance.profile import load_profile
+
+    acc = scenario.drafter.acceptance
+    need = scenario.k
+    if scenario.speculation.policy == "tree":
+        need = _tree_depth_needed(scenario)
+    if acc.profile is not None:
+        prof = load_profile(acc.profile)
+        workload = acc.workload or prof.default_workload
+        return need, len(prof.workloads[workload].per_position)
+    if acc.per_position is not None:
+        return need, len(acc.per_position)
+    return need, None
 
 
 def _tree_depth_needed(scenario: Scenario) -> int:

@@ -22,7 +22,7 @@ or the dispersion split in the summary we have. This script therefore:
    the conditional rank-2 rate at ~0.25-0.35 on a 0.7-0.8 chain rate (~0.55 on math's 0.9 first
    position) and make each further rank less likely, the shape of published top-k match tables
    (a candidate's chance falls with its rank); they are an assumption of plausible magnitude, not
-   a fit. What they imply is checked, not tuned, in tests/test_tree_reproductions.py: the
+   a fit. What they imply is checked, not tuned, in tests/reproductions/test_tree_reproductions.py: the
    tokens/s-optimal tree on the reference scenario adds ~0.8 accepted tokens/step (Literature review, Pluralis, compiled August–October 2026: ~0.7);
 6. (verifier rules) writes ASSUMED logit shifts from the measured lossless rates to greedy exact
    match (+VERIFIER_SHIFT["greedy"]) and typical acceptance (+VERIFIER_SHIFT["typical"], lossy):

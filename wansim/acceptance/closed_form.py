@@ -103,7 +103,7 @@ def all_pole_filter(a: np.ndarray, x: np.ndarray) -> np.ndarray:
     and ``x`` (R, n): y[t] = x[t] - sum_k a[k] y[t - k]. Up to ``NUMPY_FILTER_MAX_STEPS`` steps
     all rows advance together in numpy with lfilter's own operation order (direct form II
     transposed: y = z_0 + x; z_k = z_(k+1) - y a_(k+1)), so the values are lfilter's to the bit
-    (tests/test_closed_form.py); longer inputs go to lfilter row by row."""
+    (tests/acceptance/test_closed_form.py); longer inputs go to lfilter row by row."""
     a = np.asarray(a, dtype=float)
     x = np.asarray(x, dtype=float)
     if x.shape[-1] > NUMPY_FILTER_MAX_STEPS:

@@ -91,7 +91,7 @@ def _root(gap) -> float:
         hi *= 2
     if gap(lo) > 0:
         return lo
-    from scipy.optimize import brentq  # slow to import: only when a root is needed
+    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
 
     return brentq(gap, lo, hi, xtol=1e-13)
 
@@ -117,7 +117,21 @@ def between_fraction(q: np.ndarray, sigma: float) -> float:
 
 @lru_cache(maxsize=256)
 def fit(pooled: tuple[float, ...], dispersion: float) -> tuple[tuple[float, ...], float]:
-    """(q, sigma) reproducing pooled rates and dispersion. Raises ValueError if unreachable."""
+    """(q, sigma) reproducing pooled rates and dispersion. Raises ValueError if unreachable.
+    The shipped profiles' fits are read from :mod:`wansim.acceptance.fit_table` (the same
+    values, computed once); any other input is fitted here."""
+    from wansim.acceptance import fit_table
+
+    stored = fit_table.lookup(pooled, dispersion)
+    if stored is not None:
+        rates, sigma = stored
+        return tuple(np.float64(x) for x in rates), sigma
+    return fit_uncached(pooled, dispersion)
+
+
+def fit_uncached(pooled: tuple[float, ...], dispersion: float) -> tuple[tuple[float, ...], float]:
+    """:func:`fit` computed (root-finding on sigma, each sigma's rates solved position by
+    position)."""
     pooled_arr = np.asarray(pooled, dtype=float)
     if dispersion <= 0:
         return tuple(pooled_arr), 0.0
@@ -132,7 +146,7 @@ def fit(pooled: tuple[float, ...], dispersion: float) -> tuple[tuple[float, ...]
             f"dispersion {dispersion:g} is beyond this model's reach for these rates "
             f"(at most {reachable:.3f})"
         )
-    from scipy.optimize import brentq  # slow to import: only when a root is needed
+    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
 
     sigma = brentq(gap, 1e-6, SIGMA_MAX, xtol=1e-8)
     return tuple(fit_rates(pooled_arr, sigma)), float(sigma)

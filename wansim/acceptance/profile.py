@@ -41,7 +41,6 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 from wansim.data import on_disk_or_shipped
@@ -80,6 +79,8 @@ class WorkloadProfile:
 
     @property
     def tau(self) -> float:
+        import numpy as np  # only here: reading and validating a profile needs no numpy
+
         return float(1.0 + np.cumprod(self.per_position).sum())
 
 

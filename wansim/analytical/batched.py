@@ -7,12 +7,18 @@ Model and assumptions:
   and one message per hop, the lockstep lap of :mod:`wansim.analytical.sync` (``T_lock``).
   A replacement's sequence is taken to join the batch (in the DES its first passes travel as
   a small group of their own until it is absorbed: a queue merges what waits in it).
-- **Admissions.** A sequence finishes at a verdict with hazard h = 1 / E[N] (E[N]: verify
-  passes per request, step-weighted over difficulty: the renewal rate), independently of the
-  others. Seen by one sequence (Palm), j ~ Binomial(b - 1, h) others finish at the same
-  verdict; their replacements are admitted at that instant and their prefill, one message of
-  j * prompt tokens, enters S0 g ms ahead of the batch's next pass (g = the return hop, plus
-  the drafter when it runs on the last stage). One request alone (b = 1) is the sync case.
+- **Admissions.** Each slot runs its requests back to back (N passes, step-weighted over
+  difficulty, then the replacement's prefill); the slots start together (the cold prefill)
+  and are independent in lap counts. The r-th completions of the slots form waves: a slot
+  finishes its r-th request at lap t with P(C_r = t) (FFT convolutions,
+  :func:`lap_exposure`), so where all requests take the same passes (no speculation,
+  near-certain acceptance) they finish at the same verdict and their replacements' prefill
+  convoys nobody; where they differ, the waves blur into the renewal rate 1 / E[N]. A lap
+  of a sequence that continues at verdict t follows j ~ Binomial(b - 1, u(t)) others'
+  admissions, u(t) the chance that a slot finishes there with a replacement to admit (the
+  last wave's completions admit nobody); their prefill, one message of j * prompt tokens,
+  enters S0 g ms ahead of the batch's next pass (g = the return hop, plus the drafter when
+  it runs on the last stage). One request alone (b = 1) is the sync case.
 - **Convoy.** On the path S0, hop 0, S1, ..., S(P-1) (services: compute of the pass, the
   message's serialisation; propagation is common to both messages, so it cancels) the
   prefill has services p_l and the batch d_l (S0's includes a first-stage drafter). Two
@@ -22,18 +28,16 @@ Model and assumptions:
 
   (catching the prefill at station l, it then trails it). Jitter and the random phase of
   other small groups are ignored.
-- **Lap and rate.** T_lap = T_lock + e E[D(j)], e = (1 - h) (R - b) / R the share of laps
-  exposed (a request's first lap follows its own prefill, not another verdict; and the last
-  wave's completions admit nobody); a lap's distribution is the lockstep one shifted by D(j)
-  with probability e P(j); a request's tokens_per_s and TPOT are the lockstep ones
-  scaled by T_lock / T_lap.
+- **Lap and rate.** T_lap = T_lock + sum_j q_j D(j), q_j the share of laps that follow j
+  others' admissions (a request's first lap follows its own prefill: none); a lap's
+  distribution is the lockstep one shifted by D(j) with probability q_j; a request's
+  tokens_per_s and TPOT are the lockstep ones scaled by T_lock / T_lap.
 - **TTFT** (after the warm-up wave): a replacement's prefill holds its prompt and those of
   the j others admitted with it, and runs ahead of the batch, so it takes the pipe alone:
   TTFT = E[P t_stage((1 + j) prompt) + sum_fwd E[T_hop]((1 + j) prompt)]. The slots start
   together, so completions come in waves that blur only slowly (the r-th wave spreads as
   sd(N) sqrt(r)): j ~ Binomial(b - 1, h_r) with the wave's bunched hazard h_r
-  (:func:`wave_hazards`), averaged over the replacement waves. (The convoys keep the renewal
-  hazard: over the run a sequence sees on average b / E[N] completions per verdict.)
+  (:func:`wave_hazards`), averaged over the replacement waves.
 - **Throughput** of R requests through b slots (R / b rounds each): the run starts with the
   whole batch's prefill (``T_cold``, b prompts at once), and the slowest slot ends it:
 
@@ -46,6 +50,10 @@ Model and assumptions:
 - **Utilisation** of a stage: its busy time over the makespan: the cold prefill, the R - b
   replacements' prefills (t((1 + j) prompt) / (1 + j) each) and R E[N] / b batch passes (plus
   the drafter's passes on its stage).
+- **Not modelled**: the DES's replacements travel as groups of their own for a while; where
+  the sequences drift apart and the batch would run faster split into groups pipelining
+  through the ring (:func:`split_gain`), they do, and the lockstep lap is too long (the
+  regime says ``validated: false`` there).
 
 Everything else (tau, bytes per token, the wasted fraction) is the lockstep batch's.
 """
@@ -57,6 +65,7 @@ import functools
 
 import numpy as np
 
+from wansim import normal_functions as nf
 from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
 from wansim.analytical.path import hop_service_ms, ring_sums, stage_services_ms
@@ -107,13 +116,12 @@ def _forward_hops_ms(scenario, n_bytes) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Admissions:
-    """Replacements admitted at a verdict, seen by one sequence (:func:`admissions`)."""
+    """Replacements admitted at a verdict (:func:`admissions`)."""
 
-    delay_ms: np.ndarray  # E[D(j)] per lap, exposed laps only
+    delay_ms: np.ndarray  # E[D(j)] per lap
     ttft_ms: np.ndarray  # a replacement's TTFT over the waves
-    hazard: np.ndarray  # 1 / E[N]
-    exposed: np.ndarray  # share of laps that can follow an admission
-    others: tuple  # (j, P(j), D(j)): j others admitted at once, its probability and delay
+    others: tuple  # (j, P(j), D(j)): a lap follows j others' admission; its probability, delay
+    shared: tuple  # (j, P(j)): a replacement's prefill holds j others' prompts too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,17 +132,17 @@ class BatchedRun:
     admissions: Admissions
 
 
-def admissions(scenario, lockstep: dict, parts: dict, waves: list) -> Admissions:
-    """Seen by one sequence of the batch, j ~ Binomial(b - 1, h) others finish at a verdict
-    (Palm: given that it continues, or that it is one of those replaced). Returns E[D(j)] at
-    the renewal hazard h, the mean TTFT E[ttft(1 + j)] of a replacement (its prefill holds
-    1 + j prompts) over the ``waves`` ((weight, hazard) pairs, :func:`wave_hazards`), h and the
-    (j, P(j), D(j)) triples."""
+def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None) -> Admissions:
+    """A lap's delay behind the replacements admitted ahead of it, and a replacement's TTFT.
+
+    ``exposure`` (..., J): P(a lap follows j others' admission), :func:`convoy_exposure`;
+    None for the TTFT alone. The TTFT is E[ttft(1 + j)] (a replacement's prefill holds 1 + j
+    prompts) with j ~ Binomial(b - 1, h) over the ``waves`` ((weight, hazard) pairs,
+    :func:`wave_hazards`)."""
     wl = scenario.workload
     stages = np.asarray(scenario.stages)
     pmax = int(np.max(stages))
     b = np.asarray(parts["batch"], dtype=float)
-    hazard = 1.0 / np.maximum(np.asarray(lockstep["passes_per_request"], dtype=float), 1.0)
     prompt = np.asarray(wl.prompt_tokens, dtype=float)
     hidden = scenario.model.hidden_size
     first = scenario.drafter.placement == "first_stage"
@@ -153,30 +161,142 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list) -> Admissions
             scenario, n_bytes
         )
 
-    # a request's first lap follows its own prefill, not another verdict; and only the
-    # completions that have a replacement to admit (R - b of R) send a prefill ahead
-    requests = np.asarray(wl.requests, dtype=float)
-    exposed = (1.0 - hazard) * np.maximum(requests - b, 0.0) / requests
-    lam = (b - 1.0) * np.maximum(hazard, max((np.max(h) for _, h in waves), default=0.0))
-    j_max = int(np.max(np.minimum(b - 1.0, np.ceil(lam + TAIL_SD * np.sqrt(lam) + 10.0))))
+    lam = (b - 1.0) * max((np.max(h) for _, h in waves), default=0.0)
+    j_ttft = int(np.max(np.minimum(b - 1.0, np.ceil(lam + TAIL_SD * np.sqrt(lam) + 10.0))))
+    j_lap = -1 if exposure is None else np.shape(exposure)[-1] - 1
     delay = ttft = np.zeros(())
-    others = []
+    others, shared = [], []
     from scipy import stats  # slow to import: only for continuous batching
 
-    for j in range(j_max + 1):
-        pj = stats.binom.pmf(j, b - 1.0, hazard)
+    for j in range(max(j_ttft, j_lap) + 1):
         pj_wave = sum((w * stats.binom.pmf(j, b - 1.0, h) for w, h in waves), start=np.zeros(()))
         late = np.zeros(())
-        if j:
+        if j and j <= j_lap:
             n_bytes, _ = prefill(j * prompt)
             ahead, _ = _path(scenario, j * prompt, n_bytes, pmax, stages)
             late = convoy_delay_ms(ahead, batch_services, live, gap)
-        delay = delay + pj * late * exposed
+        if j <= j_lap:
+            pj = exposure[..., j]
+            delay = delay + pj * late
+            others.append((j, pj, late))
         ttft = ttft + pj_wave * prefill((1 + j) * prompt)[1]
-        others.append((j, pj, late))
-    return Admissions(
-        delay_ms=delay, ttft_ms=ttft, hazard=hazard, exposed=exposed, others=tuple(others)
+        shared.append((j, pj_wave))
+    return Admissions(delay_ms=delay, ttft_ms=ttft, others=tuple(others), shared=tuple(shared))
+
+
+# ----------------------------------------------------------------- the slots' completions
+J_CAP = 256  # others admitted at one verdict, followed one by one up to this (the rest lumped)
+U_FINE = 1e-3  # admission probabilities below this are binned by decade, above by 1e-3
+
+
+def passes_pmf(w, n_mean, n_var) -> np.ndarray:
+    """P(N = k), k = 0, 1, ..., of one request's verify passes (at least 1): the difficulty
+    mixture, each node a normal discretised on the integers (a node with sd below 1/2 as the
+    two integers around its mean, which keeps the mean)."""
+    w, mu, var = (np.asarray(x, dtype=float) for x in (w, n_mean, n_var))
+    sd = np.sqrt(np.maximum(var, 0.0))
+    live = w > 0
+    top = int(np.ceil(np.max(np.where(live, mu + 8.0 * sd, 1.0)))) + 2
+    k = np.arange(top + 1, dtype=float)
+    pmf = np.zeros(top + 1)
+    for wq, m, s in zip(w[live], mu[live], sd[live], strict=True):
+        m = max(m, 1.0)
+        if s < 0.5:
+            lo = int(np.floor(m))
+            pmf[lo] += wq * (1.0 - (m - lo))
+            pmf[lo + 1] += wq * (m - lo)
+        else:
+            cell = nf.norm_cdf((k + 0.5 - m) / s) - nf.norm_cdf((k - 0.5 - m) / s)
+            cell[0] = 0.0
+            pmf += wq * cell / cell.sum()
+    return pmf / pmf.sum()
+
+
+def lap_exposure(pmf_n, gap_laps: float, rounds: float, b: float) -> np.ndarray:
+    """P(a lap follows a verdict at which j other slots finished and admitted a replacement),
+    j = 0, 1, ... (one point; :func:`convoy_exposure` for the model).
+
+    Each slot runs its requests back to back: N passes (``pmf_n``), then ``gap_laps`` laps of
+    the replacement's prefill (rounded: the same for every slot), all slots starting
+    together at lap 0 and independent in lap counts. The r-th completion of a slot falls at lap
+    t with P(C_r = t) (FFT convolutions); a slot has a replacement to admit after its r-th
+    request with probability clip(R/b - r, 0, 1) (the last wave admits nobody). A lap of my
+    request follows a verdict t at which it continued, P(A_r < t < C_r) = F_A(t - 1) - F_C(t)
+    (A_r its start); there the others' admissions are Binomial(b - 1, u(t)), u(t) = sum_r
+    P(slot admits after its r-th request at t). Rounds are followed to ``MAX_WAVES``; later ones
+    repeat the last followed one (the end effect of the last wave dropped there)."""
+    pmf_n = np.asarray(pmf_n, dtype=float)
+    mean_n = float(np.arange(len(pmf_n)) @ pmf_n)
+    b = float(b)
+    rounds = float(rounds)
+    if b <= 1 or rounds <= 1:
+        return np.ones(1)
+    mine_rounds = int(min(np.ceil(rounds), MAX_WAVES))
+    followed = mine_rounds + (NEIGHBOUR_WAVES if rounds > mine_rounds else 0)
+    g_lo = int(np.rint(max(gap_laps, 0.0)))
+    pmf_g = np.zeros(g_lo + 2)
+    pmf_g[g_lo] = 1.0  # the same for every slot (a split would desynchronise them)
+    size = 1 << int(np.ceil(np.log2(followed * (len(pmf_n) + g_lo + 1) + 2)))
+    phi_n, phi_g = np.fft.rfft(pmf_n, size), np.fft.rfft(pmf_g, size)
+    phi_a = np.ones_like(phi_n)
+    u = np.zeros(size)
+    cont = np.zeros(size)  # my continuing laps, weighted by the rounds I run
+    last = np.zeros(size)
+    for r in range(1, followed + 1):
+        phi_c = phi_a * phi_n
+        start = np.clip(np.fft.irfft(phi_a, size), 0.0, None)
+        done = np.clip(np.fft.irfft(phi_c, size), 0.0, None)
+        u += min(max(rounds - r, 0.0), 1.0) * done
+        if r <= mine_rounds:
+            going = np.zeros(size)
+            going[1:] = np.cumsum(start)[:-1] - np.cumsum(done)[1:]
+            going = np.clip(going, 0.0, None)
+            cont += min(max(rounds - r + 1.0, 0.0), 1.0) * going
+            last = going
+        phi_a = phi_c * phi_g
+    cont += max(rounds - mine_rounds, 0.0) * last
+    u = np.clip(u, 0.0, 1.0)
+    on = cont > 1e-15
+    u, cont = u[on], cont[on]
+    # bin u (a binomial mixture over a narrow bin is the binomial at its weighted mean)
+    key = np.where(
+        u < U_FINE,
+        np.floor(np.log10(np.maximum(u, 1e-300)) * 20.0) - 1e6,
+        np.floor(u / U_FINE),
     )
+    _, inverse = np.unique(key, return_inverse=True)
+    weight = np.bincount(inverse, weights=cont)
+    u_bin = np.bincount(inverse, weights=cont * u) / np.maximum(weight, 1e-300)
+    lam = (b - 1.0) * u_bin
+    top = int(min(b - 1.0, J_CAP, np.max(np.ceil(lam + TAIL_SD * np.sqrt(lam) + 10.0))))
+    from scipy import stats
+
+    j = np.arange(top + 1)
+    probs = stats.binom.pmf(j[:, None], b - 1.0, u_bin[None, :])
+    probs[-1] += np.clip(1.0 - probs.sum(axis=0), 0.0, None)  # the tail lumped at the cap
+    out = probs @ weight / (rounds * mean_n)
+    out[0] = max(1.0 - out[1:].sum(), 0.0)
+    return out
+
+
+def convoy_exposure(acc, gap_laps, rounds, b) -> np.ndarray:
+    """:func:`lap_exposure` per point (arrays broadcast over the points; the last axis of the
+    result is j, padded with zeros)."""
+    w, mu, var = (np.asarray(acc[k], dtype=float) for k in ("w", "n_mean", "n_var"))
+    shape = np.broadcast_shapes(w.shape[:-1], np.shape(gap_laps), np.shape(rounds), np.shape(b))
+    q = w.shape[-1]
+    w, mu, var = (np.broadcast_to(x, (*shape, q)).reshape(-1, q) for x in (w, mu, var))
+    gap, rnd, bb = (
+        np.broadcast_to(np.asarray(x, dtype=float), shape).ravel() for x in (gap_laps, rounds, b)
+    )
+    rows = [
+        lap_exposure(passes_pmf(w[i], mu[i], var[i]), gap[i], rnd[i], bb[i])
+        for i in range(len(gap))
+    ]
+    out = np.zeros((len(rows), max(len(r) for r in rows)))
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out.reshape(*shape, -1)
 
 
 def wave_hazards(b, requests, mean_n, sd_n, period) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -242,12 +362,14 @@ def batched_run(scenario, lockstep: dict, parts: dict) -> BatchedRun:
     # the waves' period includes the replacement's TTFT: first at the renewal rate
     renewal = admissions(scenario, lockstep, parts, [(np.ones(()), 1.0 / mean_n)])
     period = mean_n + renewal.ttft_ms / lap_lock
-    adm = admissions(scenario, lockstep, parts, wave_hazards(b, requests, mean_n, sd_n, period))
+    rounds = np.maximum(requests / b, 1.0)
+    exposure = convoy_exposure(acc, renewal.ttft_ms / lap_lock, rounds, b)
+    waves = wave_hazards(b, requests, mean_n, sd_n, period)
+    adm = admissions(scenario, lockstep, parts, waves, exposure)
     lap = lap_lock + adm.delay_ms
     stretch = lap / lap_lock
     passes = np.asarray(lockstep["passes_per_request"], dtype=float)
 
-    rounds = np.maximum(requests / b, 1.0)
     cold = np.asarray(lockstep["prefill_ms"], dtype=float)
     ttft = adm.ttft_ms
     # the DES leaves the first wave (cold start) out of its per-request statistics only when
@@ -296,7 +418,7 @@ def busy_ms(scenario, lockstep: dict, adm: Admissions, stage_t, draft_ms) -> np.
     # each of the R - b replacements shares its prefill with j others: t((1 + j) prompt) / (1 + j)
     prompt = np.asarray(wl.prompt_tokens, dtype=float)
     per_request = sum(
-        (pj * stage_t((1 + j) * prompt) / (1 + j) for j, pj, _ in adm.others),
+        (pj * stage_t((1 + j) * prompt) / (1 + j) for j, pj in adm.shared),
         start=np.zeros(()),
     )
     admitted = np.maximum(requests - b, 0.0)
@@ -321,3 +443,34 @@ def stage_busy_ms(scenario, run: BatchedRun) -> tuple[list[float], float]:
         draft = float(np.asarray(means["draft_ms"])) if i == draft_stage else 0.0
         util.append(float(np.asarray(busy_ms(scenario, means, adm, stage_t, draft))))
     return util, makespan
+
+
+def split_gain(scenario) -> float:
+    """How much shorter the lap of a scalar batched scenario would be if its b sequences ran as
+    two groups of b / 2 pipelining through the ring: 1 - max(T(b/2), 2 s(b/2)) / T(b), T(n)
+    the lockstep lap of n sequences, s(n) its busiest station's service (a closed cyclic ring
+    of two deterministic customers). The DES's continuous batching splits into such groups
+    (replacements travel as groups of their own); the lockstep model does not, so this is
+    where it stops being right."""
+    from wansim.analytical.sync import lap_parts, sync_metrics
+
+    b = int(np.max(np.asarray(scenario.workload.concurrency)))
+    if b < 2:
+        return 0.0
+
+    def at(n):
+        wl = dataclasses.replace(scenario.workload, concurrency=n)
+        sc = dataclasses.replace(scenario, workload=wl)
+        parts = lap_parts(sc)
+        stages = np.asarray(sc.stages)
+        services, live = _path(
+            sc, n * parts["tokens"], parts["forward_bytes"], int(np.max(stages)), stages
+        )
+        busiest = max(
+            float(np.max(np.where(on, s, 0.0))) for s, on in zip(services, live, strict=True)
+        )
+        return float(np.asarray(sync_metrics(sc)["lap_ms_mean"])), busiest
+
+    whole, _ = at(b)
+    half, busiest = at(b // 2)
+    return max(0.0, 1.0 - max(half, 2.0 * busiest) / whole)

@@ -27,6 +27,7 @@ from wansim.wire import serialise_ms
 GRID_POINTS = 1 << 15
 MAX_SHIFTED_POINTS = 1 << 20  # shifted_mixture's grid (coarsened beyond)
 TAIL = 1e-7
+NEGLIGIBLE = 1e-12  # probability below which shifted_mixture drops a shift
 
 
 def _loss_terms(hop: Hop) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +132,7 @@ def mixture_normal_quantiles(weights, means, sds, qs) -> np.ndarray:
     def cdf(x: float) -> float:
         return float(weights @ nf.norm_cdf((x - means) / sds))
 
-    from scipy.optimize import brentq  # (scipy.optimize is slow to import: only when needed)
+    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
 
     lo = float((means - 12 * sds).min())
     hi = float((means + 12 * sds).max())
@@ -146,7 +147,13 @@ def shifted_mixture(
     """The distribution of X + D, D independent of X taking ``shifts_ms`` (>= 0) with
     ``weights`` (the rest of the mass at 0), on X's uniform grid extended to the largest
     shift (each shift rounded to the grid); X's grid is coarsened (bins summed) where that
-    would exceed ``MAX_SHIFTED_POINTS``."""
+    would exceed ``MAX_SHIFTED_POINTS``. Shifts of weight below ``NEGLIGIBLE`` are dropped
+    (they would only coarsen the grid)."""
+    keep = np.asarray(weights, dtype=float) > NEGLIGIBLE
+    shifts_ms = np.asarray(shifts_ms, dtype=float)[keep]
+    weights = np.asarray(weights, dtype=float)[keep]
+    if len(values) == 1 and not len(shifts_ms):
+        return values, pmf
     if len(values) == 1:
         atoms = np.concatenate([[0.0], np.asarray(shifts_ms, dtype=float)]) + values[0]
         mass = np.concatenate([[1.0 - np.sum(weights)], np.asarray(weights, dtype=float)])

@@ -20,6 +20,7 @@ from wansim.analytical.distribution import (
 )
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.regime import approximation
+from wansim.analytical.serving import serving_metrics
 from wansim.analytical.sync import lap_parts, passes_per_node, sync_metrics
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import tcp_equivalent
@@ -183,10 +184,12 @@ def analyze(scenario: Scenario) -> Result:
         answer = _batched(scenario, parts, answer)
     elif concurrent(scenario):
         answer = _concurrent(scenario, parts, answer)
+    metrics = _metrics(answer)
+    metrics.update(serving_metrics(scenario, answer.means))
     return Result(
         scenario=scenario,
         engine="analytical",
-        metrics=_metrics(answer),
+        metrics=metrics,
         details=answer.details,
         approximation=approximation(scenario).to_json(),
     )
@@ -327,9 +330,8 @@ def _batched(scenario: Scenario, parts: dict, lockstep: Answer) -> Answer:
     stretch = means["lap_ms_mean"] / lockstep.means["lap_ms_mean"]
     # a lap is the lockstep one, late by D(j) when j other requests were admitted ahead
     adm = run.admissions
-    late = [float(np.asarray(d)) for _, _, d in adm.others]
-    exposed = float(np.asarray(adm.exposed))
-    prob = [exposed * float(np.asarray(pj)) for _, pj, _ in adm.others]
+    late = [float(np.asarray(d)) for _, _, d in adm.others[1:]]
+    prob = [float(np.asarray(pj)) for _, pj, _ in adm.others[1:]]
     values, pmf = lockstep.lap_values_ms, lockstep.lap_pmf
     lap_p50, lap_p99 = quantiles(*shifted_mixture(values, pmf, late, prob), [0.5, 0.99])
     pct = lockstep.percentiles

@@ -99,7 +99,7 @@ def domain_shift_for(scenario: Scenario, loss: float, reading: str = "tau") -> f
         target = loss
     else:
         raise ValueError(f"unknown reading {reading!r}")
-    from scipy.optimize import brentq  # slow to import: only when a root is needed
+    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
 
     return float(brentq(lambda g: tau(g) - target, 1e-3, 1.0, xtol=1e-6))
 

@@ -199,7 +199,7 @@ class ModelSpec:
             "attention": self.attention,
             "weight_dtypes": list(self.weight_dtypes),
             "drafters": list(self.drafters),
-            "source": dict(self.sources),
+            "source": {**self.sources, "derived": DERIVED_SOURCE},
         }
 
 
@@ -208,6 +208,10 @@ def _alternating(first: int, layers: int, a: int, b: int) -> tuple[int, ...]:
 
 
 _HF = "https://huggingface.co/"
+DERIVED_SOURCE = (
+    "derived from the config by the formulas of wansim.catalog.models: parameters per layer,"
+    " params_b, active_params_b, kv_bytes_per_token (checked against the published totals)"
+)
 
 MODELS: dict[str, ModelSpec] = {
     m.name: m
@@ -382,6 +386,33 @@ MODELS: dict[str, ModelSpec] = {
             },
         ),
         ModelSpec(
+            name="gpt-oss-20b",
+            family="gpt-oss (GQA with alternating sliding windows, MoE)",
+            layers=24,
+            hidden_size=2880,
+            vocab_size=201088,
+            attention="gqa",
+            heads=64,
+            kv_heads=8,
+            head_dim=64,
+            sliding_layers=tuple(range(0, 24, 2)),
+            sliding_window=128,
+            experts=32,
+            experts_per_token=4,
+            moe_intermediate_size=2880,
+            native_dtype=("mxfp4", "bf16"),
+            weight_dtypes=("mxfp4+bf16", "bf16", "fp8"),
+            published_params_b=20.91,
+            published_active_params_b=3.61,
+            sources={
+                "config": _HF + "openai/gpt-oss-20b config.json: 24 layers alternating"
+                " sliding (128) and full attention, hidden 2880, 64 heads, 8 KV heads x 64,"
+                " 32 experts of 2880, 4 per token, vocab 201088, MXFP4 experts",
+                "published": "20.91B total, 3.61B active (gpt-oss model card, Table 1); used"
+                " to check MoE compute against a published single-request decode rate",
+            },
+        ),
+        ModelSpec(
             name="qwen3-235b-a22b",
             family="Qwen3 MoE (GQA)",
             layers=94,
@@ -443,6 +474,27 @@ MODELS: dict[str, ModelSpec] = {
                 "config": _HF + "meta-llama/Llama-3.1-405B config.json: 126 layers, hidden"
                 " 16384, 128 heads, 8 KV heads x 128, MLP 53248, vocab 128256",
                 "published": "405B (model card)",
+            },
+        ),
+        ModelSpec(
+            name="llama-3.1-8b",
+            family="Llama 3.1 (dense, GQA)",
+            layers=32,
+            hidden_size=4096,
+            vocab_size=128256,
+            attention="gqa",
+            heads=32,
+            kv_heads=8,
+            head_dim=128,
+            dense_layers=32,
+            intermediate_size=14336,
+            drafters=("eagle3", "draft-model"),
+            published_params_b=8.03,
+            published_active_params_b=8.03,
+            sources={
+                "config": _HF + "meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096,"
+                " 32 heads, 8 KV heads x 128, MLP 14336, vocab 128256",
+                "published": "8.03B (safetensors total on the model page; 8B in the card)",
             },
         ),
         ModelSpec(

@@ -103,6 +103,16 @@ def _register_figures(sub) -> None:
 EXTRA_COMMANDS.append(_register_figures)
 
 
+def _register_capacity(sub) -> None:
+    """``capacity`` (wansim.cli.capacity)."""
+    from wansim.cli.capacity import register
+
+    register(sub)
+
+
+EXTRA_COMMANDS.append(_register_capacity)
+
+
 def _register_calibrate(sub) -> None:
     """``calibrate`` (wansim.calibrate.cli; torch is imported only when real runs start)."""
     from wansim.calibrate.cli import register

@@ -97,7 +97,16 @@ def cmd_drafters(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- optimize
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from wansim.studies.optimize import confirm_des, optimize, parse_over, scalar, trust
+    from wansim.studies.constraints import parse_bound
+    from wansim.studies.optimize import (
+        confirm_des,
+        edge_fields,
+        extrapolated,
+        optimize,
+        parse_over,
+        scalar,
+        trust,
+    )
 
     if not args.over:
         raise WansimInputError("--over", "give at least one FIELD=a..b or FIELD=v1,v2", None)
@@ -107,8 +116,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         raise WansimInputError("--confirm", "must be auto, des or none", args.confirm)
     if args.direction not in (None, "max", "min"):
         raise WansimInputError("--direction", "must be max or min", args.direction)
+    bounds = [parse_bound("--constraint", text) for text in args.constraint]
     res = optimize(
-        args.scenario, overs, sets=args.set, metric=args.metric, direction=args.direction
+        args.scenario,
+        overs,
+        sets=args.set,
+        metric=args.metric,
+        direction=args.direction,
+        constraints=bounds,
     )
     table = res["table"]
     fields = res["fields"]
@@ -127,6 +142,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     ]
     for row in rows:
         row["approximation"] = trust(args.scenario, args.set, row["config"])
+    flags = []
+    if edge := edge_fields(overs, rows[0]["config"]):
+        flags.append(f"at the edge of the grid in {', '.join(edge)}: the optimum may lie beyond it")
+    if why := extrapolated(args.scenario, args.set, rows[0]["config"]):
+        flags.append(f"rests on extrapolated acceptance: {why}")
     # auto: the DES re-checks every top configuration the analytical engine cannot vouch for
     recheck = [
         i
@@ -149,6 +169,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         "points": res["points"],
         "evaluated": res["evaluated"],
         "skipped": len(res["skipped"]),
+        "constraints": [str(b) for b in bounds],
+        "constrained_out": res["constrained_out"],
+        "flags": flags,
         "best": rows[0],
         "top": rows,
         "confirm": args.confirm,
@@ -175,6 +198,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             ci = d.get("ci95")
             line += f" | DES {d['value']:.4g}" + (f" [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "")
         print(line)
+    for flag in flags:
+        print(f"warning: the optimum is {flag}", file=sys.stderr)
+    if res["constrained_out"]:
+        print(
+            f"{res['constrained_out']} points break {', '.join(out['constraints'])}",
+            file=sys.stderr,
+        )
     if res["skipped"]:
         print(
             f"skipped {len(res['skipped'])} infeasible points, e.g. {res['skipped'][0]['error']}",
@@ -215,7 +245,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("scenario")
     p.add_argument("--over", action="append", default=[], metavar="FIELD=a..b|v1,v2,...")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    p.add_argument("--metric", default="tokens_per_s")
+    p.add_argument(
+        "--metric",
+        default="tokens_per_s",
+        help="any reported scalar metric, tails included (tpot_ms_p99, ttft_ms_p99, ...)",
+    )
+    p.add_argument(
+        "--constraint",
+        action="append",
+        default=[],
+        metavar="METRIC<=VALUE",
+        help="keep only points meeting it (<= or >=; repeatable)",
+    )
     p.add_argument("--direction", default=None, metavar="max|min")
     p.add_argument("--top", default="3", metavar="T")
     p.add_argument(

@@ -36,7 +36,10 @@ DEPLOY_KEYS = ("nodes", "ping_file", "cost", "plan")
 WEIGHT_DTYPES = ("native", "bf16", "fp8", "nvfp4")
 KV_DTYPES = ("bf16", "fp8")
 OBJECTIVES = ("tokens_per_s", "throughput_tokens_per_s", "usd_per_m_tokens")
-DEFAULT_EGRESS_USD_PER_GB = 0.02  # assumed typical intra-Europe cloud egress; settable
+# AWS inter-region transfer for most region pairs, invoiced by the source region
+# (https://redresscompliance.com/aws-inter-region-transfer-costs-multiregion.html, stored 2026:
+# $0.02/GB, e.g. us-east-1 -> eu-west-1); settable (cost.egress_usd_per_gb)
+DEFAULT_EGRESS_USD_PER_GB = 0.02
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,8 +78,7 @@ class LinkDraws:
         if not self.has_jitter:
             return self.latency_ms
         if self._prop_i >= len(self._prop):
-            j = self.jitter.sample(self.prop_rng, DRAW_BLOCK)
-            self._prop = np.maximum(0.0, self.latency_ms + j).tolist()
+            self._prop = self._prop_block().tolist()
             self._prop_i = 0
         d = self._prop[self._prop_i]
         self._prop_i += 1
@@ -90,8 +89,47 @@ class LinkDraws:
         if not self.has_loss:
             return 0
         if self._losses_i >= len(self._losses):
-            self._losses = sample_losses(self.loss_rng, self.loss_rate, DRAW_BLOCK).tolist()
+            self._losses = self._loss_block().tolist()
             self._losses_i = 0
         g = self._losses[self._losses_i]
         self._losses_i += 1
         return g
+
+    def propagation_block(self, count: int) -> np.ndarray:
+        """max(0, L + J) of the next ``count`` messages as an array, taken from the stream
+        exactly as ``count`` calls of :meth:`propagation_ms` would (same blocks, same order)."""
+        if not self.has_jitter:
+            return np.full(count, self.latency_ms)
+        return self._take("_prop", count, self._prop_block)
+
+    def losses_block(self, count: int) -> np.ndarray:
+        """G of the next ``count`` messages as an array (as ``count`` calls of :meth:`losses`)."""
+        if not self.has_loss:
+            return np.zeros(count, dtype=np.int64)
+        return self._take("_losses", count, self._loss_block)
+
+    def _prop_block(self) -> np.ndarray:
+        j = self.jitter.sample(self.prop_rng, DRAW_BLOCK)
+        return np.maximum(0.0, self.latency_ms + j)
+
+    def _loss_block(self) -> np.ndarray:
+        return sample_losses(self.loss_rng, self.loss_rate, DRAW_BLOCK)
+
+    def _take(self, name: str, count: int, block) -> np.ndarray:
+        """The next ``count`` values of buffer ``name`` (refilled by ``block()`` only when
+        exhausted, as the scalar methods do); the buffer is left where they would leave it."""
+        buf, i = getattr(self, name), getattr(self, name + "_i")
+        parts = [np.asarray(buf[i:])] if i < len(buf) else []
+        have = len(buf) - i if i < len(buf) else 0
+        last = None
+        while have < count:
+            last = block()
+            parts.append(last)
+            have += len(last)
+        out = np.concatenate(parts)[:count] if parts else np.zeros(0)
+        if last is None:  # served from the current buffer
+            setattr(self, name + "_i", i + count)
+        else:
+            setattr(self, name, last.tolist())
+            setattr(self, name + "_i", len(last) - (have - count))
+        return out

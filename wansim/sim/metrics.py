@@ -12,7 +12,16 @@ Per-request statistics (over the measured, i.e. post-warm-up, requests):
 - ``lap_ms_mean/p50/p99``: over every decode lap of those requests (a lap = time between
   consecutive verify completions of a request, the first from the prefill completion);
 - ``tpot_ms_p50/p99``: over requests of decode time / M;
-- ``ttft_ms_mean``: arrival (before any admission wait) to the first token.
+- ``ttft_ms_mean/p50/p99``: arrival (before any admission wait) to the first token;
+- ``e2e_ms_p50/p99``: arrival to the last verify (end-to-end latency of a request);
+- ``queue_ms_mean/p99``: arrival to admission (the wait for a slot, or for KV memory);
+- ``slo_attainment``: the share of measured requests meeting ``workload.slo`` (TTFT <=
+  ``ttft_ms`` and TPOT <= ``tpot_ms``; a bound left null always holds);
+  ``goodput_requests_per_s``: requests (all of them) meeting it / makespan.
+
+Every percentile has a 95% interval beside it (``<name>_ci95``, method in
+:func:`percentile_intervals`): a moving-block bootstrap over the measured requests in completion
+order, seeded (same seed, same interval).
 
 Whole-run statistics (every request, every pass):
 
@@ -167,7 +176,122 @@ def wasted_fraction(record: RunRecord) -> float:
     return 1.0 - p * record.tokens_committed / processed
 
 
-def compute_metrics(record: RunRecord) -> dict:
+BOOTSTRAP_RESAMPLES = 400
+BOOTSTRAP_STREAM = 15  # the bootstrap's generator: default_rng([seed, BOOTSTRAP_STREAM])
+PERCENTILE_CI_METHOD = (
+    "moving-block bootstrap over measured requests in completion order"
+    f" ({BOOTSTRAP_RESAMPLES} resamples, percentile interval)"
+)
+UNDEFINED_PERCENTILE_CI = "undefined: fewer than two measured requests (no spread to resample)"
+PERCENTILES = (0.5, 0.99)
+
+
+def weighted_quantile(sorted_values: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
+    """Per row of ``weights`` (resamples x values, aligned with ``sorted_values``): the
+    smallest value whose cumulative weight reaches ``q`` of the row's total."""
+    cum = np.cumsum(weights, axis=1)
+    idx = np.argmax(cum >= q * cum[:, -1:] - 1e-9, axis=1)
+    return sorted_values[idx]
+
+
+BLOCK_TABLE_ENTRIES = 4_000_000  # bounds the (owners x blocks) table of owner_quantiles
+
+
+def owner_quantiles(
+    sorted_values: np.ndarray, owner: np.ndarray, counts: np.ndarray, qs
+) -> list[np.ndarray]:
+    """:func:`weighted_quantile` of ``sorted_values`` with weights ``counts[:, owner]`` for each
+    q in ``qs``, the same indices without the (resamples x values) weight matrix.
+
+    Weights are whole counts, so every cumulative sum is an exact integer whatever the order of
+    the additions. The values are cut into blocks; each owner's number of values per block
+    (a table) times the counts gives each block's weight per resample (exact), their running
+    sum finds the block where the threshold ``q * total - 1e-9`` is first reached, and only that
+    block's weights are summed value by value. Same threshold, same first index."""
+    n_values = len(sorted_values)
+    owners = counts.shape[1]
+    n_blocks = max(1, min(n_values // 64, BLOCK_TABLE_ENTRIES // max(owners, 1)))
+    width = -(-n_values // n_blocks)
+    n_blocks = -(-n_values // width)
+    block_of = np.arange(n_values) // width
+    table = np.bincount(owner * n_blocks + block_of, minlength=owners * n_blocks)
+    table = table.reshape(owners, n_blocks).astype(float)
+    cum_blocks = np.cumsum(counts @ table, axis=1)
+    total = cum_blocks[:, -1:]
+    rows = np.arange(counts.shape[0])[:, None]
+    out = []
+    for q in qs:
+        threshold = q * total - 1e-9
+        b = np.argmax(cum_blocks >= threshold, axis=1)
+        before = np.where(b > 0, cum_blocks[rows[:, 0], np.maximum(b - 1, 0)], 0.0)
+        idx = b[:, None] * width + np.arange(width)
+        inside = idx < n_values
+        idx = np.minimum(idx, n_values - 1)
+        w = np.where(inside, counts[rows, owner[idx]], 0.0)
+        cum = before[:, None] + np.cumsum(w, axis=1)
+        j = np.argmax(cum >= threshold, axis=1)
+        out.append(sorted_values[b * width + j])
+    return out
+
+
+def percentile_intervals(
+    per_request: dict[str, np.ndarray],
+    per_lap: dict[str, tuple[np.ndarray, np.ndarray]],
+    order: np.ndarray,
+    block: int,
+    seed: int,
+    level: float = 0.95,
+) -> dict[str, list[float] | None]:
+    """95% intervals of the p50 and p99 of each series (name -> ``name_p50_ci95``, ...).
+
+    Moving-block bootstrap: ``order`` lists the measured requests (ids) in completion order;
+    a resample concatenates n / ``block`` blocks of ``block`` consecutive requests (starts
+    uniform), so requests that overlapped in the pipe (correlated) stay together; ``block`` is
+    1 where requests run alone (independent). ``per_request``: one value per request id;
+    ``per_lap``: (values, request id of each value), a request's values resampled with it. The
+    interval is the (1 - level)/2 and (1 + level)/2 quantiles of the resampled percentile (the
+    percentile interval). ``BOOTSTRAP_RESAMPLES`` resamples from
+    ``default_rng([seed, BOOTSTRAP_STREAM])``: deterministic. Fewer than two measured
+    requests: every interval is None."""
+    names = [f"{k}_p{round(100 * q)}_ci95" for k in (*per_request, *per_lap) for q in PERCENTILES]
+    n = len(order)
+    if n < 2:
+        return dict.fromkeys(names)
+    block = max(1, min(block, n))
+    rng = np.random.default_rng([seed, BOOTSTRAP_STREAM])
+    blocks = -(-n // block)
+    starts = rng.integers(0, n - block + 1, size=(BOOTSTRAP_RESAMPLES, blocks))
+    picks = (starts[:, :, None] + np.arange(block)).reshape(BOOTSTRAP_RESAMPLES, -1)[:, :n]
+    total = int(max(order.max(), *(r.max() for _, r in per_lap.values()), 0)) + 1
+    counts = np.zeros((BOOTSTRAP_RESAMPLES, total))
+    rows = np.repeat(np.arange(BOOTSTRAP_RESAMPLES), n)
+    np.add.at(counts, (rows, order[picks].ravel()), 1.0)
+    tails = [(1 - level) / 2, (1 + level) / 2]
+    out: dict[str, list[float] | None] = {}
+    series = {k: (v[order], order) for k, v in per_request.items()} | per_lap
+    for name, (values, owner) in series.items():
+        sort = np.argsort(values, kind="stable")
+        values, owner = values[sort], owner[sort]
+        stats = owner_quantiles(values, owner, counts, PERCENTILES)
+        for q, resampled in zip(PERCENTILES, stats, strict=True):
+            low, high = np.quantile(resampled, tails)
+            out[f"{name}_p{round(100 * q)}_ci95"] = [float(low), float(high)]
+    return out
+
+
+def meets_slo(record: RunRecord, slo) -> np.ndarray:
+    """Per request: TTFT and TPOT within ``slo`` (a None bound always holds)."""
+    ok = np.ones(len(record.arrival_ms), dtype=bool)
+    if slo is not None and slo.ttft_ms is not None:
+        ok &= record.first_token_ms - record.arrival_ms <= slo.ttft_ms
+    if slo is not None and slo.tpot_ms is not None:
+        ok &= record.decode_ms / record.decode_tokens <= slo.tpot_ms
+    return ok
+
+
+def compute_metrics(record: RunRecord, slo=None, seed: int = 0) -> dict:
+    """The metrics of the module docstring; ``slo``: ``workload.slo`` (None: no bounds);
+    ``seed``: the bootstrap's."""
     mask = measured_mask(record)
     rates = request_rates(record)[mask]
     laps = record.laps_ms[mask[record.lap_request]]
@@ -179,6 +303,26 @@ def compute_metrics(record: RunRecord) -> dict:
     interval = None if np.isnan(low) else [low, high]
     lap_p50, lap_p99 = np.quantile(laps, [0.5, 0.99])
     tpot_p50, tpot_p99 = np.quantile(tpot, [0.5, 0.99])
+    e2e_all = record.finish_ms - record.arrival_ms
+    queue_all = record.admitted_ms - record.arrival_ms
+    e2e, queue = e2e_all[mask], queue_all[mask]
+    ids = np.flatnonzero(mask)
+    order = ids[np.argsort(record.finish_ms[mask], kind="stable")]
+    n_measured = len(ids)
+    block = 1 if record.concurrency == 1 else -(-n_measured // MAX_BATCHES)
+    intervals = percentile_intervals(
+        {
+            "tpot_ms": record.decode_ms / record.decode_tokens,
+            "ttft_ms": record.first_token_ms - record.arrival_ms,
+            "e2e_ms": e2e_all,
+            "queue_ms": queue_all,
+        },
+        {"lap_ms": (record.laps_ms, record.lap_request)},
+        order,
+        block,
+        seed,
+    )
+    ok = meets_slo(record, slo)
     return {
         "tokens_per_s": float(rates.mean()),
         "throughput_tokens_per_s": 1e3 * record.output_tokens / makespan,
@@ -189,10 +333,19 @@ def compute_metrics(record: RunRecord) -> dict:
         "tpot_ms_p50": float(tpot_p50),
         "tpot_ms_p99": float(tpot_p99),
         "ttft_ms_mean": float(ttft.mean()),
+        "ttft_ms_p50": float(np.quantile(ttft, 0.5)),
+        "ttft_ms_p99": float(np.quantile(ttft, 0.99)),
+        "e2e_ms_p50": float(np.quantile(e2e, 0.5)),
+        "e2e_ms_p99": float(np.quantile(e2e, 0.99)),
+        "queue_ms_mean": float(queue.mean()),
+        "queue_ms_p99": float(np.quantile(queue, 0.99)),
+        "slo_attainment": float(ok[mask].mean()),
+        "goodput_requests_per_s": 1e3 * float(ok.sum()) / makespan,
         "bubble_fraction": float(1.0 - utilisation.mean()),
         "stage_utilization": [float(u) for u in utilisation],
         "bytes_per_token": float(record.link_bytes_decode.sum() / record.tokens_committed),
         "wasted_token_fraction": wasted_fraction(record),
         "target_exact": record.target_exact,
         "tokens_per_s_ci95": interval,
+        **intervals,
     }

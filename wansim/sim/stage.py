@@ -117,9 +117,13 @@ class Stage:
         server with a fixed service time per pass: it needs no process, only the closed form
         (module docstring). Every other stage is a process with a mailbox.
         """
-        self.closed_form = not self.is_last and not self.batching and self.hooks is None
+        self.closed_form = self.serves_in_closed_form()
         if not self.closed_form:
             self.process = self.env.process(self.run())
+
+    def serves_in_closed_form(self) -> bool:
+        """A stage before the last that neither batches nor runs the block schedule."""
+        return not self.is_last and not self.batching and self.hooks is None
 
     def receive(self, passes: list[Pass]) -> None:
         """Mailbox drop (a link delivery, or an admission into S0); wakes an idle stage."""

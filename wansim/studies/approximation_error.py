@@ -12,7 +12,7 @@ the table of measured errors (``docs/approximations.md``): nothing in it is type
 ``BOUNDS`` are the documented bounds (the largest error measured over each group's grid,
 rounded up);
 the run fails (exit 1) if a measured error exceeds its bound, and the test suite checks them
-on a smaller grid (``tests/test_approximations.py``).
+on a smaller grid (``tests/agreement/test_approximations.py``).
 
 Errors: tokens/s and throughput relative, (analytical - DES) / DES; bubble and wasted
 fractions absolute. The DES's own 95% interval half-width (tokens/s) is reported beside them:

@@ -22,10 +22,18 @@ LOWER_IS_BETTER = (
     "tpot_ms_p50",
     "tpot_ms_p99",
     "ttft_ms_mean",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "e2e_ms_p50",
+    "e2e_ms_p99",
+    "queue_ms_mean",
+    "queue_ms_p99",
     "bubble_fraction",
     "bytes_per_token",
     "wasted_token_fraction",
 )
+# metrics outside the vectorised grid (tails, serving metrics) cost one analytical run per point
+MAX_POINT_RUNS = 2000
 
 _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
 
@@ -64,31 +72,39 @@ def optimize(
     sets: list[str] | None = None,
     metric: str = "tokens_per_s",
     direction: str | None = None,
+    constraints: list | None = None,
 ) -> dict:
     """Evaluate the grid with the analytical engine; returns the ranked table and skips.
 
     Numeric fields the vectorised grid accepts (``analytical.grid.VECTOR_FIELDS``) are evaluated
     in one call per combination of the other fields. A value that makes the scenario invalid
-    (e.g. K beyond the measured positions) is skipped and reported, not fatal.
+    (e.g. K beyond the measured positions) is skipped and reported, not fatal. Any reported
+    scalar metric may be the objective or bounded by ``constraints``
+    (:class:`wansim.studies.constraints.Bound`, points that break one are dropped); those the
+    grid does not give (tails such as ``tpot_ms_p99``, the serving metrics) come from one
+    analytical run per point (at most ``MAX_POINT_RUNS`` points).
     """
     import numpy as np
     import pandas as pd
 
     from wansim.analytical import check_supported, evaluate_grid
     from wansim.analytical.grid import VECTOR_FIELDS
-    from wansim.metrics import METRICS
     from wansim.scenario import (
         PER_STAGE_PATHS,
         has_per_stage_lists,
         load_scenario,
         scenario_to_dict,
     )
+    from wansim.studies.constraints import BOUNDABLE
 
     names = [f for f, _ in overs]
     if len(set(names)) != len(names):
         raise WansimInputError("--over", "names a field twice", names)
-    if metric not in METRICS or metric in ("stage_utilization", "tokens_per_s_ci95"):
-        raise WansimInputError("--metric", "not a scalar metric name", metric)
+    if metric not in BOUNDABLE and metric != "tpot_ms_mean":
+        raise WansimInputError(
+            "--metric", f"not a scalar metric (known: {', '.join(BOUNDABLE)})", metric
+        )
+    constraints = list(constraints or [])
     if direction is None:
         direction = "min" if metric in LOWER_IS_BETTER else "max"
     sets = list(sets or [])
@@ -140,8 +156,21 @@ def optimize(
         first = skipped[0]["error"] if skipped else "no points"
         raise WansimInputError("--over", f"no feasible point ({first})", [f for f, _ in overs])
     table = pd.concat(frames, ignore_index=True)
-    if metric not in table:
-        raise WansimInputError("--metric", "the analytical grid does not give it", metric)
+    needed = [m for m in dict.fromkeys([metric, *(b.metric for b in constraints)])]
+    missing = [m for m in needed if m not in table]
+    if missing:
+        table = _per_point(path, sets, names, table, missing)
+    kept = np.ones(len(table), dtype=bool)
+    for bound in constraints:
+        kept &= np.array([bound.holds({bound.metric: v}) for v in table[bound.metric]])
+    constrained_out = int((~kept).sum())
+    table = table[kept]
+    if table.empty:
+        raise WansimInputError(
+            "--constraint",
+            f"no evaluated point meets {', '.join(str(b) for b in constraints)}",
+            f"{constrained_out} points",
+        )
     table = table.sort_values(metric, ascending=direction == "min", kind="stable")
     table = table.reset_index(drop=True)
     return {
@@ -152,10 +181,64 @@ def optimize(
         "points": points,
         "evaluated": len(table),
         "skipped": skipped,
+        "constrained_out": constrained_out,
         "table": table,
         "base": base,
         "values": np.asarray(table[metric]),
     }
+
+
+def _per_point(path, sets, names, table, missing):
+    """Add the ``missing`` metrics to every row by one analytical run per point."""
+    import wansim
+    from wansim.scenario import load_scenario
+
+    if len(table) > MAX_POINT_RUNS:
+        raise WansimInputError(
+            "--metric",
+            f"{', '.join(missing)} needs one analytical run per point; the grid has"
+            f" {len(table)} (at most {MAX_POINT_RUNS}: narrow --over)",
+            len(table),
+        )
+    columns: dict[str, list] = {m: [] for m in missing}
+    for _, row in table.iterrows():
+        sc = load_scenario(path, sets + [f"{f}={_yaml(scalar(row[f]))}" for f in names])
+        metrics = wansim.analyze(sc).metrics
+        for m in missing:
+            value = metrics.get(m)
+            columns[m].append(float("nan") if value is None else float(value))
+    table = table.copy()
+    for m, values in columns.items():
+        table[m] = values
+    return table
+
+
+def edge_fields(overs: list[tuple[str, list[Any]]], config: dict) -> list[str]:
+    """Numeric --over fields (3 or more values) whose optimum is the smallest or largest value
+    searched: the optimum may lie beyond the grid."""
+    out = []
+    for field, values in overs:
+        nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(set(nums)) < 3 or len(nums) != len(values):
+            continue
+        if config.get(field) in (min(nums), max(nums)):
+            out.append(field)
+    return out
+
+
+def extrapolated(path: str, sets: list[str], config: dict) -> str | None:
+    """Why the configuration's acceptance is extrapolated (K or tree depth beyond the positions
+    the profile measured, the last rate held), or None."""
+    from wansim.scenario import acceptance_depth, load_scenario
+
+    sc = load_scenario(path, sets + [f"{k}={_yaml(v)}" for k, v in config.items()])
+    need, measured = acceptance_depth(sc)
+    if measured is None or need <= measured:
+        return None
+    return (
+        f"needs acceptance at {need} positions; the acceptance measured {measured}"
+        " (the last rate is held beyond)"
+    )
 
 
 def _yaml(value: Any) -> str:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.acceptance.test_trees import enumerate_expected
+from tests.agreement.test_sim_agreement import check_agreement
 from tests.conftest import REFERENCE
-from tests.sim.test_sim_agreement import check_agreement
-from tests.test_trees import enumerate_expected
 from wansim import speculation
 from wansim.acceptance import trees as tr
 from wansim.analytical import analyze

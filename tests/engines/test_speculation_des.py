@@ -1,6 +1,6 @@
 """Trees and verifier rules in the DES through the shared speculation module: the DES agrees
 with the analytical engine (tokens/s inside the DES interval, tau inside the pass-count interval,
-lap quantiles), by the same check as the chain agreement test (tests/sim/test_sim_agreement.py),
+lap quantiles), by the same check as the chain agreement test (tests/agreement/test_sim_agreement.py),
 over random tree scenarios; and the DES's sampled acceptance matches the exact tree expectation."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.agreement.test_sim_agreement import REQUESTS, check_agreement, jitters
 from tests.conftest import REFERENCE
-from tests.sim.test_sim_agreement import REQUESTS, check_agreement, jitters
 from wansim import speculation
 from wansim.scenario import load_scenario
 from wansim.sim import simulate

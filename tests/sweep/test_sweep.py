@@ -244,7 +244,7 @@ BAD = [
     ),
     ({"set": {"stages": -1}}, "set.stages: must be >= 1, got -1"),
     # hops that differ cannot follow a new stage count (alike ones are resized: README,
-    # "Overrides, sweeps and per-stage lists"; tests/test_input_edges.py)
+    # "Overrides, sweeps and per-stage lists"; tests/cli/test_input_edges.py)
     (
         {"grid": {"stages": [10, 4]}, "set": {"network.hops": DIFFERING_HOPS}, "vectorize": False},
         "network.hops: needs 4 entries",

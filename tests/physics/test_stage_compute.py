@@ -149,7 +149,7 @@ def test_engines_agree_on_a_jittered_per_stage_scenario():
     """DES vs closed form with per-stage tables, empirical jitter per hop and difficulty: the
     analytical tokens/s inside the DES's 99.9% t-interval, tau inside its interval, lap p50
     and p99 inside distribution-free order-statistic intervals (widened by the analytical
-    lap grid's discretisation, as in tests/sim/test_sim_agreement.py)."""
+    lap grid's discretisation, as in tests/agreement/test_sim_agreement.py)."""
     rng = np.random.default_rng(3)
     hops = [
         {"jitter": {"kind": "empirical", "samples_ms": [float(x) for x in rng.gamma(2, 1, 40)]}}

@@ -129,6 +129,98 @@ def test_loss_on_a_loaded_ring_slows_it_like_the_des(concurrency, kind, before):
     assert res.approximation["validated"] is False
 
 
+# --------------------------------------------------------------------------- 3: batching
+FINISH_TOGETHER = {
+    "schedule.batching": "continuous",
+    "network.bandwidth_mbps": 100.0,
+    "workload.prompt_tokens": 512,
+    "workload.requests": 48,
+}
+
+
+@pytest.mark.parametrize(
+    ("over", "before"),
+    [
+        # no speculation: every request takes the same passes, the slots finish together
+        (
+            {"speculation.policy": "none", "workload.concurrency": 8, "workload.output_tokens": 9},
+            -0.83,
+        ),
+        (
+            {
+                "speculation.policy": "none",
+                "workload.concurrency": 4,
+                "workload.output_tokens": 4,
+                "model.hidden_size": 7168,
+            },
+            -0.96,
+        ),
+        # near-certain acceptance: nearly so
+        (
+            {
+                "drafter.acceptance.alpha": 0.999,
+                "workload.concurrency": 16,
+                "workload.output_tokens": 32,
+                "workload.requests": 64,
+            },
+            -0.82,
+        ),
+        # with jitter
+        (
+            {
+                "speculation.policy": "none",
+                "workload.concurrency": 8,
+                "workload.output_tokens": 32,
+                "network.jitter.kind": "lognormal",
+                "network.jitter.std_ms": 2.0,
+            },
+            -0.54,
+        ),
+    ],
+)
+def test_batch_that_finishes_together_has_no_convoys(over, before):
+    """Slots that finish at the same verdict admit their replacements together: the prefill
+    runs ahead of nobody (it is the TTFT), and no continuing sequence is convoyed. The renewal
+    model charged every lap Binomial(b - 1, 1/E[N]) admissions ahead of it (``before``: its
+    error on tokens/s against the DES, lap p99 up to 117x); the slots' completion waves
+    (``batched.lap_exposure``) give none."""
+    sc = _small(**{**FINISH_TOGETHER, **over})
+    res = analyze(sc)
+    ana, des = res.metrics, simulate(sc).metrics
+    low, high = des["tokens_per_s_ci95"]
+    band = res.approximation["error_band"]["tokens_per_s"]
+    assert res.approximation["validated"], res.approximation
+    err = ana["tokens_per_s"] / des["tokens_per_s"] - 1
+    assert abs(err) <= band + (high - low) / des["tokens_per_s"], (err, before)
+    for key in ("throughput_tokens_per_s", "ttft_ms_mean"):
+        assert ana[key] == pytest.approx(des[key], rel=res.approximation["error_band"][key])
+    for key in ("lap_ms_p50", "lap_ms_p99"):
+        assert ana[key] == pytest.approx(des[key], rel=0.05), key
+
+
+def test_batch_that_would_pipeline_as_groups_says_so():
+    """16 tree sequences of 32 nodes drift apart and the DES's batch splits into groups that
+    pipeline (25.5 tokens/s against the lockstep model's 15.9): outside the measured domain."""
+    over = {
+        "schedule.batching": "continuous",
+        "network.latency_ms": 25.0,
+        "model.compute.per_token_ms": 0.05,
+        "drafter.placement": "first_stage",
+        "drafter.kind": "draft_model",
+        "drafter.acceptance": {"profile": "traces/reference/dspark-v4pro.yaml", "workload": "chat"},
+        "speculation.policy": "tree",
+        "speculation.k": 3,
+        "speculation.tree": {"kind": "sequoia", "budget_nodes": 32},
+        "workload.concurrency": 16,
+        "workload.requests": 64,
+        "workload.prompt_tokens": 16,
+        "workload.output_tokens": 32,
+    }
+    res = analyze(_small(**over))
+    assert not res.approximation["validated"]
+    assert "split in two groups" in res.approximation["why"]
+
+
 # --------------------------------------------------------------------------- 5: determinism
 def test_deterministic_ring_waits_only_at_capacity():
     """8 requests, no speculation, no jitter: nothing mixes their phases, so the ring runs as

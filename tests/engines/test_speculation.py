@@ -8,8 +8,8 @@ import pytest
 import yaml
 from scipy.special import expit, logit
 
+from tests.acceptance.test_trees import enumerate_expected
 from tests.conftest import PROFILE, REFERENCE
-from tests.test_trees import enumerate_expected
 from wansim import speculation
 from wansim.acceptance import trees as tr
 from wansim.acceptance.model import acceptance_model

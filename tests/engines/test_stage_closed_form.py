@@ -113,7 +113,7 @@ def test_only_stages_before_the_last_in_the_sync_schedule_are_closed_form():
 
         Stage.start = spy
         try:
-            simulate(sc)
+            simulate(sc, per_event=True)  # (a lone request otherwise runs without events)
         finally:
             Stage.start = original
         return seen

@@ -1,0 +1,179 @@
+"""``wansim capacity`` (SLO capacity search) and ``optimize`` on any metric with constraints."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import wansim
+from tests.conftest import REFERENCE, strict_loads
+from wansim.scenario import load_scenario
+from wansim.studies.capacity import search_index
+from wansim.studies.constraints import BOUNDABLE, parse_bound
+
+SMALL = ["--set", "workload.output_tokens=48", "--set", "workload.requests=24"]
+
+
+@given(st.integers(-50, 50), st.integers(-60, 60), st.integers(-50, 0), st.integers(0, 50))
+def test_search_finds_the_threshold_of_a_monotone_predicate(threshold, start, low, high):
+    start = min(max(start, low), high)
+    calls = []
+
+    def holds(i):
+        calls.append(i)
+        return i <= threshold
+
+    got = search_index(holds, start, low, high)
+    want = None if threshold < low else min(threshold, high)
+    assert got == want
+    assert len(calls) == len(set(calls))  # each point run once
+    assert all(low <= i <= high for i in calls)
+
+
+def test_bounds_parse_and_check():
+    b = parse_bound("--slo", "tpot_ms_p99<=60")
+    assert (b.metric, b.op, b.value) == ("tpot_ms_p99", "<=", 60.0)
+    assert b.holds({"tpot_ms_p99": 60.0}) and not b.holds({"tpot_ms_p99": 60.1})
+    assert not b.holds({"tpot_ms_p99": None})  # undefined never meets a bound
+    g = parse_bound("--constraint", "goodput_requests_per_s>=0.5")
+    assert g.holds({"goodput_requests_per_s": 0.5}) and not g.holds({"goodput_requests_per_s": 0.4})
+
+
+def test_capacity_closed_loop_is_the_largest_concurrency_meeting_the_slo(run_cli):
+    slo = ["--slo", "tpot_ms_p99<=300", "--slo", "ttft_ms_p99<=2500"]
+    code, out, err = run_cli(
+        "capacity", REFERENCE, *slo, *SMALL, "--set", "schedule.batching=continuous", "--json"
+    )
+    assert code == 0, err
+    data = strict_loads(out)
+    c = data["max_concurrency"]
+    assert data["engine"] == "des" and data["searched"] == "workload.concurrency"
+    assert c is not None and c >= 2
+    # the DES confirmed it: the answer holds and the next concurrency fails, in the DES
+    des = {
+        e["workload.concurrency"]: e["holds"] for e in data["evaluations"] if e["engine"] == "des"
+    }
+    assert des[c] is True and des[c + 1] is False
+    assert data["at"]["tpot_ms_p99"] <= 300 and data["at"]["ttft_ms_p99"] <= 2500
+    # the analytical answer, checked by running the analytical engine at it and one above
+    a = data["analytical"]
+    sets = [s for s in SMALL if s != "--set"] + ["schedule.batching=continuous"]
+
+    def meets(conc):
+        m = wansim.analyze(
+            load_scenario(REFERENCE, [*sets, f"workload.concurrency={conc}"])
+        ).metrics
+        return m["tpot_ms_p99"] <= 300 and m["ttft_ms_p99"] <= 2500
+
+    assert meets(a) and not meets(a + 1)
+
+
+def test_capacity_open_arrivals_search_the_rate_with_the_des(run_cli):
+    code, out, err = run_cli(
+        "capacity",
+        REFERENCE,
+        "--slo",
+        "queue_ms_mean<=2000",
+        *SMALL,
+        "--set",
+        "workload.arrival=poisson",
+        "--set",
+        "workload.rate_per_s=0.05",
+        "--json",
+    )
+    assert code == 0, err
+    data = strict_loads(out)
+    rate = data["max_request_rate_per_s"]
+    assert data["engine"] == "des" and "analytical" not in data
+    runs = {e["workload.rate_per_s"]: e["holds"] for e in data["evaluations"]}
+    assert runs[rate] is True
+    above = min(r for r in runs if r > rate)
+    assert runs[above] is False and above / rate == pytest.approx(1.02)
+    assert data["at"]["queue_ms_mean"] <= 2000
+
+
+def test_capacity_none_sustainable_is_null_with_a_reason(run_cli):
+    code, out, _ = run_cli("capacity", REFERENCE, "--slo", "tpot_ms_p99<=1", *SMALL, "--json")
+    data = strict_loads(out)
+    assert code == 0 and data["max_concurrency"] is None and data["at"] is None
+    assert "fails at the lowest" in data["reason"]
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--slo", "tpot_p99<=60"], "unknown metric 'tpot_p99' (known: tokens_per_s"),
+        (["--slo", "tpot_ms_p99=60"], "expected METRIC<=VALUE"),
+        (["--slo", "tpot_ms_p99<=fast"], "the bound must be a number"),
+        ([], "--slo: give at least one"),
+        (["--slo", "tpot_ms_p99<=60", "--engine", "warp"], "--engine: must be auto"),
+    ],
+)
+def test_capacity_bad_input_is_one_line(run_cli, argv, needle):
+    code, out, err = run_cli("capacity", REFERENCE, *argv)
+    assert code == 2 and out == ""
+    assert needle in err and len(err.strip().splitlines()) == 1
+    if "unknown metric" in needle:
+        assert all(name in err for name in BOUNDABLE)
+
+
+def test_optimize_a_tail_with_a_constraint(run_cli):
+    code, out, err = run_cli(
+        "optimize",
+        REFERENCE,
+        "--over",
+        "speculation.k=2..6",
+        "--metric",
+        "tpot_ms_p99",
+        "--constraint",
+        "ttft_ms_p99<=1000",
+        "--confirm",
+        "none",
+        "--json",
+    )
+    assert code == 0, err
+    data = strict_loads(out)
+    assert data["metric"] == "tpot_ms_p99" and data["direction"] == "min"
+    best = data["best"]
+    k = best["config"]["speculation.k"]
+    # the tail is the analytical engine's own, point by point
+    m = wansim.analyze(load_scenario(REFERENCE, [f"speculation.k={k}"])).metrics
+    assert best["tpot_ms_p99"] == pytest.approx(m["tpot_ms_p99"])
+    for other in range(2, 7):
+        mo = wansim.analyze(load_scenario(REFERENCE, [f"speculation.k={other}"])).metrics
+        assert mo["tpot_ms_p99"] >= m["tpot_ms_p99"] or mo["ttft_ms_p99"] > 1000
+    assert data["flags"] and "edge of the grid" in data["flags"][0]  # k = 6 is the top
+
+
+def test_optimize_flags_extrapolated_acceptance(run_cli):
+    code, out, err = run_cli(
+        "optimize",
+        REFERENCE,
+        "--over",
+        "speculation.k=4..12",
+        "--set",
+        "drafter.acceptance.extrapolate=true",
+        "--confirm",
+        "none",
+        "--json",
+    )
+    assert code == 0, err
+    data = strict_loads(out)
+    assert data["best"]["config"]["speculation.k"] > 7
+    assert any("extrapolated acceptance" in f and "measured 7" in f for f in data["flags"])
+
+
+def test_optimize_constraint_nobody_meets_is_one_line(run_cli):
+    code, _, err = run_cli(
+        "optimize",
+        REFERENCE,
+        "--over",
+        "speculation.k=2..4",
+        "--constraint",
+        "tokens_per_s>=1e6",
+        "--confirm",
+        "none",
+    )
+    assert code == 2 and "--constraint: no evaluated point meets" in err
+    assert len(err.strip().splitlines()) == 1

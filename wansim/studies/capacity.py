@@ -1,0 +1,184 @@
+"""The highest load a configuration sustains under an SLO (``wansim capacity``).
+
+What is searched: with closed arrivals (``workload.arrival: closed``) the number of users,
+``workload.concurrency`` (an integer, 1 .. ``max_concurrency``); with open arrivals the request
+rate ``workload.rate_per_s``, on the geometric grid r0 (1 + ``RATE_STEP``)^i (r0 the scenario's
+rate), so the answer is within ``RATE_STEP`` (2%) of the highest sustained rate on that grid.
+
+How (every metric the engines report may be bounded: :mod:`wansim.studies.constraints`):
+
+1. **Bracketing** from a start point: while the SLO holds, step up by 1, 2, 4, ... grid points
+   (so from 1 user: 2, 4, 8, ...); when it fails at the start, step down likewise until it
+   holds (none does: the answer is null, with the reason).
+2. **Bisection** between the last point that holds and the first that fails, to adjacent grid
+   points.
+3. **DES confirmation**: the search runs on the analytical engine where it models the scenario
+   (closed arrivals), then again on the DES starting from the analytical answer (so the DES
+   usually runs the answer and its neighbour only); the DES's answer is reported, the
+   analytical one beside it. Open arrivals are searched with the DES alone (the analytical
+   engine does not model them).
+
+Assumption: the SLO metrics worsen monotonically with load (more users or a higher rate), so
+the first failure bounds the answer; each DES run is seeded (the scenario's seed), so the
+search is deterministic, but near the boundary a DES run's noise can move the answer by a grid
+point. A DES run of c users simulates at least ``DES_ROUNDS`` x c requests (the first c, a
+cold start, are left out of its per-request statistics).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from wansim.errors import WansimInputError
+from wansim.studies.constraints import Bound
+
+RATE_STEP = 0.02
+MAX_RATE_STEPS = 800  # r0 (1.02)^+-800: a factor of ~7e6 either way
+DES_ROUNDS = 3
+DEFAULT_MAX_CONCURRENCY = 1024
+
+
+def search_index(holds: Callable[[int], bool], start: int, low: int, high: int) -> int | None:
+    """The largest i in [low, high] with holds(i), assuming holds is monotone (true then
+    false): geometric bracketing from ``start``, then bisection (module docstring). None when
+    it fails even at ``low``."""
+    seen: dict[int, bool] = {}
+
+    def test(i: int) -> bool:
+        if i not in seen:
+            seen[i] = holds(i)
+        return seen[i]
+
+    step = 1
+    if test(start):
+        lo = start
+        while True:
+            i = min(lo + step, high)
+            if i == lo:
+                return lo
+            if not test(i):
+                hi = i
+                break
+            lo, step = i, step * 2
+    else:
+        hi = start
+        while True:
+            i = max(hi - step, low)
+            if i == hi:
+                return None
+            if test(i):
+                lo = i
+                break
+            hi, step = i, step * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if test(mid) else (lo, mid)
+    return lo
+
+
+def capacity(
+    path: str,
+    bounds: list[Bound],
+    *,
+    sets: list[str] | None = None,
+    engine: str = "auto",
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+) -> dict:
+    """The search of the module docstring; returns the JSON-ready answer."""
+    import wansim
+    from wansim.analytical import check_supported
+    from wansim.scenario import load_scenario
+
+    sets = list(sets or [])
+    base = load_scenario(path, sets)
+    closed = base.workload.arrival == "closed"
+    if engine not in ("auto", "analytical", "des"):
+        raise WansimInputError("--engine", "must be auto, analytical or des", engine)
+    analytical_ok = closed
+    if analytical_ok:
+        try:
+            check_supported(base)
+        except WansimInputError:
+            analytical_ok = False
+    if engine == "analytical" and not analytical_ok:
+        raise WansimInputError(
+            "--engine",
+            "the analytical engine does not model this scenario (open arrivals or another"
+            " mechanism it refuses): use --engine des",
+            engine,
+        )
+    engines = {"auto": ["analytical", "des"] if analytical_ok else ["des"]}.get(engine, [engine])
+
+    if closed:
+        field = "workload.concurrency"
+
+        def value(i: int) -> int:
+            return i
+
+        low, high, start = 1, max_concurrency, 1
+    else:
+        field = "workload.rate_per_s"
+        r0 = base.workload.rate_per_s
+
+        def value(i: int) -> float:
+            return r0 * (1.0 + RATE_STEP) ** i
+
+        low, high, start = -MAX_RATE_STEPS, MAX_RATE_STEPS, 0
+
+    log: list[dict] = []
+    results: dict[tuple[str, int], dict] = {}
+
+    def run(name: str, i: int) -> dict:
+        key = (name, i)
+        if key not in results:
+            x = value(i)
+            extra = [f"{field}={x!r}"]
+            if closed and name == "des":
+                extra.append(f"workload.requests={max(base.workload.requests, DES_ROUNDS * x)}")
+            sc = load_scenario(path, sets + extra)
+            res = wansim.analyze(sc) if name == "analytical" else wansim.simulate(sc)
+            results[key] = res.to_json()["metrics"]
+            ok = all(b.holds(results[key]) for b in bounds)
+            log.append({"engine": name, field: x, "holds": ok})
+        return results[key]
+
+    answers: dict[str, int | None] = {}
+    for name in engines:
+        answers[name] = search_index(
+            lambda i, name=name: all(b.holds(run(name, i)) for b in bounds), start, low, high
+        )
+        if answers[name] is not None:
+            start = answers[name]
+    final_engine = engines[-1]
+    best = answers[final_engine]
+    key = "max_concurrency" if closed else "max_request_rate_per_s"
+    out: dict = {
+        "scenario": base.name,
+        "slo": [str(b) for b in bounds],
+        "searched": field,
+        key: None if best is None else value(best),
+        "engine": final_engine,
+        "at": None if best is None else run(final_engine, best),
+        "method": "bracketing + bisection"
+        + (" (analytical), confirmed by the DES" if len(engines) == 2 else f" ({final_engine})")
+        + ("" if closed else f"; rate grid r0 (1 + {RATE_STEP})^i, r0 = {value(0):g}/s"),
+        "evaluations": log,
+    }
+    if len(engines) == 2:
+        a = answers["analytical"]
+        out["analytical"] = None if a is None else value(a)
+    if best is None:
+        lowest = value(low)
+        out["reason"] = f"the SLO fails at the lowest {field} searched ({_fmt(lowest)})" + (
+            "" if closed else ": no rate is sustainable"
+        )
+    elif best == high:
+        out["at_search_limit"] = (
+            f"the SLO still holds at the search's upper end ({field} = {_fmt(value(high))})"
+        )
+    return out
+
+
+def _fmt(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:.4g}" if math.isfinite(x) else str(x)

@@ -9,7 +9,7 @@ each policy sit on the throughput / TPOT-p99 frontier, and do the two engines ag
 
 Scenario: scenarios/v4pro-dspark-10stage-wan.yaml (10 stages, 25 ms per hop, 1 Gbit/s,
 lognormal jitter 3 ms, DSpark K = 7 on the math profile), 512-token prompts, 128-token outputs,
-a closed loop of U = 1..128 users (3 U + 16 requests per run). Lines: chain (K = 7) and a
+a closed loop of U = 1..128 users (3 U + 40 requests per run). Lines: chain (K = 7) and a
 Sequoia tree of 16 nodes, each with one continuous batch (micro-batching off) and with 10
 micro-batches and a 256-token prefill chunk (on); async in-pipe speculation (4 blocks in
 flight, a draft model on S0) with one micro-batch per request (async keeps its own blocks in
@@ -56,7 +56,7 @@ OUTPUT_TOKENS = fast(128, 48)
 
 
 def point(overrides: dict, users: int):
-    requests = fast(3 * users + 16, 2 * users + 8)
+    requests = fast(3 * users + 40, 2 * users + 8)  # enough requests for a p99 at 1 user
     return load_scenario(
         REFERENCE,
         {

@@ -163,7 +163,7 @@ def test_des_agrees_within_the_band(over):
         "schedule.prefill_chunk_tokens": 128,
         "workload.concurrency": 64,
         "workload.requests": 192,
-        "workload.output_tokens": 64,
+        "workload.output_tokens": 128,
         "workload.prompt_tokens": 256,
     }
     sc = load_scenario(REFERENCE, {**base, **over})

@@ -210,15 +210,27 @@ def _outside_micro_batches(scenario) -> str:
         )
     if scenario.speculation.policy != "chain":
         return "micro-batches measured with chains only"
+    k = np.asarray(scenario.speculation.k)
+    latency = max(float(np.max(np.asarray(link.latency_ms))) for link in _links(scenario))
     beyond = (
         int(np.max(np.asarray(wl.concurrency))) > MICRO_USERS_MEASURED
         or sched.micro_batches > MICRO_BATCHES_MEASURED
         or int(np.max(np.asarray(scenario.stages))) > MICRO_STAGES_MEASURED
+        or int(np.max(np.asarray(wl.prompt_tokens))) > MICRO_PROMPT_MEASURED
+        or int(np.min(np.asarray(wl.output_tokens))) < MICRO_OUTPUT_MEASURED
+        or not MICRO_CHUNK_MEASURED[0] <= sched.prefill_chunk_tokens <= MICRO_CHUNK_MEASURED[1]
+        or int(np.min(k)) < MICRO_K_MEASURED[0]
+        or int(np.max(k)) > MICRO_K_MEASURED[1]
+        or latency > MICRO_LATENCY_MS_MEASURED
     )
     if beyond:
         return (
             f"micro-batches beyond the measured grid (up to {MICRO_USERS_MEASURED} users,"
-            f" {MICRO_BATCHES_MEASURED} micro-batches, {MICRO_STAGES_MEASURED} stages)"
+            f" {MICRO_BATCHES_MEASURED} micro-batches, {MICRO_STAGES_MEASURED} stages,"
+            f" {MICRO_LATENCY_MS_MEASURED:g} ms hops, prompts of {MICRO_PROMPT_MEASURED} tokens"
+            f" at most in chunks of {MICRO_CHUNK_MEASURED[0]}-{MICRO_CHUNK_MEASURED[1]},"
+            f" outputs of {MICRO_OUTPUT_MEASURED} tokens or more, K"
+            f" {MICRO_K_MEASURED[0]}-{MICRO_K_MEASURED[1]})"
         )
     if sched.micro_batches > int(np.min(np.asarray(scenario.stages))):
         return (
@@ -237,6 +249,11 @@ def _outside_micro_batches(scenario) -> str:
 
 
 MICRO_USERS_MEASURED = 128
+MICRO_PROMPT_MEASURED = 512
+MICRO_OUTPUT_MEASURED = 128
+MICRO_CHUNK_MEASURED = (128, 256)
+MICRO_K_MEASURED = (3, 7)
+MICRO_LATENCY_MS_MEASURED = 25.0
 MICRO_BATCHES_MEASURED = 10
 MICRO_STAGES_MEASURED = 10
 CHUNK_PASS_RATIO_MEASURED = 2.2

@@ -50,7 +50,16 @@ METRICS: dict[str, tuple[str, str]] = {
 # DES: a 95% interval beside every percentile (bootstrap; wansim.sim.metrics)
 PERCENTILE_METRICS = tuple(name for name in METRICS if name.endswith(("_p50", "_p99")))
 CI_METRICS = ("tokens_per_s_ci95", *(f"{name}_ci95" for name in PERCENTILE_METRICS))
-ORDER = list(METRICS)
+
+# with faults only (scenario ``faults.events``)
+FAULT_METRICS: dict[str, tuple[str, str]] = {
+    "goodput_tokens_per_s": ("tok/s", "output tokens of the requests that finished / wall time"),
+    "failed_requests": ("", "requests that failed (recovery: fail; expected value analytically)"),
+    "availability": ("", "share of the wall time the ring could serve (outside outages)"),
+}
+ALL_METRICS = {**METRICS, **FAULT_METRICS}
+
+ORDER = list(ALL_METRICS)
 
 
 def is_interval(name: str) -> bool:

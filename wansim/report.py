@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from wansim import strict_json
-from wansim.metrics import METRICS, ORDER
+from wansim.metrics import ALL_METRICS, ORDER
 from wansim.result import Result, jsonable
 
 
@@ -59,7 +59,7 @@ def format_table(results: dict[str, Result]) -> str:
         header.append(f"{engines[0]} vs {engines[1]}")
     rows = []
     for name in names:
-        unit = METRICS.get(name, ("", ""))[0]
+        unit = ALL_METRICS.get(name, ("", ""))[0]
         row = [name, unit] + [_fmt(results[e].metrics.get(name)) for e in engines]
         if both:
             a, b = (results[e].metrics.get(name) for e in engines)

@@ -35,6 +35,8 @@ TREE_KINDS = ("static", "sequoia", "dynamic")
 SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
 ARRIVALS = ("closed", "poisson")
+RECOVERIES = ("failover", "fail")
+MAX_FAULTS = 10_000
 ACTIVATION_BITS = (3, 4, 8, 16, 32)
 MAX_LOSS_RATE = 0.99
 MAX_STAGES = 1024
@@ -304,7 +306,9 @@ class AcceptanceSpec:
     ``sibling_logit_offsets`` (trees): rank-r candidates are accepted at
     sigmoid(logit p_d - offset_r) for r = 2, 3, ... (overrides the profile's; see
     :mod:`wansim.acceptance.trees`). alpha/per_position rates are the rates of the scenario's
-    ``speculation.verifier`` rule; a profile converts them (its ``verifier_logit_shift``)."""
+    ``speculation.verifier`` rule; a profile converts them (its ``verifier_logit_shift``).
+    ``activation_quality``: a table file of what each activation bit width costs (acceptance
+    factor, exactness; :mod:`wansim.acceptance.activation_quality`), replacing the profile's."""
 
     profile: str | None = spec(None)
     workload: str | None = spec(None)
@@ -314,6 +318,7 @@ class AcceptanceSpec:
     dispersion: float | None = spec(None, ge=0, lt=1)
     extrapolate: bool = spec(False)
     sibling_logit_offsets: tuple[float, ...] | None = spec(None, max_items=4096)
+    activation_quality: str | None = spec(None)
 
     def check(self, path: str) -> None:
         if self.sibling_logit_offsets is not None and not self.sibling_logit_offsets:
@@ -465,6 +470,48 @@ class Workload:
     slo: Slo = spec(factory=Slo)
 
 
+# ----------------------------------------------------------------------------- faults
+@dataclasses.dataclass(frozen=True)
+class FaultEvent:
+    """One failing component: exactly one of ``stage`` (index) or ``link`` (hop index; the
+    last is the return hop), and exactly one of ``at_s`` (one failure at that simulated time)
+    or ``rate_per_hour`` (failures at that Poisson rate while the ring is up). ``downtime_s``:
+    how long the ring cannot serve after it (default ``faults.detection_s``)."""
+
+    stage: int | None = spec(None, ge=0)
+    link: int | None = spec(None, ge=0)
+    at_s: float | None = spec(None, ge=0)
+    rate_per_hour: float | None = spec(None, gt=0, le=3_600_000)
+    downtime_s: float | None = spec(None, ge=0, le=1e7)
+
+    def check(self, path: str) -> None:
+        if (self.stage is None) == (self.link is None):
+            raise ScenarioError(path, "give exactly one of stage, link", self._given())
+        if (self.at_s is None) == (self.rate_per_hour is None):
+            raise ScenarioError(path, "give exactly one of at_s, rate_per_hour", self._given())
+
+    def _given(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) is not None]
+
+    @property
+    def component(self) -> str:
+        """``stage 3`` or ``link 2`` (Perfetto and details)."""
+        return f"stage {self.stage}" if self.stage is not None else f"link {self.link}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Faults:
+    """Stage and link failures (:mod:`wansim.faults`). A failure stops the whole ring for its
+    downtime (``detection_s`` unless the event gives ``downtime_s``): every pass in flight is
+    lost. ``recovery: failover``: a spare takes the component's place and every request that
+    was in flight re-prefills its prompt plus the tokens it had committed, then decodes on;
+    ``fail``: those requests fail (their tokens do not count as goodput)."""
+
+    recovery: str = spec("failover", choices=RECOVERIES)
+    detection_s: float = spec(1.0, ge=0, le=1e7, doc="failure to the spare serving, seconds")
+    events: tuple[FaultEvent, ...] = spec((), max_items=MAX_FAULTS)
+
+
 # ----------------------------------------------------------------------------- scenario
 @dataclasses.dataclass(frozen=True)
 class Scenario:
@@ -478,9 +525,19 @@ class Scenario:
     speculation: Speculation = spec(factory=Speculation)
     schedule: Schedule = spec(factory=Schedule)
     workload: Workload = spec(factory=Workload)
+    faults: Faults = spec(factory=Faults)
 
     def check(self, path: str) -> None:
         self._check_schedule()
+        for i, event in enumerate(self.faults.events):
+            for name in ("stage", "link"):
+                index = getattr(event, name)
+                if index is not None and index >= self.stages:
+                    raise ScenarioError(
+                        f"faults.events[{i}].{name}",
+                        f"must be < stages ({self.stages}; {name}s are numbered from 0)",
+                        index,
+                    )
         hops = self.network.hops
         if hops and len(hops) != self.stages:
             raise ScenarioError(
@@ -563,6 +620,13 @@ class Scenario:
                 "run the sync schedule (async and an overlapped drafter keep their own blocks"
                 " in flight): needs schedule.kind: sync and drafter.overlap: false",
                 sched.micro_batches,
+            )
+        if self.faults.events:
+            raise ScenarioError(
+                "faults.events",
+                "faults with micro-batches are not modelled (a lost micro-batch's members would"
+                " re-prefill into it): drop the faults or schedule.micro_batches",
+                f"{len(self.faults.events)} events",
             )
 
     @property
@@ -723,6 +787,7 @@ def _get(raw: Any, *keys: str) -> Any:
 # file-valued fields: (path to the mapping, key)
 _FILE_FIELDS = (
     (("drafter", "acceptance"), "profile"),
+    (("drafter", "acceptance"), "activation_quality"),
     (("network", "jitter"), "samples_file"),
 )
 
@@ -1034,6 +1099,17 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         if found is None:
             raise ScenarioError("drafter.acceptance.profile", "file not found", acc.profile)
         acc = dataclasses.replace(acc, profile=str(found))
+    if acc.activation_quality is not None:
+        found = resolve_file(acc.activation_quality, base_dir)
+        if found is None:
+            raise ScenarioError(
+                "drafter.acceptance.activation_quality", "file not found", acc.activation_quality
+            )
+        from wansim.acceptance.activation_quality import load_table
+
+        load_table(found)  # checked now, one line, not mid-run
+        acc = dataclasses.replace(acc, activation_quality=str(found))
+    if acc is not scenario.drafter.acceptance:
         scenario = dataclasses.replace(
             scenario, drafter=dataclasses.replace(scenario.drafter, acceptance=acc)
         )

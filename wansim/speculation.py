@@ -59,7 +59,8 @@ from scipy.special import expit, logit
 
 from wansim.acceptance import closed_form, heterogeneity
 from wansim.acceptance import trees as tr
-from wansim.acceptance.model import AcceptanceModel, acceptance_model
+from wansim.acceptance.activation_quality import BitQuality
+from wansim.acceptance.model import AcceptanceModel, acceptance_model, quality_for
 from wansim.acceptance.profile import load_profile
 from wansim.compute import drafter_tree_ms
 from wansim.errors import ScenarioError
@@ -260,8 +261,25 @@ class Policy:
         return out
 
 
+def bit_quality(scenario: Scenario) -> BitQuality:
+    """What the scenario's activation width costs (scalar ``payload.activation_bits``):
+    :mod:`wansim.acceptance.activation_quality`."""
+    return quality_for(scenario.drafter.acceptance, int(scenario.payload.activation_bits))
+
+
+def effective_acceptance(scenario: Scenario) -> AcceptanceSpec:
+    """The scenario's acceptance with the activation width's factor f_b composed into the
+    domain shift (p_i -> g f_b p_i; the factor of the scenario's verifier rule)."""
+    acc = scenario.drafter.acceptance
+    if scenario.speculation.policy == "none":
+        return acc
+    f = bit_quality(scenario).factor(scenario.speculation.verifier)
+    return acc if f == 1.0 else dataclasses.replace(acc, domain_shift=acc.domain_shift * f)
+
+
 def policy(scenario: Scenario) -> Policy:
-    """The speculation policy of a scenario whose fields are scalars."""
+    """The speculation policy of a scenario whose fields are scalars (the activation width's
+    acceptance factor applied: :func:`effective_acceptance`)."""
     spec = scenario.speculation
     if spec.policy == "none":
         if scenario.schedule.hedge_branches:
@@ -271,7 +289,7 @@ def policy(scenario: Scenario) -> Policy:
                 scenario.schedule.hedge_branches,
             )
         return Policy("none", None, 0, 0, None)
-    acc = acceptance(scenario.drafter.acceptance, spec.verifier)
+    acc = acceptance(effective_acceptance(scenario), spec.verifier)
     hedges = int(scenario.schedule.hedge_branches)
     if spec.policy == "chain" and hedges:
         return _hedged_policy(acc, int(spec.k), hedges)
@@ -402,11 +420,13 @@ def _columns(scenario: Scenario, m_tokens) -> list[np.ndarray]:
         np.asarray(acc.domain_shift, dtype=float),
         np.asarray(-1.0 if acc.alpha is None else acc.alpha, dtype=float),
         np.asarray(m_tokens),
+        np.asarray(scenario.payload.activation_bits),
     ]
 
 
-def point_scenario(scenario: Scenario, k, budget, shift, alpha) -> Scenario:
-    """A scalar copy of ``scenario`` with one point's speculation and acceptance values."""
+def point_scenario(scenario: Scenario, k, budget, shift, alpha, bits=None) -> Scenario:
+    """A scalar copy of ``scenario`` with one point's speculation, acceptance and activation
+    width (``bits``: kept as is when None)."""
     acc = dataclasses.replace(
         scenario.drafter.acceptance,
         domain_shift=float(shift),
@@ -416,10 +436,14 @@ def point_scenario(scenario: Scenario, k, budget, shift, alpha) -> Scenario:
     spec = dataclasses.replace(
         spec, k=int(k), tree=dataclasses.replace(spec.tree, budget_nodes=int(budget))
     )
+    payload = scenario.payload
+    if bits is not None:
+        payload = dataclasses.replace(payload, activation_bits=int(bits))
     return dataclasses.replace(
         scenario,
         speculation=spec,
         drafter=dataclasses.replace(scenario.drafter, acceptance=acc),
+        payload=payload,
     )
 
 
@@ -450,8 +474,8 @@ def policy_terms(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
     )
     out = {n: np.empty(len(rows)) for n in names}
     per_node: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for i, (k, budget, shift, alpha, m) in enumerate(rows):
-        pol = policy(point_scenario(scenario, k, budget, shift, alpha))
+    for i, (k, budget, shift, alpha, m, bits) in enumerate(rows):
+        pol = policy(point_scenario(scenario, k, budget, shift, alpha, bits))
         w, surv = pol.difficulty_nodes()
         depth = surv.shape[1]
         if depth:
@@ -490,8 +514,17 @@ def drafter_ms(scenario: Scenario, terms: dict, batch) -> np.ndarray:
     return drafter_tree_ms(scenario.drafter, terms["depth"], terms["nodes"], batch)
 
 
-def target_exact(scenario: Scenario) -> bool:
-    return scenario.speculation.policy == "none" or scenario.speculation.verifier != "typical"
+def target_exact(scenario: Scenario):
+    """Whether the output is the trained target's: not with typical acceptance (a lossy rule),
+    not with activations below 16 bits on the wire (a lossy codec perturbs the target; see
+    :mod:`wansim.acceptance.activation_quality`). ``payload.activation_bits`` may be an array
+    (the analytical grid): the answer is then an array of the same shape."""
+    rule = scenario.speculation.policy == "none" or scenario.speculation.verifier != "typical"
+    bits = np.asarray(scenario.payload.activation_bits)
+    acc = scenario.drafter.acceptance
+    exact = np.vectorize(lambda b: quality_for(acc, int(b)).target_exact, otypes=[bool])(bits)
+    out = np.logical_and(rule, exact)
+    return bool(out) if out.ndim == 0 else out
 
 
 def distinct_rows(columns: list[np.ndarray], shape: tuple) -> tuple[np.ndarray, np.ndarray]:

@@ -257,3 +257,80 @@ def test_des_agrees_with_analytical(data):
 @given(scenarios())
 def test_des_agrees_with_analytical_many(data):
     check_agreement(data, SLOW_EXAMPLES)
+
+
+# ----------------------------------------------------------------------------- faults
+FAULT_EXAMPLES = 10
+FAULT_REQUESTS = 20
+
+
+@st.composite
+def faulty_scenarios(draw) -> tuple[dict, str, float, float]:
+    """A random scenario of :func:`scenarios`, a recovery rule, when one stage or link fails
+    (a fraction of the run) and its downtime (a multiple of one request's time)."""
+    data = draw(scenarios())
+    data["workload"]["requests"] = FAULT_REQUESTS
+    data["network"]["loss_rate"] = 0.0  # (rare losses are the other tests' business)
+    recovery = draw(st.sampled_from(["failover", "fail"]))
+    return data, recovery, draw(st.floats(0.1, 0.7)), draw(st.sampled_from([0.0, 1.0, 5.0, 20.0]))
+
+
+def check_fault_agreement(data: dict, recovery: str, at: float, down: float) -> None:
+    """One fixed-time failure: the analytical engine's makespan (and so goodput and
+    availability) inside the DES's, and its failed-request count equal. The DES makespan
+    with the failure is the fault-free one (R request times: a t-interval around R x their
+    mean, from the same seed's fault-free run) plus the downtime plus what the failure cost
+    (failover: the lost part of a lap or prefill and the re-prefill, between 0 and the longest
+    lap or prefill plus the prefill of prompt + M tokens; fail: the failed request's age
+    instead of its whole time, between -T_max and 0). Failover is lossless: the same passes
+    and committed tokens as without the failure."""
+    try:
+        sc = load_scenario(data=data)
+    except ScenarioError:
+        assume(False)
+    plain = simulate(sc)
+    rec0 = plain.details["record"]
+    times = rec0.finish_ms - rec0.admitted_ms
+    t0 = float(times.mean())
+    at_s = round(at * FAULT_REQUESTS * t0 / 1e3, 6)
+    down_s = round(down * t0 / 1e3, 6)
+    events = [{"stage": 0, "at_s": at_s}]
+    faults = {"recovery": recovery, "detection_s": down_s, "events": events}
+    faulty = load_scenario(data={**data, "faults": faults})
+    des, ana = simulate(faulty), analyze(faulty)
+    rec = des.details["record"]
+    level = 1 - FAMILY_ALPHA / (2 * FAULT_EXAMPLES)
+    n = len(times)
+    half = n * stats.t.ppf(0.5 + level / 2, n - 1) * times.std(ddof=1) / np.sqrt(n)
+    lo = n * t0 - half + down_s * 1e3
+    hi = n * t0 + half + down_s * 1e3
+    if recovery == "failover":
+        longest = max(
+            float(rec0.laps_ms.max()), float((rec0.first_token_ms - rec0.admitted_ms).max())
+        )
+        m = sc.workload.output_tokens - 1
+        worst = load_scenario(
+            data={
+                **data,
+                "workload": {**data["workload"], "prompt_tokens": sc.workload.prompt_tokens + m},
+            }
+        )
+        hi += longest + 1.5 * float(analyze(worst).metrics["ttft_ms_mean"])
+        assert np.array_equal(rec.passes, rec0.passes)
+        assert np.array_equal(rec.lap_tokens, rec0.lap_tokens)
+    else:
+        lo -= float(times.max())
+    makespan = ana.details["faults"]["makespan_ms"]
+    report = (makespan, lo, hi, des.details["makespan_ms"])
+    assert inside(makespan, lo, hi), report
+    assert ana.metrics["failed_requests"] == des.metrics["failed_requests"], report
+    assert des.metrics["failed_requests"] == (recovery == "fail")
+
+
+@settings(
+    max_examples=FAULT_EXAMPLES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(faulty_scenarios())
+def test_des_agrees_with_analytical_with_a_failure(case):
+    check_fault_agreement(*case)

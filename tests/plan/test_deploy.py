@@ -568,3 +568,43 @@ def test_every_model_figure_has_a_source(name):
     s = MODELS[name].summary()["source"]
     assert s["config"].startswith("https://huggingface.co/") and s["published"]
     assert s["derived"].startswith("derived")
+
+
+# ----------------------------------------------------------------------------- batch capacity
+def test_largest_batch_rule_by_hand():
+    from wansim.memory import MAX_BATCH, largest_batch
+
+    assert largest_batch([80, 80], [20, 50], [1.0, 2.0]) == 15  # min(60, 15)
+    assert largest_batch([80], [80], [1.0]) == 0
+    assert largest_batch([80], [81], [1.0]) == 0
+    assert largest_batch([80], [20], [0.0]) == MAX_BATCH
+    assert largest_batch([0.75], [0.0], [0.25]) == 3  # an exact fit fits
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    st.lists(st.sampled_from(["rtx-4090", "l40s", "h100-sxm", "h200"]), min_size=2, max_size=3),
+    st.integers(64, 8192),
+)
+def test_largest_batch_is_the_largest_that_fits_every_stage(hws, context):
+    """The deployment's largest batch b: every stage's memory_gb fits at b, some stage is over
+    at b + 1 (memory_gb evaluated directly, not the affine rule)."""
+    from wansim.deploy.partition import largest_batch
+
+    m = dataclasses.replace(MODELS["llama-3.1-70b"], layers=12)
+    prec = Precision.for_model(m, "fp8", "fp8")
+    load = Load(1, context, 256, 4, None)
+    nodes = [_node(f"n{i}", h) for i, h in enumerate(hws)]
+    try:
+        stages = partition(m, nodes, prec, load)
+    except WansimInputError:
+        return
+    b = largest_batch(m, stages, prec, load)
+
+    def fits(n):
+        trial = dataclasses.replace(load, batch=n)
+        return all(
+            memory_gb(m, s.slice, prec, trial)["total"] <= s.node.hardware.memory_gb for s in stages
+        )
+
+    assert b >= 1 and fits(b) and not fits(b + 1)

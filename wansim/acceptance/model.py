@@ -22,6 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from wansim.acceptance import closed_form, heterogeneity
+from wansim.acceptance.activation_quality import BitQuality, load_table, quality_at
 from wansim.acceptance.profile import load_profile
 from wansim.errors import ScenarioError
 from wansim.scenario import AcceptanceSpec
@@ -123,3 +124,19 @@ def _build(spec: AcceptanceSpec) -> AcceptanceModel:
         extrapolate=spec.extrapolate or spec.source == "alpha",
         label=label,
     )
+
+
+def quality_for(spec: AcceptanceSpec, bits: int) -> BitQuality:
+    """What activations of ``bits`` cost under this acceptance: the table named by
+    ``activation_quality``, else the profile's, else none (:func:`quality_at`)."""
+    return _quality_for(spec.activation_quality, spec.profile, int(bits))
+
+
+@lru_cache(maxsize=256)
+def _quality_for(table_file: str | None, profile: str | None, bits: int) -> BitQuality:
+    table = None
+    if table_file is not None:
+        table = load_table(table_file)
+    elif profile is not None:
+        table = load_profile(profile).activation_quality
+    return quality_at(table, bits)

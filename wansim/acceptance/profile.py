@@ -19,6 +19,9 @@ File format (YAML, ``format: wansim-profile/1``)::
         sibling_logit_offsets: [D_2, ...]  # optional, model: rank-r rate = sigmoid(logit p_d - D_r)
         notes: ...
     verifier_logit_shift: {greedy: 0.5, typical: 0.7}   # optional: other verifier rules
+    activation_quality: wire-quality-tiny.yaml  # optional: cost per activation bit width (a
+                              # table file relative to this one, or the table inline; see
+                              # wansim.acceptance.activation_quality)
 
 Trees (see :mod:`wansim.acceptance.trees`): ``siblings`` are the pooled conditional acceptance
 rates of the rank-2, rank-3, ... candidate at depth 1 (given the better-ranked ones were rejected);
@@ -43,6 +46,7 @@ from pathlib import Path
 
 import yaml
 
+from wansim.acceptance.activation_quality import QualityTable, table_ref
 from wansim.data import on_disk_or_shipped
 from wansim.errors import ProfileError, ScenarioError, WansimInputError
 from wansim.validation import parse, spec
@@ -125,10 +129,13 @@ class ProfileHeader:
 
 @dataclasses.dataclass(frozen=True)
 class Profile:
-    """A validated profile: header fields plus workloads by name (in file order)."""
+    """A validated profile: header fields plus workloads by name (in file order), and the
+    cost of compressed activations when the profile states it (``activation_quality``)."""
 
     header: ProfileHeader
     workloads: dict[str, WorkloadProfile] = dataclasses.field(hash=False)
+    activation_quality: QualityTable | None = dataclasses.field(default=None, hash=False)
+    activation_quality_ref: object = dataclasses.field(default=None, hash=False, compare=False)
 
     @property
     def k(self) -> int:
@@ -162,6 +169,7 @@ def _profile_from_mapping(raw: dict, where: str) -> Profile:
     fmt = raw.pop("format", FORMAT)
     if fmt != FORMAT:
         raise ProfileError(f"{where}: format", f"must be {FORMAT}", fmt)
+    quality_raw = raw.pop("activation_quality", None)
     workloads_raw = raw.pop("workloads", None)
     if not isinstance(workloads_raw, dict) or not workloads_raw:
         raise ProfileError(f"{where}: workloads", "needs at least one workload", workloads_raw)
@@ -176,7 +184,16 @@ def _profile_from_mapping(raw: dict, where: str) -> Profile:
                 len(wp.per_position),
             )
         workloads[str(name)] = wp
-    return Profile(header=header, workloads=workloads)
+    quality = None
+    if quality_raw is not None:
+        base = Path(where).parent if where else Path.cwd()
+        quality = table_ref(quality_raw, base, f"{where}: activation_quality")
+    return Profile(
+        header=header,
+        workloads=workloads,
+        activation_quality=quality,
+        activation_quality_ref=quality_raw,
+    )
 
 
 def load_profile(path: str | os.PathLike) -> Profile:
@@ -216,6 +233,8 @@ def profile_to_mapping(profile: Profile) -> dict:
     }
     if shifts:
         out["verifier_logit_shift"] = shifts
+    if profile.activation_quality_ref is not None:
+        out["activation_quality"] = profile.activation_quality_ref
     out["workloads"] = {}
     for name, wp in profile.workloads.items():
         body: dict = {"per_position": [round(float(x), 6) for x in wp.per_position]}

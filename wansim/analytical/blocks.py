@@ -200,8 +200,10 @@ def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
     shape = np.broadcast_shapes(*(c.shape for c in cols))
     rows, inverse = speculation.distinct_rows(cols, shape)
     found = []
-    for k, budget, shift, alpha, m in rows:
-        pol = speculation.policy(speculation.point_scenario(scenario, k, budget, shift, alpha))
+    for k, budget, shift, alpha, m, bits in rows:
+        pol = speculation.policy(
+            speculation.point_scenario(scenario, k, budget, shift, alpha, bits)
+        )
         w, surv = pol.difficulty_nodes()
         depth = surv.shape[1]
         if depth:

@@ -18,6 +18,7 @@ from wansim.analytical.distribution import (
     quantiles,
     shifted_mixture,
 )
+from wansim.analytical.faults import fault_run
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.regime import approximation
 from wansim.analytical.serving import serving_metrics
@@ -93,6 +94,16 @@ def check_supported(scenario: Scenario) -> None:
             "a drifting ring is",
         )
     )
+    if scenario.faults.events:
+        alone = not (blocks or batched(scenario) or concurrent(scenario))
+        unsupported.append(
+            (
+                "faults.events",
+                f"{len(scenario.faults.events)} events",
+                alone and np.ndim(scenario.workload.requests) == 0,
+                "faults beyond one request at a time in the sync schedule are",
+            )
+        )
     for path, value, ok, what in unsupported:
         if not ok:
             why = f"{what} not modelled by the analytical engine" if what else "not modelled by"
@@ -109,6 +120,12 @@ def concurrent(scenario: Scenario) -> bool:
 
 def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     """Mean metrics (arrays; fields may be arrays) by the model that covers the scenario."""
+    if scenario.faults.events:
+        raise ScenarioError(
+            "faults.events",
+            "a faulty ring is evaluated one scenario at a time (wansim run), not on a grid",
+            f"{len(scenario.faults.events)} events",
+        )
     blocks = uses_blocks(scenario)
     out = block_schedule_metrics(scenario) if blocks else sync_metrics(scenario)
     if micro_batched(scenario):
@@ -184,15 +201,34 @@ def analyze(scenario: Scenario) -> Result:
         answer = _batched(scenario, parts, answer)
     elif concurrent(scenario):
         answer = _concurrent(scenario, parts, answer)
-    metrics = _metrics(answer)
+    metrics, details = _metrics(answer), answer.details
     metrics.update(serving_metrics(scenario, answer.means))
+    trust = approximation(scenario).to_json()
+    if scenario.faults.events:
+        metrics, details = _with_faults(scenario, answer, metrics, details)
+        if details["undefined"]:
+            trust = {**trust, "validated": False, "why": next(iter(details["undefined"].values()))}
     return Result(
         scenario=scenario,
         engine="analytical",
         metrics=metrics,
-        details=answer.details,
-        approximation=approximation(scenario).to_json(),
+        details=details,
+        approximation=trust,
     )
+
+
+def _with_faults(scenario: Scenario, answer: Answer, metrics: dict, details: dict):
+    """The run with its faults in expected value (:mod:`wansim.analytical.faults`)."""
+    w, n_mean, n_var = passes_per_node(scenario)
+    passes_var = float((w * (n_var + n_mean**2)).sum() - (w * n_mean).sum() ** 2)
+    fa = fault_run(scenario, {**answer.means, "passes_var": passes_var})
+    metrics = {**metrics, **fa.metrics}
+    if fa.metrics["availability"] is not None:  # the stages idle through the outages
+        util = [u * fa.metrics["availability"] for u in metrics["stage_utilization"]]
+        metrics["stage_utilization"] = util
+        metrics["bubble_fraction"] = 1.0 - float(np.mean(util))
+    undefined = {**details.get("undefined", {}), **fa.undefined}
+    return metrics, {**details, "faults": fa.details, "undefined": undefined}
 
 
 def _metrics(a: Answer) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import dataclasses
 
 import numpy as np
 
+from wansim.acceptance.model import quality_for
+
 RELATIVE = ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean")
 ABSOLUTE = ("bubble_fraction", "wasted_token_fraction")
 
@@ -128,6 +130,8 @@ def regime_name(scenario) -> str:
         parts.append("overlap")
     if many:
         parts.append("concurrent")
+    if scenario.faults.events:
+        parts = (parts or ["sync"]) + ["faults"]
     return "+".join(parts) or "sync"
 
 
@@ -149,6 +153,12 @@ def outside(scenario) -> str:
     (prefill convoys), and continuous batching whose sequences drift apart where the batch
     would pipeline as groups (:func:`_batching_outside`)."""
     name = regime_name(scenario)
+    if scenario.faults.events:
+        return (
+            "faults: an expected value (wansim/analytical/faults.py), checked against Monte Carlo"
+            " over DES seeds (tests/physics/test_faults.py: within 2% + 5 standard errors), not"
+            " on the approximation-error grid"
+        )
     if name not in REGIMES:
         return f"{name}: no measured regime covers this combination"
     links = _links(scenario)
@@ -161,6 +171,18 @@ def outside(scenario) -> str:
         return "loss with several messages in flight (head-of-line blocking, rough model)"
     if many and (jitter_ms > JITTER_MS_MEASURED or heavy):
         return f"jitter beyond {JITTER_MS_MEASURED:g} ms (or heavy-tailed) on a loaded ring"
+    unseen = sorted(
+        {
+            int(b)
+            for b in np.ravel(np.asarray(scenario.payload.activation_bits))
+            if not quality_for(scenario.drafter.acceptance, int(b)).visible
+        }
+    )
+    if unseen and scenario.speculation.policy != "none":
+        return (
+            f"{unseen[0]}-bit activations: their acceptance cost is not measured for this"
+            " acceptance (drafter.acceptance.activation_quality)"
+        )
     if name == "continuous batching":
         return _batching_outside(scenario)
     slowest = min(float(np.min(np.asarray(link.bandwidth_mbps))) for link in links)

@@ -147,6 +147,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         flags.append(f"at the edge of the grid in {', '.join(edge)}: the optimum may lie beyond it")
     if why := extrapolated(args.scenario, args.set, rows[0]["config"]):
         flags.append(f"rests on extrapolated acceptance: {why}")
+    if "target_exact" in head and not bool(head.iloc[0]["target_exact"]):
+        flags.append(
+            "the best point is not target-exact (activations below 16 bits or typical"
+            " acceptance): its output is not the trained target's"
+        )
     # auto: the DES re-checks every top configuration the analytical engine cannot vouch for
     recheck = [
         i
@@ -169,6 +174,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         "points": res["points"],
         "evaluated": res["evaluated"],
         "skipped": len(res["skipped"]),
+        "skipped_example": res["skipped"][0]["error"] if res["skipped"] else None,
         "constraints": [str(b) for b in bounds],
         "constrained_out": res["constrained_out"],
         "flags": flags,

@@ -55,7 +55,7 @@ class Deployment:
     ks: tuple[int, ...]
     bits: tuple[int, ...]
     trees: tuple[int, ...]  # sequoia tree budgets searched beside chains
-    lossy_ok: bool  # rank activation widths below 16 bits (quality cost unmeasured) with the rest
+    lossy_ok: bool  # rank activation widths that are not target-exact (below 16 bits) with the rest
     top: int
     objective: str
     egress_usd_per_gb: float

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from wansim import memory
 from wansim.compute import stage_ms
 from wansim.deploy.stages import Load, Precision, StageSlice, compute_model, memory_gb
 from wansim.errors import WansimInputError
@@ -172,24 +173,13 @@ def _raise_shortfall(model, nodes, prec, load, get) -> None:
 
 
 def largest_batch(model, stages: list[Stage], prec: Precision, load: Load) -> int:
-    """The most sequences every stage can hold with its layers (memory grows with the batch)."""
-    lo, hi = 0, 1
-    P = len(stages)
-
-    def fits(b: int) -> bool:
-        trial = dataclasses.replace(load, batch=b)
-        return (
-            all(
-                memory_gb(model, st.slice, prec, trial)["total"] <= st.node.hardware.memory_gb
-                for st in stages
-            )
-            and b > 0
-        )
-
-    while fits(hi) and hi < 1 << 20:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    del P
-    return lo
+    """The most sequences every stage can hold with its layers (:func:`wansim.memory.
+    largest_batch` on each stage's memory at batch 0 and its growth per sequence)."""
+    empty = dataclasses.replace(load, batch=0)
+    one = dataclasses.replace(load, batch=1)
+    fixed = [memory_gb(model, st.slice, prec, empty)["total"] for st in stages]
+    per = [
+        memory_gb(model, st.slice, prec, one)["total"] - f
+        for st, f in zip(stages, fixed, strict=True)
+    ]
+    return memory.largest_batch([st.node.hardware.memory_gb for st in stages], fixed, per)

@@ -7,8 +7,10 @@ Search: the ring (exact cycle + the best rotation, :mod:`placement`), the layer 
 that fits), then chains of K or Sequoia trees of ``plan.trees`` node budgets x activation bits
 x batching (continuous or none when more than one request is admitted), ranked by the
 analytical engine; the best ``top`` are confirmed by the DES (its metrics are the ones
-reported, best first). Widths below 16 bits are ranked only with ``plan.lossy_ok`` (their
-quality cost is not measured); otherwise a flag says what they would gain. Hop i is carried
+reported, best first). Activation widths carry their quality cost
+(:mod:`wansim.acceptance.activation_quality`): a width whose cost the acceptance does not give
+is never ranked (a flag says so); a width that is not target-exact (below 16 bits) is ranked
+only with ``plan.lossy_ok``, otherwise a flag says what it would gain. Hop i is carried
 at node i's ``uplink_mbps``. Flags: a best K, tree budget or bit width at the edge of the
 searched range; K beyond the positions the acceptance measured (extrapolated); a capped batch.
 """
@@ -26,6 +28,7 @@ from wansim.deploy.partition import Stage, largest_batch, partition
 from wansim.deploy.stages import Load, compute_model
 from wansim.errors import WansimInputError
 from wansim.scenario import apply_overrides, load_scenario, scenario_to_dict
+from wansim.speculation import bit_quality
 
 __all__ = ["deployment_scenario_raw", "load_deployment", "plan"]
 
@@ -168,9 +171,22 @@ def plan(dep: Deployment, des: bool = True) -> dict:
             skipped.append(f"{raw['name']}: {err}")
             continue
         cost = _cost(dep, m, usd_per_hour, order)
-        rows.append({**cand, "scenario": sc, "raw": raw, "analytical": m, "cost": cost})
+        q = bit_quality(sc)
+        rows.append(
+            {**cand, "scenario": sc, "raw": raw, "analytical": m, "cost": cost, "quality": q}
+        )
     if not rows:
         raise WansimInputError("plan", skipped[0] if skipped else "nothing to search")
+    # a width whose quality cost the acceptance does not give is never ranked (one flag)
+    unseen = sorted({r["bits"] for r in rows if not r["quality"].visible}, reverse=True)
+    rows = [r for r in rows if r["quality"].visible]
+    if not rows:
+        raise WansimInputError(
+            "plan.activation_bits",
+            f"no width whose quality cost is known: {unseen} bits are not measured for this"
+            " acceptance (give drafter.acceptance.activation_quality, or search 16 bits)",
+            list(dep.bits),
+        )
     if dep.objective == "usd_per_m_tokens":
 
         def score(r):
@@ -181,8 +197,8 @@ def plan(dep: Deployment, des: bool = True) -> dict:
         def score(r):
             return -r["analytical"][dep.objective]
 
-    lossless = [r for r in rows if r["bits"] >= 16]
-    ranked = sorted(rows if dep.lossy_ok or not lossless else lossless, key=score)
+    exact = [r for r in rows if r["quality"].target_exact]
+    ranked = sorted(rows if dep.lossy_ok or not exact else exact, key=score)
     plans = []
     for r in ranked[: dep.top]:
         metrics, engine = r["analytical"], "analytical"
@@ -200,12 +216,19 @@ def plan(dep: Deployment, des: bool = True) -> dict:
     else:
         plans.sort(key=lambda p: -p[dep.objective])
     flags = _flags(dep, ranked[0], base_sc, requested, cap)
-    lossy = sorted((r for r in rows if r["bits"] < 16), key=score)
-    if lossy and not dep.lossy_ok and score(lossy[0]) < score(ranked[0]):
+    if unseen:
+        flags.append(
+            f"{', '.join(map(str, unseen))}-bit activations not ranked: their quality cost is"
+            " not measured for this acceptance (drafter.acceptance.activation_quality)"
+        )
+    lossy = sorted((r for r in rows if not r["quality"].target_exact), key=score)
+    if lossy and not dep.lossy_ok and exact and score(lossy[0]) < score(ranked[0]):
+        q = lossy[0]["quality"]
         flags.append(
             f"{lossy[0]['bits']}-bit activations would rank first"
             f" ({dep.objective} {abs(score(lossy[0])):.4g} vs {abs(score(ranked[0])):.4g},"
-            " analytical) but their quality cost is not measured: set plan.lossy_ok to rank them"
+            f" analytical, acceptance x{q.acceptance_factor:g}) but the output is not the"
+            " target's exact: set plan.lossy_ok to rank them"
         )
     return {
         "deployment": dep.name,
@@ -280,6 +303,8 @@ def _plan_entry(dep, r, metrics, engine, cost, order, stages, admitted) -> dict:
         "k": r["k"],
         "tree_budget_nodes": r["budget"],
         "activation_bits": r["bits"],
+        "target_exact": bool(metrics["target_exact"]),
+        "activation_acceptance_factor": r["quality"].factor(r["scenario"].speculation.verifier),
         "batching": r["batching"],
         "concurrency": admitted,
         "engine": engine,
@@ -297,9 +322,15 @@ def _flags(dep, best, base_sc, requested, cap) -> list[str]:
         out.append(f"best k={best['k']} is at the edge of the searched range {list(dep.ks)}")
     if len(dep.bits) > 1 and best["bits"] in (min(dep.bits), max(dep.bits)) and best["bits"] != 16:
         out.append(f"best activation_bits={best['bits']} is at the edge of {list(dep.bits)}")
-    if best["bits"] < 16:
+    q = best["quality"]
+    if not q.target_exact:
+        kl = "" if q.kl_mean is None else f", KL {q.kl_mean:.2g} nats"
+        agree = (
+            "" if q.token_agreement is None else f", greedy tokens {q.token_agreement:.0%} equal"
+        )
         out.append(
-            f"activation_bits={best['bits']} is lossy; its quality cost is not measured here"
+            f"activation_bits={best['bits']}: the output is not the target's exact (acceptance"
+            f" x{q.acceptance_factor:g}{kl}{agree}; {q.source})"
         )
     acc = base_sc.drafter.acceptance
     measured = None

@@ -35,9 +35,11 @@ from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
 from wansim.sim import lone_ring
 from wansim.sim.async_speculation import Scheduler, guess_rates
+from wansim.sim.faults import FaultInjector, fault_seed
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
 from wansim.sim.metrics import (
+    NO_FINISHED,
     PERCENTILE_CI_METHOD,
     UNDEFINED_PERCENTILE_CI,
     ci_method,
@@ -71,6 +73,13 @@ def check_supported(scenario: Scenario) -> None:
         )
     if not uses_blocks(scenario):
         return
+    if scenario.faults.events:
+        raise ScenarioError(
+            "faults.events",
+            "faults with the block schedule (async, an overlapped drafter) are not simulated"
+            " (use schedule.kind: sync without drafter.overlap)",
+            f"{len(scenario.faults.events)} events",
+        )
     field = "schedule.kind" if sched.kind == "async" else "drafter.overlap"
     value = sched.kind if sched.kind == "async" else True
     if scenario.speculation.policy == "tree":
@@ -115,6 +124,7 @@ class Pipeline:
     source: RequestSource
     scheduler: Scheduler | None
     timeline: Timeline | None
+    faults: FaultInjector | None = None
 
 
 def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
@@ -196,12 +206,23 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
     tcp = tcp_params(scenario.network)
     d = scenario.network.drift
     drift = d if (d.latency_factor, d.bandwidth_factor) != (1.0, 1.0) else None
+    faults = (
+        FaultInjector(env, scenario.faults, stages, fault_seed(scenario.seed, p_stages))
+        if scenario.faults.events
+        else None
+    )
     links = [
         Link(
             env,
             i,
             hop,
-            scheduler.deliver((i + 1) % p_stages) if blocks else stages[(i + 1) % p_stages].receive,
+            scheduler.deliver((i + 1) % p_stages)
+            if blocks
+            else (
+                faults.deliver(stages[(i + 1) % p_stages].receive)
+                if faults
+                else stages[(i + 1) % p_stages].receive
+            ),
             *hop_streams(seeds, i),
             tl.transfers if tl else None,
             tcp,
@@ -219,11 +240,15 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
             return
         stages[0].receive([Pass(req, PREFILL, 0, req.prompt_tokens)])
 
-    source = RequestSource(env, scenario.workload, streams[2], admit, _slots(scenario))
+    source = RequestSource(
+        env, scenario.workload, streams[2], faults.admit if faults else admit, _slots(scenario)
+    )
+    if faults is not None:
+        faults.wire(source, admit)
     for stage, link in zip(stages, links, strict=True):
         stage.link_out = link
         stage.source = source
-    return Pipeline(scenario, env, stages, links, verifier, source, scheduler, tl)
+    return Pipeline(scenario, env, stages, links, verifier, source, scheduler, tl, faults)
 
 
 def _slots(scenario: Scenario) -> int:
@@ -239,6 +264,8 @@ def run_events(pipe: Pipeline) -> RunRecord:
     for stage in pipe.stages:
         stage.start()
     pipe.source.start()
+    if pipe.faults is not None:
+        pipe.faults.start()
     # A kept timeline grows by a tuple per slice; the cyclic garbage collector would walk those
     # ever-longer lists again and again (most of the timeline's cost, measured): it pauses for
     # the run (the run's cycles are collected when it resumes).
@@ -260,6 +287,7 @@ def run_events(pipe: Pipeline) -> RunRecord:
         events,
         pipe.timeline,
         pipe.scheduler,
+        pipe.faults.log if pipe.faults is not None else None,
     )
 
 
@@ -285,6 +313,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
         raise RuntimeError(f"DES ended with {unfinished} unfinished requests")
     wl = scenario.workload
     method = ci_method(record)
+    undefined = {"tokens_per_s_ci95": method} if method.startswith("undefined") else {}
     details = {
         "record": record,
         "timeline": pipe.timeline,
@@ -293,7 +322,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
         "ci_method": method,
         "percentile_ci_method": PERCENTILE_CI_METHOD,
         # metric -> why it is null in the JSON (wansim.result.Result.to_json)
-        "undefined": {"tokens_per_s_ci95": method} if method.startswith("undefined") else {},
+        "undefined": undefined,
         "warmup_requests": warmup_requests(_slots(scenario), wl.requests),
         "verify_passes": record.verify_passes,
     }
@@ -310,10 +339,14 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
             "drafter_passes": scheduler.drafter_passes,
             "drafter_wasted_blocks": scheduler.drafter_wasted_blocks,
         }
+    if pipe.faults is not None:
+        details["faults"] = pipe.faults.log
     metrics = compute_metrics(record, wl.slo, scenario.seed)
+    if method == NO_FINISHED:  # every request failed in a fault
+        details["undefined"].update({k: NO_FINISHED for k, v in metrics.items() if v is None})
     for name, value in metrics.items():
         if name.endswith("_ci95") and value is None and name != "tokens_per_s_ci95":
-            details["undefined"][name] = UNDEFINED_PERCENTILE_CI
+            details["undefined"].setdefault(name, UNDEFINED_PERCENTILE_CI)
     return Result(scenario=scenario, engine="des", metrics=metrics, details=details)
 
 

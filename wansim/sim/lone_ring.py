@@ -160,6 +160,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
             "dispersion",
             "extrapolate",
             "sibling_logit_offsets",
+            "activation_quality",  # read through speculation.policy, as the events are
         )
     },
     "speculation.policy": ("none", "chain", "tree"),
@@ -185,6 +186,9 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "workload.rate_per_s": ANY,  # read only by poisson arrivals
     "workload.slo.ttft_ms": ANY,  # read only by the metrics
     "workload.slo.tpot_ms": ANY,
+    "faults.events": ((),),  # failures run event by event (wansim.sim.faults)
+    "faults.recovery": ANY,  # read only with events
+    "faults.detection_s": ANY,
 }
 
 

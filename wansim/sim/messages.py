@@ -22,10 +22,11 @@ KIND_NAMES = ("prefill", "verify")
 class Pass:
     """``n`` tokens of one request at one step; ``kind`` is PREFILL or VERIFY."""
 
-    __slots__ = ("kind", "n", "request", "step")
+    __slots__ = ("gen", "kind", "n", "request", "step")
 
     def __init__(self, request: Request, kind: int, step: int, n: int):
         self.request = request
+        self.gen = request.gen  # a failure renews the request's generation (wansim.sim.faults)
         self.kind = kind
         self.step = step
         self.n = n

@@ -83,17 +83,25 @@ def request_rates(record: RunRecord) -> np.ndarray:
 
 
 def measured_mask(record: RunRecord) -> np.ndarray:
+    """The requests the per-request statistics cover: past the warm-up, and finished (a
+    request that failed in a fault has no decode rate)."""
     n = len(record.arrival_ms)
-    return np.arange(n) >= warmup_requests(record.concurrency, n)
+    mask = np.arange(n) >= warmup_requests(record.concurrency, n)
+    if record.failed.any():
+        mask &= ~record.failed
+    return mask
 
 
 MIN_REQUESTS_FOR_REQUEST_CI = 10
 UNDEFINED_CI = "undefined: a request has fewer than two laps (no spread to estimate)"
+NO_FINISHED = "undefined: no request finished (every one failed in a fault)"
 
 
 def ci_method(record: RunRecord) -> str:
     """The method :func:`rate_interval` uses for this run (module docstring)."""
     mask = measured_mask(record)
+    if not mask.any():
+        return NO_FINISHED
     if mask.sum() >= MIN_REQUESTS_FOR_REQUEST_CI:
         if record.concurrency == 1:
             return "t-interval over requests"
@@ -195,43 +203,80 @@ def weighted_quantile(sorted_values: np.ndarray, weights: np.ndarray, q: float) 
 
 
 BLOCK_TABLE_ENTRIES = 4_000_000  # bounds the (owners x blocks) table of owner_quantiles
+CHUNK_ENTRIES = 1_000_000  # bounds the (resamples x values) work arrays, chunked by resamples
 
 
 def owner_quantiles(
     sorted_values: np.ndarray, owner: np.ndarray, counts: np.ndarray, qs
 ) -> list[np.ndarray]:
     """:func:`weighted_quantile` of ``sorted_values`` with weights ``counts[:, owner]`` for each
-    q in ``qs``, the same indices without the (resamples x values) weight matrix.
+    q in ``qs``: the same indices without the (resamples x values) weight matrix.
 
     Weights are whole counts, so every cumulative sum is an exact integer whatever the order of
-    the additions. The values are cut into blocks; each owner's number of values per block
-    (a table) times the counts gives each block's weight per resample (exact), their running
-    sum finds the block where the threshold ``q * total - 1e-9`` is first reached, and only that
-    block's weights are summed value by value. Same threshold, same first index."""
+    the additions. The values are cut into blocks (of at least 64 values, as many as a table
+    of ``BLOCK_TABLE_ENTRIES`` allows: the gather of the second step, not the product, is the
+    costly part); each owner's number of values per block (a table) times the
+    counts gives each block's weight per resample (exact), their running sum finds the block
+    where the threshold ``q * total - 1e-9`` is first reached, and only that block's weights
+    are summed value by value, a chunk of resamples at a time. Same threshold, same first
+    index."""
     n_values = len(sorted_values)
-    owners = counts.shape[1]
+    resamples, owners = counts.shape
     n_blocks = max(1, min(n_values // 64, BLOCK_TABLE_ENTRIES // max(owners, 1)))
     width = -(-n_values // n_blocks)
     n_blocks = -(-n_values // width)
     block_of = np.arange(n_values) // width
-    table = np.bincount(owner * n_blocks + block_of, minlength=owners * n_blocks)
-    table = table.reshape(owners, n_blocks).astype(float)
-    cum_blocks = np.cumsum(counts @ table, axis=1)
+    table = np.bincount(  # float counts (weights of one): no integer copy of the table
+        owner * n_blocks + block_of, weights=np.ones(n_values), minlength=owners * n_blocks
+    ).reshape(owners, n_blocks)
+    # in float64, a chunk of owners at a time (whole numbers: the partial sums add exactly;
+    # OpenBLAS is slow on a few rows times many owners, fast on all rows times a few owners)
+    block_weights = np.zeros((resamples, n_blocks))
+    step = max(1, CHUNK_ENTRIES // max(resamples, 1))
+    for lo in range(0, owners, step):
+        block_weights += counts[:, lo : lo + step].astype(float) @ table[lo : lo + step]
+    cum_blocks = np.cumsum(block_weights, axis=1)
     total = cum_blocks[:, -1:]
-    rows = np.arange(counts.shape[0])[:, None]
+    step = max(1, CHUNK_ENTRIES // width)
     out = []
     for q in qs:
         threshold = q * total - 1e-9
         b = np.argmax(cum_blocks >= threshold, axis=1)
-        before = np.where(b > 0, cum_blocks[rows[:, 0], np.maximum(b - 1, 0)], 0.0)
-        idx = b[:, None] * width + np.arange(width)
-        inside = idx < n_values
-        idx = np.minimum(idx, n_values - 1)
-        w = np.where(inside, counts[rows, owner[idx]], 0.0)
-        cum = before[:, None] + np.cumsum(w, axis=1)
-        j = np.argmax(cum >= threshold, axis=1)
-        out.append(sorted_values[b * width + j])
+        picked = np.empty(resamples, dtype=np.int64)
+        for lo in range(0, resamples, step):
+            rows = np.arange(lo, min(lo + step, resamples))
+            bb = b[rows]
+            before = np.where(bb > 0, cum_blocks[rows, np.maximum(bb - 1, 0)], 0.0)
+            idx = bb[:, None] * width + np.arange(width)
+            inside = idx < n_values
+            idx = np.minimum(idx, n_values - 1)
+            w = np.where(inside, counts[rows[:, None], owner[idx]].astype(float), 0.0)
+            cum = before[:, None] + np.cumsum(w, axis=1)
+            picked[rows] = bb * width + np.argmax(cum >= threshold[rows], axis=1)
+        out.append(sorted_values[picked])
     return out
+
+
+def resample_counts(
+    order: np.ndarray, rng: np.random.Generator, resamples: int, block: int, total: int
+) -> np.ndarray:
+    """(resamples, total): how often each request id is in each resample. A resample is
+    ceil(n / ``block``) blocks of ``block`` consecutive entries of ``order`` (starts uniform
+    from ``rng``, one row of starts per resample), cut to n = len(order). Drawn and counted a
+    chunk of resamples at a time: the generator gives the same starts as one draw of all rows
+    (its 32-bit buffer lives in its state; tested). Counts are whole numbers <= n <= 2^24:
+    exact in float32, which halves the largest array of the bootstrap."""
+    n = len(order)
+    blocks = -(-n // block)
+    counts = np.empty((resamples, total), dtype=np.float32)
+    step = max(1, CHUNK_ENTRIES // max(n, 1))
+    for lo in range(0, resamples, step):
+        m = min(step, resamples - lo)
+        starts = rng.integers(0, n - block + 1, size=(m, blocks))
+        picks = (starts[:, :, None] + np.arange(block)).reshape(m, -1)[:, :n]
+        ids = order[picks] + (np.arange(m) * total)[:, None]
+        counts[lo : lo + m] = np.bincount(ids.ravel(), minlength=m * total).reshape(m, total)
+    return counts
 
 
 def percentile_intervals(
@@ -259,13 +304,8 @@ def percentile_intervals(
         return dict.fromkeys(names)
     block = max(1, min(block, n))
     rng = np.random.default_rng([seed, BOOTSTRAP_STREAM])
-    blocks = -(-n // block)
-    starts = rng.integers(0, n - block + 1, size=(BOOTSTRAP_RESAMPLES, blocks))
-    picks = (starts[:, :, None] + np.arange(block)).reshape(BOOTSTRAP_RESAMPLES, -1)[:, :n]
     total = int(max(order.max(), *(r.max() for _, r in per_lap.values()), 0)) + 1
-    counts = np.zeros((BOOTSTRAP_RESAMPLES, total))
-    rows = np.repeat(np.arange(BOOTSTRAP_RESAMPLES), n)
-    np.add.at(counts, (rows, order[picks].ravel()), 1.0)
+    counts = resample_counts(order, rng, BOOTSTRAP_RESAMPLES, block, total)
     tails = [(1 - level) / 2, (1 + level) / 2]
     out: dict[str, list[float] | None] = {}
     series = {k: (v[order], order) for k, v in per_request.items()} | per_lap
@@ -293,6 +333,8 @@ def compute_metrics(record: RunRecord, slo=None, seed: int = 0) -> dict:
     """The metrics of the module docstring; ``slo``: ``workload.slo`` (None: no bounds);
     ``seed``: the bootstrap's."""
     mask = measured_mask(record)
+    if not mask.any():  # every request failed in a fault: no per-request statistic
+        return _all_failed(record, seed)
     rates = request_rates(record)[mask]
     laps = record.laps_ms[mask[record.lap_request]]
     tpot = (record.decode_ms / record.decode_tokens)[mask]
@@ -322,8 +364,8 @@ def compute_metrics(record: RunRecord, slo=None, seed: int = 0) -> dict:
         block,
         seed,
     )
-    ok = meets_slo(record, slo)
-    return {
+    ok = meets_slo(record, slo) & ~failed_mask(record)
+    out = {
         "tokens_per_s": float(rates.mean()),
         "throughput_tokens_per_s": 1e3 * record.output_tokens / makespan,
         "tau": record.tokens_committed / record.verify_passes,
@@ -348,4 +390,65 @@ def compute_metrics(record: RunRecord, slo=None, seed: int = 0) -> dict:
         "target_exact": record.target_exact,
         "tokens_per_s_ci95": interval,
         **intervals,
+    }
+    if record.faults is not None:
+        out.update(fault_metrics(record))
+    return out
+
+
+def failed_mask(record: RunRecord) -> np.ndarray:
+    """Per request: failed in a fault (all False without faults)."""
+    n = len(record.arrival_ms)
+    return record.failed if len(record.failed) == n else np.zeros(n, dtype=bool)
+
+
+def _all_failed(record: RunRecord, seed: int) -> dict:
+    makespan = record.makespan_ms
+    utilisation = np.asarray(stage_utilization(record.stage_busy_ms, makespan))
+    passes = record.verify_passes
+    out = dict.fromkeys(PER_REQUEST)
+    empty = np.zeros(0, dtype=np.int64)
+    series = ("tpot_ms", "ttft_ms", "e2e_ms", "queue_ms")
+    out.update(
+        percentile_intervals({k: empty for k in series}, {"lap_ms": (empty, empty)}, empty, 1, seed)
+    )
+    out.update(
+        {
+            "goodput_requests_per_s": 0.0,
+            "tau": record.tokens_committed / passes if passes else None,
+            "bubble_fraction": float(1.0 - utilisation.mean()),
+            "stage_utilization": [float(u) for u in utilisation],
+            "bytes_per_token": float(record.link_bytes_decode.sum() / record.tokens_committed)
+            if record.tokens_committed
+            else None,
+            "wasted_token_fraction": wasted_fraction(record) if record.tokens_verified else None,
+            "target_exact": record.target_exact,
+            "tokens_per_s_ci95": None,
+        }
+    )
+    out.update(fault_metrics(record))
+    return out
+
+
+PER_REQUEST = ("tokens_per_s", "lap_ms_mean", "lap_ms_p50", "lap_ms_p99")
+PER_REQUEST += ("tpot_ms_p50", "tpot_ms_p99", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99")
+PER_REQUEST += ("e2e_ms_p50", "e2e_ms_p99", "queue_ms_mean", "queue_ms_p99", "slo_attainment")
+
+
+def fault_metrics(record: RunRecord) -> dict:
+    """With faults: ``goodput_tokens_per_s`` (output tokens of the requests that finished /
+    makespan), ``failed_requests``, ``availability`` (1 - the ring's outage time within the
+    run / makespan); ``throughput_tokens_per_s`` counts what failed requests produced before
+    they failed (their first token and committed tokens)."""
+    makespan = record.makespan_ms
+    ok = ~record.failed
+    finished = float((record.decode_tokens[ok] + 1).sum())
+    started = np.isfinite(record.first_token_ms)
+    produced = finished + float((record.committed + started)[record.failed].sum())
+    end = float(record.finish_ms.max())
+    return {
+        "throughput_tokens_per_s": 1e3 * produced / makespan,
+        "goodput_tokens_per_s": 1e3 * finished / makespan,
+        "failed_requests": int(record.failed.sum()),
+        "availability": 1.0 - record.faults.down_ms(end) / makespan,
     }

@@ -6,7 +6,9 @@ slice per compute pass and per drafter pass, named by request, kind and step
 bubbles. Process 2 "links" has one track per hop (``S0->S1`` .. ``S9->S0 (return)``) with an
 "X" slice per message while it occupies the link (serialisation, retransmissions included) and
 an async slice from offer to delivery (queueing + serialisation + propagation; these overlap
-when several messages are in flight). Times are microseconds of simulated time.
+when several messages are in flight). With faults, process 3 "faults" has a track "ring" with a
+slice per outage (failure to recovery: ``stage 2 down``, the requests it hit in its args).
+Times are microseconds of simulated time.
 
 The slices are the record the metrics use: a stage track's slice durations sum to that stage's
 busy time, so divided by the makespan they give ``stage_utilization``.
@@ -25,6 +27,7 @@ from wansim.sim.record import Timeline
 
 STAGES_PID = 1
 LINKS_PID = 2
+FAULTS_PID = 3
 US_PER_MS = 1e3
 
 
@@ -36,8 +39,32 @@ def _meta(pid: int, tid: int | None, kind: str, value) -> dict:
     return event
 
 
-def trace_events(timeline: Timeline) -> list[dict]:
-    """The trace's event list: metadata (track names), stage slices, link slices."""
+def fault_events(log) -> list[dict]:
+    """The faults' track (:class:`wansim.sim.faults.FaultLog`): a slice per outage."""
+    events = [
+        _meta(FAULTS_PID, None, "process_name", "faults"),
+        _meta(FAULTS_PID, None, "process_sort_index", 2),
+        _meta(FAULTS_PID, 0, "thread_name", "ring"),
+    ]
+    for outage in log.outages:
+        events.append(
+            {
+                "ph": "X",
+                "pid": FAULTS_PID,
+                "tid": 0,
+                "ts": outage.start_ms * US_PER_MS,
+                "dur": (outage.end_ms - outage.start_ms) * US_PER_MS,
+                "name": " + ".join(outage.components) + " down",
+                "cat": "outage",
+                "args": {"requests_hit": outage.hit, "recovery": log.recovery},
+            }
+        )
+    return events
+
+
+def trace_events(timeline: Timeline, faults=None) -> list[dict]:
+    """The trace's event list: metadata (track names), stage slices, link slices (and the
+    faults' outages when ``faults``, a :class:`wansim.sim.faults.FaultLog`, is given)."""
     events = [
         _meta(STAGES_PID, None, "process_name", "stages"),
         _meta(STAGES_PID, None, "process_sort_index", 0),
@@ -83,6 +110,8 @@ def trace_events(timeline: Timeline) -> list[dict]:
         common = {"pid": LINKS_PID, "tid": hop, "cat": "transfer", "id": n, "name": label}
         events.append({"ph": "b", "ts": offer * US_PER_MS, "args": args, **common})
         events.append({"ph": "e", "ts": delivery * US_PER_MS, **common})
+    if faults is not None:
+        events.extend(fault_events(faults))
     return events
 
 
@@ -97,7 +126,7 @@ def write_perfetto(result: Result, path: str | os.PathLike) -> Path:
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
     doc = {
-        "traceEvents": trace_events(timeline),
+        "traceEvents": trace_events(timeline, result.details.get("faults")),
         "displayTimeUnit": "ms",
         "otherData": {
             "scenario": result.scenario.name,

@@ -14,6 +14,7 @@ Perfetto export and for tests that inspect the order of events.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -61,6 +62,10 @@ class RunRecord:
     cancelled_stage_tokens: int = 0
     # tokens committed by each lap's verify pass (aligned with laps_ms)
     lap_tokens: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    # faults (wansim.sim.faults): which requests failed, and what the faults did (None: no
+    # faults in the scenario)
+    failed: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, bool))
+    faults: Any = None
 
     @property
     def start_ms(self) -> float:
@@ -82,7 +87,7 @@ class RunRecord:
 
 
 def build_record(
-    requests, stages, links, verifier, concurrency, events, timeline, scheduler=None
+    requests, stages, links, verifier, concurrency, events, timeline, scheduler=None, faults=None
 ) -> RunRecord:
     """Collect the record from the finished run's objects."""
     laps = [r.laps_ms for r in requests]
@@ -109,4 +114,6 @@ def build_record(
         timeline=timeline,
         cancelled_stage_tokens=0 if scheduler is None else scheduler.cancelled_stage_tokens,
         lap_tokens=np.concatenate([np.asarray(r.lap_tokens, dtype=np.int64) for r in requests]),
+        failed=np.array([r.failed for r in requests], dtype=bool),
+        faults=faults,
     )

@@ -39,8 +39,10 @@ class Request:
         "arrival_ms",
         "committed",
         "decode_tokens",
+        "failed",
         "finish_ms",
         "first_token_ms",
+        "gen",
         "lap_tokens",
         "laps_ms",
         "last_verify_ms",
@@ -64,6 +66,8 @@ class Request:
         self.lap_tokens: list[int] = []  # committed by each lap's verify pass
         self.accepted: list[int] = []  # pre-drawn accepted-draft counts (see verifier)
         self.accepted_i = 0
+        self.gen = 0  # renewed by each failure that hits the request (wansim.sim.faults)
+        self.failed = False  # faults.recovery: fail
 
     @property
     def remaining(self) -> int:

@@ -261,15 +261,19 @@ class Stage:
         chunks = 0
         for p in batch:
             req = p.request
+            if p.gen != req.gen:  # lost in a failure while computed (wansim.sim.faults)
+                continue
             if p.kind == PREFILL:
                 if micro is not None and not micro.prompt_done(p):
                     chunks += 1  # more of the prompt rides the micro-batch's next pass
                     continue
-                req.first_token_ms = now
+                if req.first_token_ms != req.first_token_ms:  # a re-prefill keeps both clocks
+                    req.first_token_ms = now
+                    req.last_verify_ms = now
             else:
                 verifier.verify(p, now)
                 req.laps_ms.append(now - req.last_verify_ms)
-            req.last_verify_ms = now
+                req.last_verify_ms = now
             if req.committed >= req.decode_tokens:
                 if micro is not None:
                     micro.finished(req)

@@ -128,6 +128,7 @@ def optimize(
         try:
             sc = load_scenario(path, sets + [f"{k}={_yaml(v)}" for k, v in fixed.items()])
             check_supported(sc)
+            unseen_quality(sc)
         except WansimInputError as err:
             skipped.append({"point": fixed, "error": str(err)})
             continue
@@ -137,7 +138,7 @@ def optimize(
             keep = []
             for v in dict.fromkeys(values):
                 try:
-                    load_scenario(data=raw, overrides={field: v})
+                    unseen_quality(load_scenario(data=raw, overrides={field: v}))
                     keep.append(v)
                 except WansimInputError as err:
                     skipped.append({"point": {**fixed, field: v}, "error": str(err)})
@@ -186,6 +187,21 @@ def optimize(
         "base": base,
         "values": np.asarray(table[metric]),
     }
+
+
+def unseen_quality(sc) -> None:
+    """Refuse a point whose activation width has a quality cost the scenario's acceptance does
+    not give (:mod:`wansim.acceptance.activation_quality`): the optimum must not be a width
+    that only looks free because its cost is unseen."""
+    from wansim.speculation import bit_quality
+
+    if sc.speculation.policy != "none" and not bit_quality(sc).visible:
+        raise WansimInputError(
+            "payload.activation_bits",
+            "its quality cost is not measured for this acceptance (give"
+            " drafter.acceptance.activation_quality, a table per bit width)",
+            sc.payload.activation_bits,
+        )
 
 
 def _per_point(path, sets, names, table, missing):

@@ -1,0 +1,176 @@
+"""Faults in expected value: one request at a time (sync, closed loop), the DES's model of
+:mod:`wansim.sim.faults` (a failure stops the ring for its downtime D and loses the passes in
+flight; ``failover`` re-prefills the request, ``fail`` fails it).
+
+A failure hits the request cycle at a uniform point of its ring time (renewal: the cycle of
+T0 = prefill P0 + N laps of mean L, variance Var L, as without faults; faults rare against a
+request's length, so the re-prefills and lost work they add are not themselves a cycle's
+phases). Per failure:
+
+- failover: the request loses the time since its last verify (or its admission): E[elapsed]
+  = (P0^2 + N E[L^2]) / (2 T0); if the failure fell in the decode (probability N L / T0) it
+  re-prefills prompt + c tokens, c uniform over the decode (the mean of P(prompt + c) over c
+  in [0, M)); X = E[elapsed] + (N L / T0) E[P(prompt + c)] is added ring time, D down time.
+- fail: the request fails at age a, E[a] = (T0^2 + Var T) / (2 T0) (length-biased), Var T =
+  L^2 Var N + N Var L; it produced 1 + c tokens if it had its first token (E[c] = M / 2).
+  Under failures at rate lambda each request races the clock: it fails with probability
+  1 - exp(-lambda T0) and holds the ring E[min(Exp(lambda), T0)] = (1 - exp(-lambda T0)) /
+  lambda (exact for a deterministic T0).
+
+Run of R requests: fixed-time failures in time order, each counted while the run lasts (one
+during an earlier outage extends it and hits nobody); failures at rate lambda (per ms of ring
+up time, the DES's clock) add lambda U of them, U the up time:
+
+  failover  U = (R T0 + F_fix X) / (1 - lambda X)           (needs lambda X < 1)
+  fail      F = F_fix + (R - F_fix) (1 - e^{-lambda T0}),
+            U = F_fix E[a] + (R - F_fix) (1 - e^{-lambda T0}) / lambda
+  makespan = U + sum of downtimes;  availability = 1 - downtime / makespan;
+  goodput = finished (M + 1) / makespan
+
+tokens_per_s (mean over finished requests of M / decode time): failover mixes in the requests
+hit k times in their decode (k Poisson with mean F (N L / T0) / R), whose decode time grows by
+k (D + E[elapsed in a lap] + E[P(prompt + c)]); ttft: requests hit in prefill wait D + P0 / 2
+more (failover); the request admitted at a failure waits D, and finishes with probability
+1 - F / R (fail). Lap and TPOT percentiles are left as without faults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from wansim.scenario import Scenario
+
+MS_PER_S = 1e3
+MS_PER_HOUR = 3.6e6
+C_POINTS = 64  # midpoints of the decode for E[P(prompt + c)]
+K_MAX = 64  # failures per request's decode summed over (Poisson)
+DIVERGES = "undefined: failures come faster than the ring recovers (rate x recovery time >= 1)"
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultAnswer:
+    """The expected run with faults: metrics to replace or add, and the reasons of those that
+    are undefined (None)."""
+
+    metrics: dict
+    undefined: dict[str, str]
+    details: dict
+
+
+def downtime_ms(scenario: Scenario, event) -> float:
+    d = event.downtime_s if event.downtime_s is not None else scenario.faults.detection_s
+    return d * MS_PER_S
+
+
+def reprefill_ms(scenario: Scenario, committed: np.ndarray) -> np.ndarray:
+    """P(prompt + c): the prefill path (every stage, the forward hops) of prompt + c tokens."""
+    from wansim.analytical.sync import sync_metrics
+
+    prompt = scenario.workload.prompt_tokens + np.asarray(committed)
+    sc = dataclasses.replace(
+        scenario, workload=dataclasses.replace(scenario.workload, prompt_tokens=prompt)
+    )
+    return np.asarray(sync_metrics(sc)["prefill_ms"], dtype=float)
+
+
+def fault_run(scenario: Scenario, means: dict) -> FaultAnswer:
+    """Expected metrics of a run of one request at a time with ``scenario.faults`` (module
+    docstring); ``means``: the sync closed forms (scalars) without faults."""
+    faults = scenario.faults
+    wl = scenario.workload
+    r_requests = float(wl.requests)
+    m = float(wl.output_tokens - 1)
+    p0 = float(means["prefill_ms"])
+    n = float(means["passes_per_request"])
+    lap = float(means["lap_ms_mean"])
+    lap_var = float(means["lap_ms_var"])
+    n_var = float(means.get("passes_var", 0.0))
+    decode = n * lap
+    t0 = p0 + decode
+    in_decode = decode / t0
+    elapsed_lap = (lap**2 + lap_var) / (2.0 * lap)
+    elapsed = (p0**2 + n * (lap**2 + lap_var)) / (2.0 * t0)
+    c = np.floor((np.arange(C_POINTS) + 0.5) / C_POINTS * m)
+    reprefill = float(np.mean(reprefill_ms(scenario, c)))
+    failover = faults.recovery == "failover"
+    x = elapsed + in_decode * reprefill  # ring time a failover adds
+    var_t = lap**2 * n_var + n * lap_var
+    age = (t0**2 + var_t) / (2.0 * t0)
+    rated = [e for e in faults.events if e.rate_per_hour is not None]
+    lam = sum(e.rate_per_hour for e in rated) / MS_PER_HOUR
+    d_rated = (
+        sum(e.rate_per_hour * downtime_ms(scenario, e) for e in rated) / (lam * MS_PER_HOUR)
+        if rated
+        else 0.0
+    )
+    # fixed-time failures in order, while the run lasts (rated ones ignored here: rare)
+    fixed = sorted(
+        (e.at_s * MS_PER_S, downtime_ms(scenario, e)) for e in faults.events if e.at_s is not None
+    )
+    hits, down, end_prev = 0, 0.0, -1.0
+    for t, d in fixed:
+        up_work = r_requests * t0 + hits * (x if failover else -(t0 - age))
+        if t >= up_work + down or (not failover and hits >= r_requests):
+            break
+        if t < end_prev:  # during an outage: it extends it
+            extra = max(0.0, t + d - end_prev)
+            down += extra
+            end_prev += extra
+            continue
+        hits += 1
+        down += d
+        end_prev = t + d
+    undefined: dict[str, str] = {}
+    if failover:
+        if lam * x >= 1.0:
+            names = ("throughput_tokens_per_s", "goodput_tokens_per_s", "availability")
+            names += ("tokens_per_s",)
+            metrics = {**dict.fromkeys(names), "failed_requests": 0.0}
+            return FaultAnswer(metrics, dict.fromkeys(names, DIVERGES), {})
+        up = (r_requests * t0 + hits * x) / (1.0 - lam * x)
+        f_rated = lam * up
+        failed = 0.0
+    else:  # each request left races the rate clock: it fails with 1 - exp(-lambda T0)
+        left = r_requests - hits
+        p_fail = -np.expm1(-lam * t0)
+        f_rated = left * p_fail
+        up = hits * age + (left * p_fail / lam if lam > 0 else left * t0)
+        failed = hits + f_rated
+    downtime = down + f_rated * d_rated
+    makespan = up + downtime
+    finished = r_requests - failed
+    hits_all = hits + f_rated
+    produced = finished * (m + 1) + failed * in_decode * (1.0 + m / 2.0)
+    out = {
+        "throughput_tokens_per_s": 1e3 * produced / makespan,
+        "goodput_tokens_per_s": 1e3 * finished * (m + 1) / makespan,
+        "failed_requests": failed,
+        "availability": 1.0 - downtime / makespan,
+    }
+    d_mean = downtime / hits_all if hits_all else 0.0
+    if failover and hits_all:
+        # failures in a request's decode: Poisson with the mean of hits per request
+        mu = hits_all * in_decode / r_requests
+        k = np.arange(K_MAX)
+        pk = np.exp(k * np.log(max(mu, 1e-300)) - mu - np.cumsum(np.log(np.maximum(k, 1))))
+        rate = 1e3 * m / (decode + k * (d_mean + elapsed_lap + reprefill))
+        rate[0] = float(means["tokens_per_s"])
+        out["tokens_per_s"] = float((pk * rate).sum() / pk.sum())
+        pre = hits_all * (1.0 - in_decode) / r_requests
+        out["ttft_ms_mean"] = float(means["ttft_ms_mean"]) + pre * (d_mean + p0 / 2.0)
+    elif not failover and finished > 0 and hits_all:
+        # the request admitted at a failure waits the downtime; it finishes with 1 - F / R
+        waited = hits_all * (1.0 - failed / r_requests)
+        out["ttft_ms_mean"] = float(means["ttft_ms_mean"]) + waited * d_mean / finished
+    details = {
+        "failures": hits_all,
+        "fixed_failures": hits,
+        "rated_failures": f_rated,
+        "makespan_ms": makespan,
+        "downtime_ms": downtime,
+        "added_ring_ms_per_failover": x if failover else 0.0,
+        "failed_request_age_ms": 0.0 if failover else age,
+    }
+    return FaultAnswer(out, undefined, details)

@@ -34,7 +34,8 @@ VERIFIERS = ("lossless", "greedy", "typical")
 TREE_KINDS = ("static", "sequoia", "dynamic")
 SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
-ARRIVALS = ("closed", "poisson")
+ARRIVALS = ("closed", "poisson", "gamma", "onoff", "trace")
+LENGTH_KINDS = ("fixed", "lognormal", "empirical", "trace")
 RECOVERIES = ("failover", "fail")
 MAX_FAULTS = 10_000
 ACTIVATION_BITS = (3, 4, 8, 16, 32)
@@ -132,6 +133,51 @@ COMPUTE_VARIANTS = {
 ComputeModel = LinearCompute | RooflineCompute | MoeCompute | TableCompute
 
 
+NOISE_KINDS = ("none", "lognormal", "gamma")
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeNoise:
+    """Per-pass noise on a stage's pass time (compute model + overhead): the pass takes X times
+    its deterministic time, X independent per pass and stage with mean 1 and coefficient of
+    variation ``cv`` (lognormal or gamma), at the stages listed in ``stages`` (empty: every
+    stage). :mod:`wansim.slowdown`."""
+
+    kind: str = spec("none", choices=NOISE_KINDS)
+    cv: float = spec(0.0, ge=0, le=10)
+    stages: tuple[int, ...] = spec((), ge=0, max_items=MAX_STAGES, doc="empty: every stage")
+
+    def check(self, path: str) -> None:
+        if (self.kind == "none") != (self.cv == 0):
+            raise ScenarioError(
+                f"{path}.cv",
+                "must be > 0 with a noise kind and 0 with kind none",
+                self.cv,
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Straggler:
+    """Intermittent stragglers: a listed stage (empty: every stage) is slow - its passes take
+    ``factor`` x their time - for a random ``fraction`` of the time, in episodes of mean
+    ``episode_ms`` (exponential, as the gaps between them); ``episode_ms: 0``: each pass is
+    slow with probability ``fraction`` on its own. A pass is slow when it starts in an
+    episode. :mod:`wansim.slowdown`."""
+
+    fraction: float = spec(0.0, ge=0, lt=1)
+    factor: float = spec(1.0, ge=1, le=1000)
+    episode_ms: float = spec(0.0, ge=0)
+    stages: tuple[int, ...] = spec((), ge=0, max_items=MAX_STAGES, doc="empty: every stage")
+
+    def check(self, path: str) -> None:
+        if (self.fraction == 0) != (self.factor == 1):
+            raise ScenarioError(
+                f"{path}.factor",
+                f"must be > 1 with fraction > 0 and 1 with fraction 0 (fraction {self.fraction})",
+                self.factor,
+            )
+
+
 @dataclasses.dataclass(frozen=True)
 class Model:
     """``compute``: every stage's compute model. ``stage_compute``: optional, one entry per stage
@@ -155,6 +201,8 @@ class Model:
     host_cpu_factor: float = spec(
         1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
     )
+    noise: ComputeNoise = spec(factory=ComputeNoise)
+    straggler: Straggler = spec(factory=Straggler)
 
 
 # ----------------------------------------------------------------------------- network
@@ -275,19 +323,42 @@ class Network:
     transport: str = spec("ideal", choices=TRANSPORTS)
     tcp: Tcp = spec(factory=Tcp)
     drift: Drift = spec(factory=Drift)
+    trace_file: str | None = spec(
+        None, doc="CSV t_ms,latency_factor,bandwidth_factor replayed (wansim.links.nonstationary)"
+    )
     hops: tuple[HopOverride, ...] = spec((), max_items=MAX_STAGES)
 
 
 # ----------------------------------------------------------------------------- payload
 @dataclasses.dataclass(frozen=True)
+class ExtraTensor:
+    """A tensor of ``values_per_token`` values per token at ``bits`` that stage ``stage``'s
+    output adds to the forward message and every later hop carries until stage ``to_stage``
+    consumes it (hops ``stage`` .. ``to_stage - 1``; default the last stage; ``to_stage:
+    stages`` carries it over the return hop to S0) - e.g. an EAGLE-3 drafter's auxiliary
+    hidden states taken at a few stages, or the last stage's hidden state for a drafter at S0
+    (:func:`wansim.wire.forward_bytes`)."""
+
+    stage: int = spec(0, ge=0)
+    values_per_token: int = spec(7168, ge=1)
+    bits: int = spec(16, choices=ACTIVATION_BITS)
+    to_stage: int | None = spec(None, ge=1)
+
+
+@dataclasses.dataclass(frozen=True)
 class Payload:
     """Bytes on the wire: activations of hidden_size*activation_bits/8 per token (plus one fp16
-    scale per ``quant_group_size`` values below 16 bits; 32 = fp32), a header per message, and a
-    token-id return message of ``return_bytes``."""
+    scale per ``quant_group_size`` values below 16 bits; 32 = fp32), a header per message, the
+    ``extra_tensors`` that ride some hops, and a return message of ``return_bytes`` plus
+    ``return_token_bytes`` per token id it lists (:func:`wansim.wire.verdict_bytes`)."""
 
     activation_bits: int = spec(16, choices=ACTIVATION_BITS)
     header_bytes: int = spec(64, ge=0)
     return_bytes: int = spec(50, ge=1)
+    return_token_bytes: int = spec(
+        0, ge=0, doc="per token id in the verdict (verified positions, next chain drafts)"
+    )
+    extra_tensors: tuple[ExtraTensor, ...] = spec((), max_items=MAX_STAGES)
     cancel_bytes: int = spec(
         24, ge=1, doc="async: a cancellation message (request id, epoch, position)"
     )
@@ -456,10 +527,34 @@ class Slo:
 
 
 @dataclasses.dataclass(frozen=True)
+class Lengths:
+    """Per-request prompt and output lengths (:mod:`wansim.workload`): ``fixed`` (the
+    workload's prompt_tokens/output_tokens), ``lognormal`` (those are the means; ``prompt_cv``,
+    ``output_cv`` the coefficients of variation; clipped to the maxima), ``empirical`` (pairs
+    drawn from ``workload.trace``'s rows) or ``trace`` (its rows in order)."""
+
+    kind: str = spec("fixed", choices=LENGTH_KINDS)
+    prompt_cv: float = spec(0.0, ge=0, le=10)
+    output_cv: float = spec(0.0, ge=0, le=10)
+    max_prompt_tokens: int = spec(131_072, ge=1, le=10_000_000)
+    max_output_tokens: int = spec(32_768, ge=2, le=10_000_000)
+
+
+@dataclasses.dataclass(frozen=True)
+class MixRow:
+    """A share of the requests whose acceptance is the profile's ``workload`` row."""
+
+    workload: str = spec("math")
+    share: float = spec(1.0, gt=0)
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     """Requests of ``prompt_tokens`` (one prefill pass) and ``output_tokens`` (the first from
     prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
-    flight, a new one starts when one finishes; ``poisson``: arrivals at ``rate_per_s``."""
+    flight, a new one starts when one finishes; open arrivals (``poisson``, ``gamma``,
+    ``onoff``, ``trace``) wait for one of the ``concurrency`` slots. Arrival processes, length
+    distributions, traces and mixes: :mod:`wansim.workload`."""
 
     requests: int = spec(64, ge=1, le=1_000_000)
     concurrency: int = spec(1, ge=1, le=65_536)
@@ -467,7 +562,36 @@ class Workload:
     output_tokens: int = spec(256, ge=2)
     arrival: str = spec("closed", choices=ARRIVALS)
     rate_per_s: float = spec(1.0, gt=0)
+    arrival_cv: float = spec(
+        1.0, gt=0, le=100, doc="gamma arrivals: coefficient of variation of the gaps"
+    )
+    on_ms: float = spec(1000.0, gt=0, doc="onoff arrivals: mean on period")
+    off_ms: float = spec(1000.0, gt=0, doc="onoff arrivals: mean off period")
+    lengths: Lengths = spec(factory=Lengths)
+    trace: str | None = spec(
+        None, doc="request trace (CSV or .parquet): arrival_ms, prompt_tokens, output_tokens"
+    )
+    mix: tuple[MixRow, ...] = spec((), max_items=64)
     slo: Slo = spec(factory=Slo)
+
+    def check(self, path: str) -> None:
+        if self.trace is not None and not (
+            self.arrival == "trace" or self.lengths.kind in ("trace", "empirical")
+        ):
+            raise ScenarioError(
+                f"{path}.trace",
+                "is read only by arrival: trace or lengths.kind: trace | empirical",
+                self.trace,
+            )
+        if self.lengths.kind != "lognormal" and (self.lengths.prompt_cv or self.lengths.output_cv):
+            raise ScenarioError(
+                f"{path}.lengths.kind",
+                "prompt_cv/output_cv need kind: lognormal",
+                self.lengths.kind,
+            )
+        names = [r.workload for r in self.mix]
+        if len(set(names)) != len(names):
+            raise ScenarioError(f"{path}.mix", "names a workload twice", names)
 
 
 # ----------------------------------------------------------------------------- faults
@@ -552,6 +676,24 @@ class Scenario:
                 f"needs {self.stages} entries (one compute model per stage)",
                 f"{len(per_stage)} entries",
             )
+        for i, extra in enumerate(self.payload.extra_tensors):
+            to_stage = self.stages - 1 if extra.to_stage is None else extra.to_stage
+            if not extra.stage < to_stage <= self.stages:
+                raise ScenarioError(
+                    f"payload.extra_tensors[{i}].to_stage"
+                    if extra.to_stage is not None
+                    else f"payload.extra_tensors[{i}].stage",
+                    f"needs stage < to_stage <= stages ({self.stages}; to_stage defaults to the"
+                    f" last stage, {self.stages} is S0 over the return hop), stage is"
+                    f" {extra.stage}",
+                    to_stage if extra.to_stage is not None else extra.stage,
+                )
+        for name in ("noise", "straggler"):
+            for j, s in enumerate(getattr(self.model, name).stages):
+                if s >= self.stages:
+                    raise ScenarioError(
+                        f"model.{name}.stages[{j}]", f"must name a stage < {self.stages}", s
+                    )
         overheads = self.model.stage_overhead_ms
         if overheads and len(overheads) != self.stages:
             raise ScenarioError(
@@ -787,8 +929,10 @@ def _get(raw: Any, *keys: str) -> Any:
 # file-valued fields: (path to the mapping, key)
 _FILE_FIELDS = (
     (("drafter", "acceptance"), "profile"),
+    (("workload",), "trace"),
     (("drafter", "acceptance"), "activation_quality"),
     (("network", "jitter"), "samples_file"),
+    (("network",), "trace_file"),
 )
 
 
@@ -1125,12 +1269,32 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         read_samples(found, f"{where}.samples_file")  # its values are checked now, not mid-run
         return dataclasses.replace(j, samples_file=str(found))
 
+    wl = scenario.workload
+    if wl.trace is not None:
+        found = resolve_file(wl.trace, base_dir)
+        if found is None:
+            raise ScenarioError("workload.trace", "file not found", wl.trace)
+
+        wl = dataclasses.replace(wl, trace=str(found))
+        scenario = dataclasses.replace(scenario, workload=wl)
+    if wl.trace is not None or wl.arrival == "trace" or wl.lengths.kind in ("trace", "empirical"):
+        from wansim.workload import check_workload  # (numpy: only for a workload that needs it)
+
+        check_workload(wl)
     net = scenario.network
     hops = tuple(
         dataclasses.replace(h, jitter=fix_jitter(h.jitter, f"network.hops[{i}].jitter"))
         for i, h in enumerate(net.hops)
     )
     net = dataclasses.replace(net, jitter=fix_jitter(net.jitter, "network.jitter"), hops=hops)
+    if net.trace_file is not None:
+        found = resolve_file(net.trace_file, base_dir)
+        if found is None:
+            raise ScenarioError("network.trace_file", "file not found", net.trace_file)
+        from wansim.links.nonstationary import read_trace
+
+        read_trace(str(found))  # its samples are checked now, not mid-run
+        net = dataclasses.replace(net, trace_file=str(found))
     return dataclasses.replace(scenario, network=net)
 
 
@@ -1154,6 +1318,13 @@ def _check_acceptance(scenario: Scenario) -> None:
                 f"not in profile (has {', '.join(prof.workloads)})",
                 workload,
             )
+        for i, row in enumerate(scenario.workload.mix):
+            if row.workload not in prof.workloads:
+                raise ScenarioError(
+                    f"workload.mix[{i}].workload",
+                    f"not in profile (has {', '.join(prof.workloads)})",
+                    row.workload,
+                )
         measured = len(prof.workloads[workload].per_position)
         if need > measured and not acc.extrapolate:
             raise ScenarioError(
@@ -1162,7 +1333,11 @@ def _check_acceptance(scenario: Scenario) -> None:
                 " to hold the last rate)",
                 need,
             )
-    elif acc.per_position is not None:
+    if scenario.workload.mix and acc.profile is None:
+        raise ScenarioError(
+            "workload.mix", "names profile workload rows: it needs drafter.acceptance.profile", None
+        )
+    if acc.per_position is not None:
         measured = len(acc.per_position)
         if need > measured and not acc.extrapolate:
             raise ScenarioError(

@@ -9,9 +9,12 @@ Arrivals (``workload.arrival``):
 
 - ``closed``: ``concurrency`` requests arrive at t = 0; each finishing request is replaced at
   once by the next, until ``requests`` have arrived (a saturated admission queue).
-- ``poisson``: arrivals at ``rate_per_s`` (exponential gaps drawn in one vectorised block from
-  the arrival stream); one that finds ``concurrency`` requests in flight waits, FIFO, and its
-  TTFT includes that wait.
+- open arrivals (``poisson``, ``gamma``, ``onoff``, ``trace``): at the gaps of the run's
+  :class:`~wansim.workload.RequestPlan` (drawn before the run from the arrival stream); one
+  that finds ``concurrency`` requests in flight waits, FIFO, and its TTFT includes that wait.
+
+Request i's prompt and output lengths are the plan's (fixed, drawn from a distribution, or a
+trace's rows: :mod:`wansim.workload`).
 
 A request finishes at its last verify completion (the last stage); with a closed loop the next
 request is admitted at that instant, into S0's mailbox.
@@ -22,11 +25,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-import numpy as np
 import simpy
 from simpy.events import Timeout
 
 from wansim.scenario import Workload
+from wansim.workload import RequestPlan
 
 
 class Request:
@@ -89,7 +92,7 @@ class RequestSource:
         self,
         env: simpy.Environment,
         workload: Workload,
-        rng: np.random.Generator,
+        plan: RequestPlan,
         admit: Callable[[Request], None],
         slots: int | None = None,
     ):
@@ -101,10 +104,10 @@ class RequestSource:
         self.requests: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.in_flight = 0
-        self.gaps_ms: list[float] = []
-        if workload.arrival == "poisson":
-            mean_gap_ms = 1e3 / workload.rate_per_s
-            self.gaps_ms = rng.exponential(mean_gap_ms, workload.requests).tolist()
+        self.open = workload.arrival != "closed"
+        self.gaps_ms: list[float] = [] if plan.gaps_ms is None else plan.gaps_ms.tolist()
+        self.prompt_tokens = plan.prompt_tokens.tolist()
+        self.decode_tokens = (plan.output_tokens - 1).tolist()
 
     def start(self) -> None:
         wl = self.workload
@@ -115,8 +118,8 @@ class RequestSource:
             self._schedule_next_arrival()
 
     def _new_request(self) -> Request:
-        wl = self.workload
-        req = Request(len(self.requests), self.env.now, wl.prompt_tokens, wl.output_tokens - 1)
+        i = len(self.requests)
+        req = Request(i, self.env.now, self.prompt_tokens[i], self.decode_tokens[i])
         self.requests.append(req)
         return req
 
@@ -126,7 +129,7 @@ class RequestSource:
             self._admit(req)
         else:
             self.waiting.append(req)
-        if self.workload.arrival == "poisson":
+        if self.open:
             self._schedule_next_arrival()
 
     def _schedule_next_arrival(self) -> None:

@@ -29,6 +29,7 @@ from wansim.acceptance.trees import sample_survival
 from wansim.scenario import Scenario
 from wansim.sim.messages import Pass
 from wansim.sim.request import Request
+from wansim.workload import RequestPlan
 
 CHUNK_REQUESTS = 256
 MAX_BLOCK = 4096
@@ -43,6 +44,7 @@ class Verifier:
         rng_acceptance: np.random.Generator,
         rng_difficulty: np.random.Generator,
         log: list | None = None,
+        plan: RequestPlan | None = None,
     ):
         self.policy = speculation.policy(scenario)
         self.rng = rng_acceptance
@@ -51,6 +53,10 @@ class Verifier:
         # survival per request (a dynamic tree is built once per request here)
         self.survival = self.policy.survival(rates)
         decode = scenario.workload.output_tokens - 1
+        if plan is not None:
+            decode = plan.output_tokens - 1
+            if len(plan.rows) > 1:
+                self.survival = mixed_survival(scenario, plan, rng_difficulty)
         tau = 1.0 + self.survival.sum(axis=1)
         self.block = np.minimum(np.ceil(1.25 * decode / tau) + 8, MAX_BLOCK).astype(int)
         self.chunks: dict[int, list[list[int]]] = {}
@@ -141,6 +147,28 @@ class Verifier:
         self.tokens_verified += n
         self.tokens_committed += committed
         return accepted, remaining, committed
+
+
+def mixed_survival(scenario: Scenario, plan: RequestPlan, rng: np.random.Generator) -> np.ndarray:
+    """Survival per request when requests mix profile workload rows (a chain): each row's
+    policy draws every request's difficulty from the difficulty stream in turn (rows in the
+    mix's order), and request i keeps the draw of its own row."""
+    import dataclasses
+
+    acc = scenario.drafter.acceptance
+    out = None
+    for r, name in enumerate(plan.rows):
+        sc = dataclasses.replace(
+            scenario,
+            drafter=dataclasses.replace(
+                scenario.drafter, acceptance=dataclasses.replace(acc, workload=name)
+            ),
+        )
+        pol = speculation.policy(sc)
+        surv = pol.survival(pol.request_rates(rng, len(plan.row)))
+        out = surv.copy() if out is None else out
+        out[plan.row == r] = surv[plan.row == r]
+    return out
 
 
 def _draw(rng: np.random.Generator, surv: np.ndarray, size: int) -> np.ndarray:

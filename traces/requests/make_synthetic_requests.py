@@ -1,0 +1,1 @@
+../../wansim/data/traces/requests/make_synthetic_requests.py

@@ -21,6 +21,7 @@ from wansim.analytical.distribution import (
     with_waits,
 )
 from wansim.analytical.faults import fault_run
+from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces
 from wansim.analytical.regime import approximation
@@ -37,6 +38,7 @@ from wansim.analytical.transport import tcp_equivalent
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
 from wansim.metrics import stage_utilization
+from wansim.micro_batching import micro_batched
 from wansim.result import Result
 from wansim.scenario import Scenario
 
@@ -48,7 +50,8 @@ def check_supported(scenario: Scenario) -> None:
       a chain with hedge branches) and verifier rule;
     - continuous batching of ``workload.concurrency`` sequences (``schedule.batching:
       continuous``, sync): the lockstep batch plus its admissions in steady state
-      (:mod:`wansim.analytical.batched`);
+      (:mod:`wansim.analytical.batched`), or with ``schedule.micro_batches`` several batches
+      in flight (:mod:`wansim.analytical.micro_batched`);
     - N concurrent requests without batching (``batching: none``): the closed-network
       approximation of :mod:`wansim.analytical.concurrent`;
     - the block schedule - async in-pipe speculation and the overlapped drafter (max(.) law) -
@@ -145,6 +148,8 @@ def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
         )
     blocks = uses_blocks(scenario)
     out = block_schedule_metrics(scenario) if blocks else sync_metrics(scenario)
+    if micro_batched(scenario):
+        return micro_batched_metrics(scenario, lap_parts(scenario))
     if batched(scenario):
         out = batched_metrics(scenario, out, lap_parts(scenario))
     if concurrent(scenario):
@@ -215,7 +220,9 @@ def analyze(scenario: Scenario) -> Result:
         scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
     parts = lap_parts(scenario)
     answer = _one_request(scenario, parts)
-    if batched(scenario):
+    if micro_batched(scenario):
+        answer = _micro_batched(scenario, parts, answer)
+    elif batched(scenario):
         answer = _batched(scenario, parts, answer)
     elif concurrent(scenario):
         answer = _concurrent(scenario, parts, answer)
@@ -437,6 +444,45 @@ def _batched(scenario: Scenario, parts: dict, lockstep: Answer) -> Answer:
         lockstep.lap_values_ms,
         lockstep.lap_pmf,
         lockstep.tpot_nodes,
+    )
+
+
+def _micro_batched(scenario: Scenario, parts: dict, alone: Answer) -> Answer:
+    """Micro-batches in steady state (micro_batched.py). Every decode lap is the cycle T: the
+    lap distribution is the lone lap's spread (the hops' jitter) moved to mean T; a request's
+    TPOT is N T / M, a mixture over difficulty of normals in N (renewal CLT)."""
+    run = micro_batched_run(scenario, parts)
+    means = _scalars(run.means)
+    lap = means["lap_ms_mean"]
+    values, pmf = alone.lap_values_ms, alone.lap_pmf
+    values = values - float(np.sum(values * pmf)) + lap
+    lap_p50, lap_p99 = quantiles(values, pmf, [0.5, 0.99])
+    w, n_mean, n_var = passes_per_node(scenario)
+    m = scenario.workload.output_tokens - 1
+    tpot_sd = np.sqrt(lap**2 * n_var + n_mean * means["lap_ms_var"]) / m
+    tpot_p50, tpot_p99 = mixture_normal_quantiles(w, n_mean * lap / m, tpot_sd, [0.5, 0.99])
+    p = int(scenario.stages)
+    makespan = means["makespan_ms"]
+    busy = [float(np.asarray(x)) for x in run.stage_busy_ms[:p]]
+    details = {
+        **alone.details,
+        "approximation": "micro-batched pipeline in steady state (cycle max(L, N s_max))",
+        "micro_batch_size": means["micro_batch_size"],
+        "pass_tokens": means["pass_tokens"],
+        "chunk_pass_tokens": means["chunk_pass_tokens"],
+        "lone_lap_ms": means["lone_lap_ms"],
+        "bottleneck_ms": means["bottleneck_ms"],
+        "bound": "bottleneck"
+        if scenario.schedule.micro_batches * means["bottleneck_ms"] >= lap * (1.0 - 1e-12)
+        else "latency",
+    }
+    return Answer(
+        means,
+        Percentiles(float(lap_p50), float(lap_p99), float(tpot_p50), float(tpot_p99)),
+        [min(b / makespan, 1.0) for b in busy],
+        details,
+        values,
+        pmf,
     )
 
 

@@ -1,6 +1,7 @@
 """Request state and the arrival source.
 
-A request arrives, waits for admission (at most ``workload.concurrency`` requests are in flight),
+A request arrives, waits for admission (at most ``workload.concurrency`` requests are in flight,
+or fewer slots: ``schedule.max_batch_size`` with micro-batches),
 sends one prefill pass of ``prompt_tokens`` into S0, and then commits its ``M = output_tokens - 1``
 decode tokens through verify passes (the first output token comes from prefill).
 
@@ -93,9 +94,12 @@ class RequestSource:
         workload: Workload,
         plan: RequestPlan,
         admit: Callable[[Request], None],
+        slots: int | None = None,
     ):
         self.env = env
         self.workload = workload
+        # requests in flight at most (micro-batches may hold fewer than the users)
+        self.slots = workload.concurrency if slots is None else slots
         self.admit_into_pipeline = admit
         self.requests: list[Request] = []
         self.waiting: deque[Request] = deque()
@@ -121,7 +125,7 @@ class RequestSource:
 
     def _arrive(self, _event: object = None) -> None:
         req = self._new_request()
-        if self.in_flight < self.workload.concurrency:
+        if self.in_flight < self.slots:
             self._admit(req)
         else:
             self.waiting.append(req)
@@ -144,5 +148,5 @@ class RequestSource:
         self.in_flight -= 1
         if self.waiting:
             self._admit(self.waiting.popleft())
-        elif self.workload.arrival == "closed" and len(self.requests) < self.workload.requests:
-            self._arrive()
+        if self.workload.arrival == "closed" and len(self.requests) < self.workload.requests:
+            self._arrive()  # its user asks again (it waits when the slots are full)

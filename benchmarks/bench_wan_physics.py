@@ -5,8 +5,8 @@ Each run is a fresh subprocess (so the two code trees never share a process) tha
 ``simulate()`` of the reference scenario with enough requests for ``--tokens`` output tokens;
 baseline and branch alternate ``--repeat`` times and the reported ratio is the median of the
 paired (branch / baseline) wall-time ratios, robust to a shared machine's load drifting between
-pairs. The feature rows (per-message costs, tcp) run on the branch only, paired with its own
-features-off run.
+pairs. The feature rows (per-message costs, tcp, payload per hop, compute noise and
+stragglers, drift) run on the branch only, paired with its own features-off run.
 
 Run: .venv/bin/python benchmarks/bench_wan_physics.py --baseline DIR [--repeat 5]
 (DIR: a checkout of the baseline commit, e.g. ``git worktree add /tmp/base <commit>``).
@@ -74,16 +74,35 @@ def main() -> dict:
     parser.add_argument("--baseline", required=True, type=Path)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=100_000)
+    parser.add_argument("--only", default="", help="comma-separated row names (default: all)")
     args = parser.parse_args()
     n = [f"workload.requests={-(-args.tokens // 256)}"]
     per_message = [*n, "network.per_message_ms=3", "network.codec_ms_per_mb=2"]
     tcp = [*n, "network.transport=tcp"]
-    results = {
-        "features_off_vs_baseline": paired(args.baseline, n, HERE, n, args.repeat),
-        "per_message_costs_vs_off": paired(HERE, n, HERE, per_message, args.repeat),
-        "tcp_vs_off": paired(HERE, n, HERE, tcp, args.repeat),
-        "load_avg_1min": os.getloadavg()[0],
+    extras = [
+        *n,
+        "payload.return_token_bytes=4",
+        "payload.extra_tensors=[{stage: 2, values_per_token: 7168}]",
+    ]
+    slowdowns = [
+        *n,
+        "model.noise.kind=lognormal",
+        "model.noise.cv=0.2",
+        "model.straggler.fraction=0.05",
+        "model.straggler.factor=3",
+    ]
+    drift = [*n, "network.drift.latency_factor=1.3", "network.drift.over_ms=60000"]
+    rows = {
+        "features_off_vs_baseline": (args.baseline, n, HERE, n),
+        "per_message_costs_vs_off": (HERE, n, HERE, per_message),
+        "tcp_vs_off": (HERE, n, HERE, tcp),
+        "payload_per_hop_vs_off": (HERE, n, HERE, extras),
+        "noise_and_stragglers_vs_off": (HERE, n, HERE, slowdowns),
+        "drift_vs_off": (HERE, n, HERE, drift),
     }
+    only = set(args.only.split(",")) if args.only else set(rows)
+    results = {name: paired(*row, args.repeat) for name, row in rows.items() if name in only}
+    results["load_avg_1min"] = os.getloadavg()[0]
     print(json.dumps(results, indent=2))
     return results
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from wansim import slowdown
 from wansim.scenario import (
     ComputeModel,
     Drafter,
@@ -80,13 +81,27 @@ def stage_pass_ms(model: ComputeModel, overhead_ms: float, n_tokens) -> np.ndarr
     return stage_ms(model, n_tokens) + overhead_ms
 
 
-def stage_ms_each(scenario, n_tokens) -> list[np.ndarray]:
+def stage_ms_each(scenario, n_tokens, *, mean=True) -> list[np.ndarray]:
     """Per stage (``Scenario.stage_compute_models``, :func:`stage_overheads_ms`): ms for a pass
-    of ``n_tokens`` tokens."""
-    return [
+    of ``n_tokens`` tokens; its mean under compute noise and stragglers (times E[XY],
+    :mod:`wansim.slowdown`) unless ``mean=False`` (the deterministic time)."""
+    each = [
         stage_pass_ms(m, o, n_tokens)
         for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
     ]
+    if mean and slowdown.active(scenario.model):
+        each = [
+            c * f
+            for c, f in zip(each, slowdown.mean_factors(scenario.model, len(each)), strict=True)
+        ]
+    return each
+
+
+def stages_differ(scenario) -> bool:
+    """Whether stages may cost different times per pass (per-stage models, overheads or
+    slowdowns): then ``stages`` is a scalar and :func:`stage_ms_each` gives each one."""
+    m = scenario.model
+    return bool(m.stage_compute or m.stage_overhead_ms or slowdown.active(m))
 
 
 def mean_stage_ms(scenario, n_tokens) -> np.ndarray:
@@ -94,7 +109,7 @@ def mean_stage_ms(scenario, n_tokens) -> np.ndarray:
     per pass); with neither ``model.stage_compute`` nor ``model.stage_overhead_ms`` every stage
     is the same and ``stages`` may be an array (grids)."""
     m = scenario.model
-    if not m.stage_compute and not m.stage_overhead_ms:
+    if not stages_differ(scenario):
         return stage_pass_ms(m.compute, m.overhead_ms * m.host_cpu_factor, n_tokens)
     each = stage_ms_each(scenario, n_tokens)
     return sum(each[1:], start=each[0]) / len(each)

@@ -47,7 +47,7 @@ def lap_breakdown_table(scenario) -> pd.DataFrame:
     """Per ring position i: compute on S_i, drafting on S_i, and hop i's transport (ms, means).
 
     Hop i carries S_i's output to S_(i+1); the last hop returns the verdict to S0."""
-    from wansim.analytical.sync import lap_parts
+    from wansim.analytical.sync import lap_parts, ring_message_bytes
     from wansim.compute import stage_ms_each
     from wansim.network import hop_mean
     from wansim.scenario import hop_name
@@ -56,11 +56,12 @@ def lap_breakdown_table(scenario) -> pd.DataFrame:
     parts = lap_parts(scenario)
     p = scenario.stages
     hops = scenario.resolved_hops()
+    sizes = ring_message_bytes(scenario, parts)
     compute = stage_ms_each(scenario, parts["batch"] * parts["tokens"])
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
     rows = []
     for i, hop in enumerate(hops):
-        size = float(parts["return_bytes"] if i == p - 1 else parts["forward_bytes"])
+        size = sizes[i]
         total = float(hop_mean(hop, size))
         ser = float(serialise_ms(size, hop.bandwidth_mbps))
         rows.append(
@@ -151,13 +152,13 @@ def plot_stage_utilization(results: dict, path: Path) -> Path:
 def analytical_lap_distribution(scenario) -> tuple[np.ndarray, np.ndarray]:
     """(lap values ms, probabilities): the distribution the analytical percentiles come from."""
     from wansim.analytical.distribution import lap_distribution
-    from wansim.analytical.sync import lap_parts
+    from wansim.analytical.sync import lap_constant, lap_parts, ring_message_bytes
 
     parts = lap_parts(scenario)
     hops = list(scenario.resolved_hops())
-    sizes = [float(parts["forward_bytes"])] * (len(hops) - 1) + [float(parts["return_bytes"])]
-    constant = float(parts["draft_ms"]) + scenario.stages * float(parts["stage_ms"])
-    values, pmf, _ = lap_distribution(hops, sizes, constant)
+    sizes = ring_message_bytes(scenario, parts)
+    constant, stage_terms = lap_constant(scenario, parts)
+    values, pmf, _ = lap_distribution(hops, sizes, constant, stage_terms)
     return values, pmf
 
 

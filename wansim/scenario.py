@@ -133,6 +133,51 @@ COMPUTE_VARIANTS = {
 ComputeModel = LinearCompute | RooflineCompute | MoeCompute | TableCompute
 
 
+NOISE_KINDS = ("none", "lognormal", "gamma")
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeNoise:
+    """Per-pass noise on a stage's pass time (compute model + overhead): the pass takes X times
+    its deterministic time, X independent per pass and stage with mean 1 and coefficient of
+    variation ``cv`` (lognormal or gamma), at the stages listed in ``stages`` (empty: every
+    stage). :mod:`wansim.slowdown`."""
+
+    kind: str = spec("none", choices=NOISE_KINDS)
+    cv: float = spec(0.0, ge=0, le=10)
+    stages: tuple[int, ...] = spec((), ge=0, max_items=MAX_STAGES, doc="empty: every stage")
+
+    def check(self, path: str) -> None:
+        if (self.kind == "none") != (self.cv == 0):
+            raise ScenarioError(
+                f"{path}.cv",
+                "must be > 0 with a noise kind and 0 with kind none",
+                self.cv,
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Straggler:
+    """Intermittent stragglers: a listed stage (empty: every stage) is slow - its passes take
+    ``factor`` x their time - for a random ``fraction`` of the time, in episodes of mean
+    ``episode_ms`` (exponential, as the gaps between them); ``episode_ms: 0``: each pass is
+    slow with probability ``fraction`` on its own. A pass is slow when it starts in an
+    episode. :mod:`wansim.slowdown`."""
+
+    fraction: float = spec(0.0, ge=0, lt=1)
+    factor: float = spec(1.0, ge=1, le=1000)
+    episode_ms: float = spec(0.0, ge=0)
+    stages: tuple[int, ...] = spec((), ge=0, max_items=MAX_STAGES, doc="empty: every stage")
+
+    def check(self, path: str) -> None:
+        if (self.fraction == 0) != (self.factor == 1):
+            raise ScenarioError(
+                f"{path}.factor",
+                f"must be > 1 with fraction > 0 and 1 with fraction 0 (fraction {self.fraction})",
+                self.factor,
+            )
+
+
 @dataclasses.dataclass(frozen=True)
 class Model:
     """``compute``: every stage's compute model. ``stage_compute``: optional, one entry per stage
@@ -156,6 +201,8 @@ class Model:
     host_cpu_factor: float = spec(
         1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
     )
+    noise: ComputeNoise = spec(factory=ComputeNoise)
+    straggler: Straggler = spec(factory=Straggler)
 
 
 # ----------------------------------------------------------------------------- network
@@ -276,19 +323,42 @@ class Network:
     transport: str = spec("ideal", choices=TRANSPORTS)
     tcp: Tcp = spec(factory=Tcp)
     drift: Drift = spec(factory=Drift)
+    trace_file: str | None = spec(
+        None, doc="CSV t_ms,latency_factor,bandwidth_factor replayed (wansim.links.nonstationary)"
+    )
     hops: tuple[HopOverride, ...] = spec((), max_items=MAX_STAGES)
 
 
 # ----------------------------------------------------------------------------- payload
 @dataclasses.dataclass(frozen=True)
+class ExtraTensor:
+    """A tensor of ``values_per_token`` values per token at ``bits`` that stage ``stage``'s
+    output adds to the forward message and every later hop carries until stage ``to_stage``
+    consumes it (hops ``stage`` .. ``to_stage - 1``; default the last stage; ``to_stage:
+    stages`` carries it over the return hop to S0) - e.g. an EAGLE-3 drafter's auxiliary
+    hidden states taken at a few stages, or the last stage's hidden state for a drafter at S0
+    (:func:`wansim.wire.forward_bytes`)."""
+
+    stage: int = spec(0, ge=0)
+    values_per_token: int = spec(7168, ge=1)
+    bits: int = spec(16, choices=ACTIVATION_BITS)
+    to_stage: int | None = spec(None, ge=1)
+
+
+@dataclasses.dataclass(frozen=True)
 class Payload:
     """Bytes on the wire: activations of hidden_size*activation_bits/8 per token (plus one fp16
-    scale per ``quant_group_size`` values below 16 bits; 32 = fp32), a header per message, and a
-    token-id return message of ``return_bytes``."""
+    scale per ``quant_group_size`` values below 16 bits; 32 = fp32), a header per message, the
+    ``extra_tensors`` that ride some hops, and a return message of ``return_bytes`` plus
+    ``return_token_bytes`` per token id it lists (:func:`wansim.wire.verdict_bytes`)."""
 
     activation_bits: int = spec(16, choices=ACTIVATION_BITS)
     header_bytes: int = spec(64, ge=0)
     return_bytes: int = spec(50, ge=1)
+    return_token_bytes: int = spec(
+        0, ge=0, doc="per token id in the verdict (verified positions, next chain drafts)"
+    )
+    extra_tensors: tuple[ExtraTensor, ...] = spec((), max_items=MAX_STAGES)
     cancel_bytes: int = spec(
         24, ge=1, doc="async: a cancellation message (request id, epoch, position)"
     )
@@ -614,6 +684,24 @@ class Scenario:
                 f"needs {self.stages} entries (one compute model per stage)",
                 f"{len(per_stage)} entries",
             )
+        for i, extra in enumerate(self.payload.extra_tensors):
+            to_stage = self.stages - 1 if extra.to_stage is None else extra.to_stage
+            if not extra.stage < to_stage <= self.stages:
+                raise ScenarioError(
+                    f"payload.extra_tensors[{i}].to_stage"
+                    if extra.to_stage is not None
+                    else f"payload.extra_tensors[{i}].stage",
+                    f"needs stage < to_stage <= stages ({self.stages}; to_stage defaults to the"
+                    f" last stage, {self.stages} is S0 over the return hop), stage is"
+                    f" {extra.stage}",
+                    to_stage if extra.to_stage is not None else extra.stage,
+                )
+        for name in ("noise", "straggler"):
+            for j, s in enumerate(getattr(self.model, name).stages):
+                if s >= self.stages:
+                    raise ScenarioError(
+                        f"model.{name}.stages[{j}]", f"must name a stage < {self.stages}", s
+                    )
         overheads = self.model.stage_overhead_ms
         if overheads and len(overheads) != self.stages:
             raise ScenarioError(
@@ -817,6 +905,7 @@ _FILE_FIELDS = (
     (("workload",), "trace"),
     (("drafter", "acceptance"), "activation_quality"),
     (("network", "jitter"), "samples_file"),
+    (("network",), "trace_file"),
 )
 
 
@@ -1171,6 +1260,14 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         for i, h in enumerate(net.hops)
     )
     net = dataclasses.replace(net, jitter=fix_jitter(net.jitter, "network.jitter"), hops=hops)
+    if net.trace_file is not None:
+        found = resolve_file(net.trace_file, base_dir)
+        if found is None:
+            raise ScenarioError("network.trace_file", "file not found", net.trace_file)
+        from wansim.links.nonstationary import read_trace
+
+        read_trace(str(found))  # its samples are checked now, not mid-run
+        net = dataclasses.replace(net, trace_file=str(found))
     return dataclasses.replace(scenario, network=net)
 
 

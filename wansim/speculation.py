@@ -46,7 +46,9 @@ is ``continuous``, else 1; the analytical engine's lockstep batch):
 - drafter: ``compute.drafter_tree_ms(drafter, depth, nodes, b)`` (chain: depth = nodes = K);
 - forward hop: header + b * (tokens_per_pass * s_act + mask) bytes, mask =
   ``wire.tree_mask_bytes(N)`` for trees, 0 otherwise;
-- return hop: b * ``wire.verdict_bytes(payload, N if tree else 0, drafter on last stage)``.
+- return hop: b * ``wire.verdict_bytes(...)``: ``return_bytes``, the verified ids and next drafts
+  at ``return_token_bytes`` each, the next tree (drafter on last stage), draft features.
+- extra tensors (``payload.extra_tensors``) add e_h bytes per token on the hops that carry them.
 """
 
 from __future__ import annotations
@@ -65,7 +67,12 @@ from wansim.acceptance.profile import load_profile
 from wansim.compute import drafter_tree_ms
 from wansim.errors import ScenarioError
 from wansim.scenario import AcceptanceSpec, Scenario
-from wansim.wire import activation_bytes_per_token, tree_mask_bytes, verdict_bytes
+from wansim.wire import (
+    activation_bytes_per_token,
+    extra_bytes_per_token,
+    tree_mask_bytes,
+    verdict_bytes,
+)
 
 MAX_TREE_NODES = 4096
 # bounded work: Sequoia's dynamic programme costs D R (N+2)^2 steps (~2e7 a second here)
@@ -392,22 +399,51 @@ def batch_size(scenario: Scenario) -> np.ndarray:
     return np.asarray(1)
 
 
-def forward_message_bytes(scenario: Scenario, tokens_per_pass, nodes_if_tree, batch) -> np.ndarray:
-    """One forward message for the batch: header + b (tokens s_act + tree mask)."""
+def forward_message_bytes(
+    scenario: Scenario, tokens_per_pass, nodes_if_tree, batch, hop=None
+) -> np.ndarray:
+    """One forward message for the batch: header + b (tokens (s_act + e_hop) + tree mask), e_hop
+    the extra tensors hop ``hop`` carries (:func:`wansim.wire.extra_bytes_per_token`; hop None:
+    none)."""
     payload = scenario.payload
     s_act = activation_bytes_per_token(
         scenario.model.hidden_size, payload.activation_bits, payload.quant_group_size
     )
+    if hop is not None and payload.extra_tensors:
+        s_act = s_act + extra_bytes_per_token(payload, hop, int(scenario.stages))
     mask = tree_mask_bytes(nodes_if_tree)
     return np.asarray(payload.header_bytes, dtype=float) + np.asarray(batch) * (
         np.asarray(tokens_per_pass) * s_act + mask
     )
 
 
-def return_message_bytes(scenario: Scenario, nodes_if_tree, batch) -> np.ndarray:
-    """The verdicts of the batch on the return hop."""
+def forward_message_bytes_hops(scenario: Scenario, tokens_per_pass, nodes_if_tree, batch):
+    """Per forward hop (P - 1 of them) the message of :func:`forward_message_bytes`, when
+    ``payload.extra_tensors`` makes hops differ; None when every hop carries the same bytes."""
+    if not scenario.payload.extra_tensors:
+        return None
+    return tuple(
+        forward_message_bytes(scenario, tokens_per_pass, nodes_if_tree, batch, hop)
+        for hop in range(int(scenario.stages) - 1)
+    )
+
+
+def return_message_bytes(
+    scenario: Scenario, nodes_if_tree, batch, tokens_per_pass=0, nodes=0
+) -> np.ndarray:
+    """The verdicts of the batch on the return hop (:func:`wansim.wire.verdict_bytes`): per
+    sequence the ids of the ``tokens_per_pass`` verified positions, and with the drafter on
+    the last stage the next drafts (a chain's ``nodes`` ids, or the tree)."""
     last = scenario.drafter.placement == "last_stage"
-    return np.asarray(batch) * verdict_bytes(scenario.payload, nodes_if_tree, last)
+    chain_drafts = np.asarray(nodes) - np.asarray(nodes_if_tree)
+    return np.asarray(batch) * verdict_bytes(
+        scenario.payload,
+        nodes_if_tree,
+        last,
+        tokens_per_pass,
+        chain_drafts,
+        scenario.stages if scenario.payload.extra_tensors else None,
+    )
 
 
 # ----------------------------------------------------------------------------- per point terms

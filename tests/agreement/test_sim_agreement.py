@@ -38,6 +38,7 @@ from wansim.errors import ScenarioError
 from wansim.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.sim.metrics import rate_interval
+from wansim.slowdown import lap_terms
 
 FAMILY_ALPHA = 0.001
 CHECKS_PER_EXAMPLE = 4
@@ -105,6 +106,36 @@ def scenarios(draw) -> dict:
         overheads["stage_overhead_ms"] = draw(
             st.lists(st.floats(0, 5), min_size=stages, max_size=stages)
         )
+    some_stages = st.lists(st.integers(0, stages - 1), max_size=3, unique=True)
+    if draw(st.integers(0, 3)) == 0:  # compute noise (wansim.slowdown)
+        overheads["noise"] = {
+            "kind": draw(st.sampled_from(["lognormal", "gamma"])),
+            "cv": draw(st.floats(0.05, 1.0)),
+            "stages": draw(some_stages),
+        }
+    if draw(st.integers(0, 3)) == 0:  # stragglers, independent per pass
+        overheads["straggler"] = {
+            "fraction": draw(st.floats(0.01, 0.5)),
+            "factor": draw(st.floats(1.1, 6.0)),
+            "stages": draw(some_stages),
+        }
+    payload = {
+        "activation_bits": draw(st.sampled_from([3, 4, 8, 16])),
+        "return_token_bytes": draw(st.sampled_from([0, 0, 4])),
+    }
+    if stages >= 2 and draw(st.integers(0, 3)) == 0:  # tensors riding some hops
+        extras = []
+        for _ in range(draw(st.integers(1, 2))):
+            first = draw(st.integers(0, stages - 2))
+            extra = {
+                "stage": first,
+                "values_per_token": draw(st.sampled_from([256, 4096])),
+                "bits": draw(st.sampled_from([8, 16])),
+            }
+            if draw(st.booleans()):
+                extra["to_stage"] = draw(st.integers(first + 1, stages))
+            extras.append(extra)
+        payload["extra_tensors"] = extras
     return {
         "name": "random",
         "seed": draw(st.integers(0, 2**31)),
@@ -119,7 +150,7 @@ def scenarios(draw) -> dict:
             **overheads,
         },
         "network": network,
-        "payload": {"activation_bits": draw(st.sampled_from([3, 4, 8, 16]))},
+        "payload": payload,
         "drafter": {
             "placement": draw(st.sampled_from(["first_stage", "last_stage"])),
             "parallel": draw(st.booleans()),
@@ -192,6 +223,7 @@ def check_agreement(data: dict, examples: int) -> dict:
 
     laps = np.sort(record.laps_ms)
     random_hops = sum(h.jitter.kind != "none" or h.loss_rate > 0 for h in sc.resolved_hops())
+    random_hops += len(lap_terms(sc.model, [1.0] * sc.stages)[1])  # slowed stages
     grid = (random_hops + 1) * ana.details["lap_grid_ms"] / 2
     for name, q in (("lap_ms_p50", 0.5), ("lap_ms_p99", 0.99)):
         lo, hi = quantile_interval(laps, q, level)

@@ -173,6 +173,25 @@ def test_a_lossy_roofline_ring_with_per_hop_costs_to_the_bit():
     assert_same_run(load_scenario(data=BASE, overrides=overrides))
 
 
+def test_payload_per_hop_to_the_bit():
+    """Extra tensors that accumulate along the ring (one over the return hop) and a return
+    message listing token ids: each stage's own message sizes."""
+    overrides = {
+        "stages": 4,
+        "payload.return_token_bytes": 4,
+        "payload.extra_tensors": [
+            {"stage": 1, "values_per_token": 300, "bits": 8},
+            {"stage": 2, "to_stage": 4, "values_per_token": 64},
+        ],
+        "network.jitter": JITTERS[2],
+        "workload.requests": 4,
+        "workload.output_tokens": 40,
+    }
+    sc = load_scenario(data=BASE, overrides=overrides)
+    assert lone_ring.applies(build(sc))
+    assert_same_run(sc)
+
+
 def test_a_correction_of_the_event_step_is_applied_where_simpy_rounds(monkeypatch):
     """A short first hop then a long one (T = 3.x ms, d = 6T): SimPy's T + (d - T) is not d
     there (found by search); the chain must take SimPy's value and still match to the bit."""
@@ -219,6 +238,8 @@ def test_only_a_lone_request_in_the_sync_ring_takes_the_vectorised_path():
         {"network.transport": "tcp"},
         {"network.drift": {"latency_factor": 1.5}},
         {"network.drift": {"bandwidth_factor": 0.5}},
+        {"model.noise": {"kind": "gamma", "cv": 0.2}},
+        {"model.straggler": {"fraction": 0.1, "factor": 3.0}},
     ],
 )
 def test_tcp_and_drift_run_event_by_event(overrides):

@@ -112,6 +112,28 @@ HOPS = [
     # TCP: window-limited sender with restart after idle, and without
     (12.0, 200.0, {"transport": "tcp", "jitter_kind": "normal", "jitter_std_ms": 2.0}, 0.02, 200),
     (12.0, 200.0, {"transport": "tcp", "tcp_restart_after_idle": False}, 0.05, 200.0),
+    # time-varying: a drift over the run, and a replayed trace with the drift (factors multiply)
+    (
+        20.0,
+        40.0,
+        {"drift_latency_factor": 1.5, "drift_bandwidth_factor": 0.6, "drift_over_ms": 60_000.0},
+        0.05,
+        150.0,
+    ),
+    (
+        20.0,
+        40.0,
+        {
+            "jitter_kind": "lognormal",
+            "jitter_std_ms": 2.0,
+            "drift_latency_factor": 1.3,
+            "trace_t_ms": (0.0, 20_000.0, 50_000.0),
+            "trace_latency_factor": (1.0, 2.0, 0.5),
+            "trace_bandwidth_factor": (1.0, 0.5, 2.0),
+        },
+        0.0,
+        0.0,
+    ),
 ]
 
 
@@ -142,7 +164,14 @@ def _des_deliveries(spec: LinkSpec, offers_ms, sizes) -> list[float]:
     streams = hop_streams(ring_seeds(spec.seed, spec.ring_stages), spec.hop)
     tcp = LinkScheduler(spec).sender.tcp
     link = Link(
-        simpy.Environment(), spec.hop, hop, lambda _p: None, *streams, log, tcp and tcp.params
+        simpy.Environment(),
+        spec.hop,
+        hop,
+        lambda _p: None,
+        *streams,
+        log,
+        tcp and tcp.params,
+        spec.modulation(),
     )
     for t, b in zip(offers_ms, sizes, strict=True):
         link.send([], float(b), 0.0, offer_ms=float(t))
@@ -167,6 +196,7 @@ def test_emulator_schedules_exactly_what_the_des_schedules(case):
     rng = np.random.default_rng(case)
     gaps = np.where(rng.random(3000) < 0.5, 0.0, rng.exponential(40.0, 3000))  # bursts queue
     offers = np.cumsum(gaps)
+    offers -= offers[0]  # the emulator's clock starts at its first message (drift, trace)
     sizes = rng.choice([56, 120, 14_000, 57_400], 3000)
     sched = LinkScheduler(spec)
     emulated = [
@@ -176,6 +206,35 @@ def test_emulator_schedules_exactly_what_the_des_schedules(case):
     assert np.abs(np.array(emulated) / MS - des).max() < 2e-6
     if loss:
         assert sched.draws.loss_rate == loss
+
+
+def test_link_spec_from_a_scenario(tmp_path):
+    """A scenario's hop as the DES runs it: resolved values, tcp, drift and trace, its streams;
+    through JSON (the relay processes) unchanged."""
+    from wansim.scenario import load_scenario
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_ms,latency_factor,bandwidth_factor\n0,1,1\n500,2,0.5\n")
+    sc = load_scenario(
+        data={
+            "stages": 3,
+            "seed": 9,
+            "network": {
+                "latency_ms": 7.0,
+                "transport": "tcp",
+                "drift": {"latency_factor": 1.2, "over_ms": 1000.0},
+                "trace_file": str(trace),
+                "hops": [{}, {"bandwidth_mbps": 30.0}, {}],
+            },
+        }
+    )
+    spec = LinkSpec.from_scenario(sc, 1)
+    assert (spec.latency_ms, spec.bandwidth_mbps, spec.transport) == (7.0, 30.0, "tcp")
+    assert (spec.seed, spec.ring_stages, spec.hop) == (9, 3, 1)
+    assert spec.drift_latency_factor == 1.2 and spec.drift_over_ms == 1000.0
+    assert spec.trace_t_ms == (0.0, 500.0) and spec.trace_bandwidth_factor == (1.0, 0.5)
+    assert LinkSpec.from_json(spec.to_json()) == spec
+    assert spec.modulation().at(750.0) == pytest.approx((1.15 * 2.0, 0.5))
 
 
 def test_emulator_retransmission_pays_serialisation_again():

@@ -68,10 +68,11 @@ import numpy as np
 from wansim import normal_functions as nf
 from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
-from wansim.analytical.path import hop_service_ms, ring_sums, stage_services_ms
+from wansim.analytical.path import hop_bytes, hop_service_ms, ring_sums, stage_services_ms
+from wansim.analytical.sync import forward_sizes, prefill_sizes
 from wansim.compute import mean_stage_ms, stage_overheads_ms, stage_pass_ms
 from wansim.network import hop_mean
-from wansim.wire import forward_bytes
+from wansim.slowdown import mean_factors
 
 TAIL_SD = 10.0  # admissions per verdict: k up to mean + TAIL_SD sd (+ 10), at most b
 MAX_WAVES = 64  # replacement waves followed one by one; later ones at the renewal rate
@@ -93,7 +94,7 @@ def _path(scenario, n_tokens, n_bytes, pmax: int, live_stages) -> tuple[list, li
         services.append(compute[i])
         live.append(live_stages > i)
         if i < pmax - 1:
-            services.append(hop_service_ms(scenario, i, n_bytes))
+            services.append(hop_service_ms(scenario, i, hop_bytes(n_bytes, i)))
             live.append(live_stages > i + 1)  # hop i is forward when S(i+1) exists
     return services, live
 
@@ -144,19 +145,16 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None
     pmax = int(np.max(stages))
     b = np.asarray(parts["batch"], dtype=float)
     prompt = np.asarray(wl.prompt_tokens, dtype=float)
-    hidden = scenario.model.hidden_size
     first = scenario.drafter.placement == "first_stage"
     draft = np.asarray(parts["draft_ms"], dtype=float)
 
-    batch_services, live = _path(
-        scenario, b * parts["tokens"], parts["forward_bytes"], pmax, stages
-    )
+    batch_services, live = _path(scenario, b * parts["tokens"], forward_sizes(parts), pmax, stages)
     if first:
         batch_services[0] = batch_services[0] + draft
     gap = np.asarray(lockstep["return_hop_ms"], dtype=float) + (0.0 if first else draft)
 
     def prefill(tokens):
-        n_bytes = forward_bytes(scenario.payload, hidden, tokens)
+        n_bytes = prefill_sizes(scenario, tokens)
         return n_bytes, stages * mean_stage_ms(scenario, tokens) + _forward_hops_ms(
             scenario, n_bytes
         )
@@ -434,11 +432,12 @@ def stage_busy_ms(scenario, run: BatchedRun) -> tuple[list[float], float]:
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
     models = scenario.stage_compute_models()
     overheads = stage_overheads_ms(scenario)
+    factors = mean_factors(scenario.model, p)  # compute noise and stragglers: E[XY]
     util = []
     for i in range(p):
 
         def stage_t(n, i=i):  # stage i's own model only (all P of them per stage was O(P^2))
-            return np.asarray(stage_pass_ms(models[i], overheads[i], n))
+            return np.asarray(stage_pass_ms(models[i], overheads[i], n)) * factors[i]
 
         draft = float(np.asarray(means["draft_ms"])) if i == draft_stage else 0.0
         util.append(float(np.asarray(busy_ms(scenario, means, adm, stage_t, draft))))

@@ -51,7 +51,7 @@ from wansim import speculation
 from wansim.acceptance import closed_form
 from wansim.acceptance.bet import bet_win_probability, guess_acceptance
 from wansim.analytical.resequencing import ring_hol_ms
-from wansim.compute import mean_stage_ms, stage_ms_each
+from wansim.compute import mean_stage_ms, stage_ms_each, stages_differ
 from wansim.scenario import Scenario
 
 MAX_CHAIN = 256  # blocks per chain considered (a chain longer than a request is cut there)
@@ -237,9 +237,7 @@ def block_metrics(scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0) -> di
     n = np.asarray(parts["tokens"], dtype=float)
     d = np.asarray(parts["draft_ms"], dtype=float)
     mean_stage = np.asarray(parts["stage_ms"], dtype=float)
-    c_first = np.asarray(
-        stage_ms_each(scenario, n)[0] if scenario.model.stage_compute else mean_stage
-    )
+    c_first = np.asarray(stage_ms_each(scenario, n)[0] if stages_differ(scenario) else mean_stage)
     first_stage = scenario.drafter.placement == "first_stage"
     overlap = bool(scenario.drafter.overlap)
     window = np.asarray(
@@ -265,8 +263,10 @@ def block_metrics(scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0) -> di
         )
         # (retransmissions only: a request's own blocks spaced by its issue interval are
         # rarely overtaken by jitter, which the measured grids cover without this term)
+        from wansim.analytical.sync import forward_sizes
+
         rest = rest + ring_hol_ms(
-            scenario, rate, parts["forward_bytes"], parts["return_bytes"], lossy_only=True
+            scenario, rate, forward_sizes(parts), parts["return_bytes"], lossy_only=True
         )
     acc = acceptance_nodes(scenario, m)
     shape = np.broadcast_shapes(
@@ -416,24 +416,27 @@ def block_schedule_metrics(scenario: Scenario, s0_wait=0.0) -> dict[str, np.ndar
     return block_schedule(scenario, s0_wait).means
 
 
+def _forward_total(parts: dict, stages):
+    """Bytes of one pass over all forward hops."""
+    hops = parts.get("forward_bytes_hops")
+    return (stages - 1) * parts["forward_bytes"] if hops is None else sum(hops)
+
+
 def block_schedule(scenario: Scenario, s0_wait=0.0) -> BlockSchedule:
     """:func:`block_schedule_metrics` with the chains' statistics (for the percentiles)."""
-    from wansim.analytical.sync import _hop_sums, lap_parts
+    from wansim.analytical.sync import _hop_sums, forward_sizes, lap_parts, prefill_sizes
 
     wl = scenario.workload
     stages = np.asarray(scenario.stages)
     parts = lap_parts(scenario)
     m, n, passes = parts["m"], parts["tokens"], parts["passes"]
-    fwd, ret, wire, lap_var = _hop_sums(scenario, parts["forward_bytes"], parts["return_bytes"])
+    fwd, ret, wire, lap_var = _hop_sums(scenario, forward_sizes(parts), parts["return_bytes"])
     res = block_metrics(scenario, parts, {"fwd": fwd, "ret": ret, "var": lap_var}, s0_wait)
     stage = parts["stage_ms"]
     draft = parts["draft_ms"]
     prompt = np.asarray(wl.prompt_tokens)
     stage_prefill = mean_stage_ms(scenario, prompt)
-    from wansim.wire import forward_bytes
-
-    pre_bytes = forward_bytes(scenario.payload, scenario.model.hidden_size, prompt)
-    pre_fwd, _, _, _ = _hop_sums(scenario, pre_bytes, parts["return_bytes"])
+    pre_fwd, _, _, _ = _hop_sums(scenario, prefill_sizes(scenario, prompt), parts["return_bytes"])
     prefill = stages * stage_prefill + pre_fwd
     decode = res["decode_ms"]
     duration = prefill + decode
@@ -449,11 +452,12 @@ def block_schedule(scenario: Scenario, s0_wait=0.0) -> BlockSchedule:
         + fwd_stale * mid * stage
     )
     stale_tokens = n * (s0_stale + mid * fwd_stale)
+    fwd_total = _forward_total(parts, stages)
     resend = wire / np.maximum(
-        (stages - 1) * parts["forward_bytes"] + parts["return_bytes"], 1e-300
+        fwd_total + parts["return_bytes"], 1e-300
     )  # (1 + E[G]) on average over the hops
     extra_bytes = (
-        fwd_stale * (stages - 1) * parts["forward_bytes"]
+        fwd_stale * fwd_total
         + res["cancels_per_request"] * mid * float(scenario.payload.cancel_bytes)
     ) * resend
     exact = speculation.target_exact(scenario)

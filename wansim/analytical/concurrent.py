@@ -205,8 +205,9 @@ def solve(n_customers, alone, stations, *, chain_blocks=None, scv=1.0):
 
 def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> dict:
     """The ring's stations (arrays (pts, S), S = 2 max(P) + 1) for :func:`solve`."""
-    from wansim.analytical.path import hop_service_ms, stage_services_ms
-    from wansim.wire import forward_bytes, serialise_ms
+    from wansim.analytical.path import hop_bytes, hop_service_ms, stage_services_ms
+    from wansim.analytical.sync import forward_sizes, prefill_sizes
+    from wansim.wire import serialise_ms
 
     wl = scenario.workload
     stages = np.asarray(scenario.stages)
@@ -215,7 +216,9 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
     d = np.asarray(parts["draft_ms"], dtype=float)
     passes = np.asarray(alone["passes"], dtype=float)
     prompt = np.asarray(wl.prompt_tokens)
-    pre_bytes = forward_bytes(scenario.payload, scenario.model.hidden_size, b * prompt)
+    pre_sizes = prefill_sizes(scenario, b * prompt)
+    fwd_sizes = forward_sizes(parts)
+    pre_bytes = hop_bytes(pre_sizes, 0)
     extra = (
         ()
         if blocks is None
@@ -274,17 +277,19 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
         out["prefill_path"][..., col] = live
         # hop i: forward (i < P - 1) or the return hop (i = P - 1)
         hcol = col + 1
-        fwd = hop_ser(i, parts["forward_bytes"])
+        fwd_i = hop_bytes(fwd_sizes, i) if i < pmax - 1 else parts["forward_bytes"]
+        fwd = hop_ser(i, fwd_i)
         ret = hop_ser(i, parts["return_bytes"])
         out["s_d"][..., hcol] = np.where(live, np.where(last, ret, fwd), 0.0)
-        out["s_p"][..., hcol] = np.where(live & ~last, hop_ser(i, pre_bytes), 0.0)
+        pre_i = hop_bytes(pre_sizes, i) if i < pmax - 1 else pre_bytes
+        out["s_p"][..., hcol] = np.where(live & ~last, hop_ser(i, pre_i), 0.0)
         out["v_d"][..., hcol] = np.where(live, passes + np.where(last, 0.0, stale_fwd), 0.0)
         out["v_p"][..., hcol] = np.where(live & ~last, 1.0, 0.0)
         out["decode_path"][..., hcol] = live
         out["prefill_path"][..., hcol] = live & ~last
         lat, bw, jit, loss, rto = links[i] if links else one_link
         if jit.kind != "none" or np.any(np.asarray(loss) > 0):
-            ser = serialise_ms(np.where(last, parts["return_bytes"], parts["forward_bytes"]), bw)
+            ser = serialise_ms(np.where(last, parts["return_bytes"], fwd_i), bw)
             values, weights = delay_atoms(lat, jit, loss, rto, ser)
             a = values.shape[-1]
             atoms[hcol] = tuple(

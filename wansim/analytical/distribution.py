@@ -66,10 +66,44 @@ def _hop_pmf(hop: Hop, ser: float, dt: float, size: int) -> np.ndarray:
     return out
 
 
+def _stage_cdf(term, t):
+    """P(c X Y <= t) for a slowed stage's pass (:mod:`wansim.slowdown`): Y = s with probability
+    f (episodes: the stationary share), X the noise."""
+    c, kind, cv, f, s = term
+    x_cdf = noise_dist(kind, cv).cdf if kind != "none" else (lambda x: (x >= 1.0) * 1.0)
+    t = np.asarray(t, dtype=float)
+    return (1.0 - f) * x_cdf(t / c) + f * x_cdf(t / (c * s))
+
+
+def _stage_span(term) -> float:
+    c, kind, cv, f, s = term
+    top = noise_dist(kind, cv).ppf(1 - TAIL) if kind != "none" else 1.0
+    return c * top * (s if f else 1.0)
+
+
+def _stage_pmf(term, dt: float, size: int) -> np.ndarray:
+    edges = (np.arange(size + 1) - 0.5) * dt
+    cdf = np.where(edges >= 0, _stage_cdf(term, np.maximum(edges, 0.0)), 0.0)
+    cdf[-1] = 1.0
+    return np.diff(cdf)
+
+
+def noise_dist(kind: str, cv: float):
+    """X of :mod:`wansim.slowdown` as a frozen scipy distribution (mean 1, CV ``cv``)."""
+    from scipy import stats
+
+    if kind == "lognormal":
+        sigma = float(np.sqrt(np.log1p(cv * cv)))
+        return stats.lognorm(sigma, scale=float(np.exp(-sigma * sigma / 2)))
+    return stats.gamma(1.0 / (cv * cv), scale=cv * cv)
+
+
 def lap_distribution(
-    hops: list[Hop], message_bytes: list[float], constant_ms: float
+    hops: list[Hop], message_bytes: list[float], constant_ms: float, stage_terms=()
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """(lap values in ms, probabilities, grid step) for the given hops and message sizes."""
+    """(lap values in ms, probabilities, grid step) for the given hops and message sizes;
+    ``stage_terms``: the slowed stages' passes (c, noise kind, cv, f, s), each an independent
+    random term c X Y (:mod:`wansim.slowdown`) on top of ``constant_ms``."""
     sers = [
         float(serialise_ms(b, h.bandwidth_mbps)) for h, b in zip(hops, message_bytes, strict=True)
     ]
@@ -85,9 +119,9 @@ def lap_distribution(
     ]
     fixed_latency = sum(h.latency_ms for h in hops if h.jitter.kind == "none" and h.loss_rate <= 0)
     constant += fixed_latency
-    if not random_hops:
+    if not random_hops and not stage_terms:
         return np.array([constant]), np.ones(1), 0.0
-    span = sum(_span(h, s) for h, s in random_hops)
+    span = sum(_span(h, s) for h, s in random_hops) + sum(_stage_span(t) for t in stage_terms)
     dt = max(span * 1.05 / GRID_POINTS, 1e-6)
     size = GRID_POINTS
     nfft = 2 * size
@@ -95,6 +129,8 @@ def lap_distribution(
     # identical hops (the usual uniform ring) share one transform: work O(distinct hops)
     for (h, s), count in Counter(random_hops).items():
         spectrum *= np.fft.rfft(_hop_pmf(h, s, dt, size), nfft) ** count
+    for term, count in Counter(stage_terms).items():
+        spectrum *= np.fft.rfft(_stage_pmf(term, dt, size), nfft) ** count
     pmf = np.fft.irfft(spectrum, nfft)[:size]
     pmf = np.clip(pmf, 0.0, None)
     pmf /= pmf.sum()

@@ -20,12 +20,20 @@ from wansim.analytical.distribution import (
 )
 from wansim.analytical.faults import fault_run
 from wansim.analytical.mixture import combine, nodes, varies
+from wansim.analytical.nonstationary import analyze_pieces
 from wansim.analytical.regime import approximation
 from wansim.analytical.serving import serving_metrics
-from wansim.analytical.sync import lap_parts, passes_per_node, sync_metrics
+from wansim.analytical.sync import (
+    lap_constant,
+    lap_parts,
+    passes_per_node,
+    ring_message_bytes,
+    sync_metrics,
+)
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import tcp_equivalent
 from wansim.errors import ScenarioError
+from wansim.links.nonstationary import network_modulation
 from wansim.metrics import stage_utilization
 from wansim.result import Result
 from wansim.scenario import Scenario
@@ -83,15 +91,6 @@ def check_supported(scenario: Scenario) -> None:
                 "tcp beyond one lossless request in the sync schedule (one point at a time) is",
             )
         )
-    d = net.drift
-    unsupported.append(
-        (
-            "network.drift",
-            f"latency_factor {d.latency_factor}, bandwidth_factor {d.bandwidth_factor}",
-            (d.latency_factor, d.bandwidth_factor) == (1.0, 1.0),
-            "a drifting ring is",
-        )
-    )
     if scenario.faults.events:
         alone = not (blocks or batched(scenario) or concurrent(scenario))
         unsupported.append(
@@ -100,6 +99,24 @@ def check_supported(scenario: Scenario) -> None:
                 f"{len(scenario.faults.events)} events",
                 alone and np.ndim(scenario.workload.requests) == 0,
                 "faults beyond one request at a time in the sync schedule are",
+            )
+        )
+    if varies(scenario) and network_modulation(net) is not None:
+        unsupported.append(
+            (
+                "network.trace_file" if net.trace_file else "network.drift",
+                "with a workload mix or length distribution",
+                False,
+                "time-varying links with requests that differ are",
+            )
+        )
+    if scenario.faults.events and network_modulation(net) is not None:
+        unsupported.append(
+            (
+                "faults.events",
+                "with network.drift or trace_file",
+                False,
+                "faults on time-varying links are",
             )
         )
     for path, value, ok, what in unsupported:
@@ -187,6 +204,8 @@ def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
     with the approximation it was answered by (:mod:`wansim.analytical.regime`)."""
     check_supported(scenario)
+    if network_modulation(scenario.network) is not None:  # drift, trace: quasi-static pieces
+        return analyze_pieces(scenario, analyze)
     if varies(scenario):
         return _over_nodes(scenario)
     requested = scenario
@@ -346,9 +365,9 @@ def _one_request(scenario: Scenario, parts: dict) -> Answer:
     means = _scalars(sync_metrics(scenario))
     # lap distribution: compute and drafting are deterministic, hops carry the randomness
     hops = list(scenario.resolved_hops())
-    sizes = [float(parts["forward_bytes"])] * (len(hops) - 1) + [float(parts["return_bytes"])]
-    constant = float(parts["draft_ms"]) + scenario.stages * float(parts["stage_ms"])
-    values, pmf, grid_ms = lap_distribution(hops, sizes, constant)
+    sizes = ring_message_bytes(scenario, parts)
+    constant, stage_terms = lap_constant(scenario, parts)
+    values, pmf, grid_ms = lap_distribution(hops, sizes, constant, stage_terms)
     lap_p50, lap_p99 = quantiles(values, pmf, [0.5, 0.99])
     _, lap_var = mean_var(values, pmf)
     # TPOT: mixture over difficulty of normals (renewal CLT for the number of passes)

@@ -19,6 +19,7 @@ import pandas as pd
 
 from wansim.analytical.engine import GRID_KEYS, check_supported, mean_metrics
 from wansim.errors import ScenarioError
+from wansim.links.nonstationary import network_modulation
 from wansim.scenario import Scenario, load_scenario, scenario_to_dict, split_path
 
 VECTOR_FIELDS = (
@@ -72,6 +73,13 @@ def evaluate_grid(
     """Mean metrics for every point. ``mesh=True``: the cartesian product of the value lists;
     ``mesh=False``: the arrays are points already (equal length or broadcastable)."""
     check_supported(base)
+    if network_modulation(base.network) is not None:
+        raise ScenarioError(
+            "network.drift" if base.network.trace_file is None else "network.trace_file",
+            "time-varying links are not evaluated in a vectorised grid (run the points with"
+            " wansim run, or sweep with --engine des)",
+            base.network.trace_file or "drift",
+        )
     wl = base.workload
     if wl.lengths.kind != "fixed" or wl.mix:
         field, value = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.compute import mean_stage_ms, stage_ms_each
+from wansim.compute import mean_stage_ms, stage_ms_each, stages_differ
 from wansim.links.delivery import busy_ms
 from wansim.network import expected_losses
 
@@ -19,7 +19,7 @@ def stage_services_ms(scenario, n_tokens, n_stations: int) -> list[np.ndarray]:
     """Compute ms of a pass of ``n_tokens`` at stages 0 .. n_stations - 1 (each stage's own
     model with ``model.stage_compute``, else the one model; ``stages`` may then be an array
     and ``n_stations`` its maximum)."""
-    if scenario.model.stage_compute or scenario.model.stage_overhead_ms:
+    if stages_differ(scenario):
         return [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, n_tokens)]
     one = np.asarray(mean_stage_ms(scenario, n_tokens), dtype=float)  # every stage the same
     return [one] * n_stations
@@ -35,13 +35,24 @@ def hop_service_ms(scenario, hop: int, n_bytes) -> np.ndarray:
     return busy_ms(n, bw, h.per_message_ms, h.codec_ms_per_mb, expected_losses(h.loss_rate))
 
 
+def hop_bytes(sizes, hop: int):
+    """Forward hop ``hop``'s message size from ``sizes``: one per hop (a tuple, with
+    ``payload.extra_tensors``) or the one size every hop carries."""
+    return sizes[hop] if isinstance(sizes, tuple) else sizes
+
+
 def ring_sums(scenario, fn, n_bytes_fwd, n_bytes_ret) -> tuple[np.ndarray, np.ndarray]:
     """(sum over the forward hops of fn(link, n_bytes_fwd), fn(return link, n_bytes_ret)), with
     link a resolved ``Hop`` hop by hop when per-hop overrides are given, else the one
-    ``Network`` (the same field names; ``stages`` may then be an array)."""
+    ``Network`` (the same field names; ``stages`` may then be an array). ``n_bytes_fwd`` may
+    be a tuple, one size per forward hop (``payload.extra_tensors``: scalar ``stages``)."""
     net = scenario.network
-    if net.hops:
+    per_hop = isinstance(n_bytes_fwd, tuple)
+    if net.hops or per_hop:
         links = scenario.resolved_hops()
-        fwd = sum((fn(link, n_bytes_fwd) for link in links[:-1]), start=np.zeros(()))
+        sizes = n_bytes_fwd if per_hop else (n_bytes_fwd,) * (len(links) - 1)
+        fwd = sum(
+            (fn(link, n) for link, n in zip(links[:-1], sizes, strict=True)), start=np.zeros(())
+        )
         return fwd, fn(links[-1], n_bytes_ret)
     return (np.asarray(scenario.stages) - 1) * fn(net, n_bytes_fwd), fn(net, n_bytes_ret)

@@ -160,6 +160,17 @@ def outside(scenario) -> str:
         return "loss with several messages in flight (head-of-line blocking, rough model)"
     if many and (jitter_ms > JITTER_MS_MEASURED or heavy):
         return f"jitter beyond {JITTER_MS_MEASURED:g} ms (or heavy-tailed) on a loaded ring"
+    model = scenario.model
+    if model.straggler.fraction and model.straggler.episode_ms > 0:
+        return (
+            "straggler episodes (model.straggler.episode_ms > 0): a stage's consecutive passes"
+            " share its state; the analytical engine takes them as independent per pass"
+        )
+    if (model.noise.kind != "none" or model.straggler.fraction) and name != "sync":
+        return (
+            "compute noise or stragglers beyond one request in the sync schedule (their means"
+            " only; the variability they add to queues and bets is not modelled)"
+        )
     unseen = sorted(
         {
             int(b)

@@ -85,10 +85,11 @@ def ring_hol_ms(scenario, rate_per_ms, fwd_bytes, ret_bytes, *, lossy_only=False
     """Sum over the ring's hops (forward hops with ``fwd_bytes`` messages, the return hop
     with ``ret_bytes``) of the resequencing wait at ``rate_per_ms`` offered messages; hops
     without jitter or loss add nothing (``lossy_only``: hops without loss add nothing)."""
+    from wansim.analytical.path import hop_bytes
     from wansim.wire import serialise_ms
 
     net = scenario.network
-    if net.hops:
+    if net.hops or isinstance(fwd_bytes, tuple):
         links = [
             (h.latency_ms, h.bandwidth_mbps, h.jitter, h.loss_rate, h.retransmit_ms)
             for h in scenario.resolved_hops()
@@ -102,7 +103,7 @@ def ring_hol_ms(scenario, rate_per_ms, fwd_bytes, ret_bytes, *, lossy_only=False
     for i, ((lat, bw, jit, loss, rto), count) in enumerate(zip(links, counts, strict=True)):
         if not np.any(np.asarray(loss) > 0) and (lossy_only or jit.kind == "none"):
             continue
-        n_bytes = ret_bytes if i == len(links) - 1 else fwd_bytes
+        n_bytes = ret_bytes if i == len(links) - 1 else hop_bytes(fwd_bytes, i)
         values, weights = delay_atoms(lat, jit, loss, rto, serialise_ms(n_bytes, bw))
         total = total + count * resequencing_wait_ms(rate_per_ms, values, weights)
     return total

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from wansim import normal_functions as nf
+from wansim import slowdown
 from wansim.analytical.distribution import lap_distribution, quantiles
 from wansim.compute import stage_ms_each
 from wansim.wire import forward_bytes
@@ -37,10 +38,13 @@ TTFT_ATOMS = 256  # the TTFT distribution is coarsened to this many atoms for th
 def ttft_distribution(scenario, ttft_mean_ms: float) -> tuple[np.ndarray, np.ndarray]:
     """(values ms, probabilities) of a request's TTFT (module docstring), mean ``ttft_mean_ms``."""
     prompt = scenario.workload.prompt_tokens
-    compute = float(sum(float(np.asarray(x)) for x in stage_ms_each(scenario, prompt)))
+    each = [float(np.asarray(x)) for x in stage_ms_each(scenario, prompt, mean=False)]
+    compute, stage_terms = slowdown.lap_terms(scenario.model, each)  # noise, stragglers
     hops = list(scenario.resolved_hops())[:-1]
-    size = float(forward_bytes(scenario.payload, scenario.model.hidden_size, prompt))
-    values, pmf, _ = lap_distribution(hops, [size] * len(hops), compute)
+    p = len(hops) + 1
+    payload, hidden = scenario.payload, scenario.model.hidden_size
+    sizes = [float(forward_bytes(payload, hidden, prompt, h, p)) for h in range(p - 1)]
+    values, pmf, _ = lap_distribution(hops, sizes, compute, stage_terms)
     values = values + (ttft_mean_ms - float(values @ pmf))
     return _coarsen(values, pmf)
 

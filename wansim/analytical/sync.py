@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim import speculation
+from wansim import slowdown, speculation
 from wansim.acceptance import closed_form
-from wansim.analytical.path import ring_sums
+from wansim.analytical.path import hop_bytes, ring_sums
 from wansim.analytical.rate import mean_rate
 from wansim.compute import mean_stage_ms, stage_ms_each
 from wansim.network import expected_losses, hop_mean, hop_var, loss_terms_ms
@@ -157,8 +157,48 @@ def lap_parts(scenario: Scenario) -> dict[str, np.ndarray]:
         "draft_ms": speculation.drafter_ms(scenario, terms, b),
         "stage_ms": mean_stage_ms(scenario, b * n),  # mean over stages (they may differ)
         "forward_bytes": speculation.forward_message_bytes(scenario, n, terms["tree_nodes"], b),
-        "return_bytes": speculation.return_message_bytes(scenario, terms["tree_nodes"], b),
+        # per forward hop when payload.extra_tensors make them differ, else None
+        "forward_bytes_hops": speculation.forward_message_bytes_hops(
+            scenario, n, terms["tree_nodes"], b
+        ),
+        "return_bytes": speculation.return_message_bytes(
+            scenario, terms["tree_nodes"], b, n, terms["nodes"]
+        ),
     }
+
+
+def forward_sizes(parts: dict):
+    """The forward message sizes for :func:`wansim.analytical.path.ring_sums`: one per hop
+    when they differ (``payload.extra_tensors``), else the one size."""
+    hops = parts.get("forward_bytes_hops")
+    return parts["forward_bytes"] if hops is None else hops
+
+
+def ring_message_bytes(scenario: Scenario, parts: dict) -> list[float]:
+    """The P message sizes of a lap (scalar scenario): the forward hops', then the return's."""
+    p = int(scenario.stages)
+    fwd = forward_sizes(parts)
+    return [float(hop_bytes(fwd, h)) for h in range(p - 1)] + [float(parts["return_bytes"])]
+
+
+def lap_constant(scenario: Scenario, parts: dict) -> tuple[float, list]:
+    """(the lap's deterministic compute and drafting ms, the slowed stages' random terms) for
+    :func:`wansim.analytical.distribution.lap_distribution` (scalar scenario)."""
+    draft = float(parts["draft_ms"])
+    if not slowdown.active(scenario.model):
+        return draft + scenario.stages * float(parts["stage_ms"]), []
+    each = stage_ms_each(scenario, parts["batch"] * parts["tokens"], mean=False)
+    fixed, terms = slowdown.lap_terms(scenario.model, each)
+    return draft + fixed, terms
+
+
+def prefill_sizes(scenario: Scenario, tokens):
+    """The prefill's forward message sizes (per hop with ``payload.extra_tensors``)."""
+    payload, hidden = scenario.payload, scenario.model.hidden_size
+    if not payload.extra_tensors:
+        return forward_bytes(payload, hidden, tokens)
+    stages = int(scenario.stages)
+    return tuple(forward_bytes(payload, hidden, tokens, h, stages) for h in range(stages - 1))
 
 
 def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
@@ -171,20 +211,23 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     stage = parts["stage_ms"]
     stage_prefill = mean_stage_ms(scenario, b * np.asarray(wl.prompt_tokens))
     draft = parts["draft_ms"]
-    hidden = scenario.model.hidden_size
     ret_bytes = parts["return_bytes"]
-    fwd, ret, wire, lap_var = _hop_sums(scenario, parts["forward_bytes"], ret_bytes)
-    pre_bytes = forward_bytes(scenario.payload, hidden, b * np.asarray(wl.prompt_tokens))
-    pre_fwd, _, _, _ = _hop_sums(scenario, pre_bytes, ret_bytes)
+    fwd, ret, wire, lap_var = _hop_sums(scenario, forward_sizes(parts), ret_bytes)
+    pre_fwd, _, _, _ = _hop_sums(
+        scenario, prefill_sizes(scenario, b * np.asarray(wl.prompt_tokens)), ret_bytes
+    )
 
     lap = draft + stages * stage + fwd + ret
+    if slowdown.active(scenario.model):  # compute noise, stragglers: per stage c^2 Var(XY)
+        each = stage_ms_each(scenario, b * n, mean=False)
+        lap_var = lap_var + slowdown.lap_variance_ms2(scenario.model, each)
     prefill = stages * stage_prefill + pre_fwd
     duration = prefill + passes * lap
     busy_all = stages * stage_prefill + passes * (stages * stage + draft)
     exact = speculation.target_exact(scenario)
     return {
         "tokens_per_s": request_rate(
-            parts, lap, lap_var, _loss_sums(scenario, parts["forward_bytes"], ret_bytes)
+            parts, lap, lap_var, _loss_sums(scenario, forward_sizes(parts), ret_bytes)
         ),
         "throughput_tokens_per_s": 1e3 * b * (m + 1) / duration,
         "tau": parts["tau"],

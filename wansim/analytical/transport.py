@@ -29,10 +29,12 @@ ITERATIONS = 8
 
 def tcp_as_ideal(scenario: Scenario, lap_ms, parts: dict) -> Scenario:
     """The ideal-transport scenario whose hops cost what TCP costs at a lap of ``lap_ms``."""
+    from wansim.analytical.sync import ring_message_bytes
+
     net = scenario.network
     tcp = tcp_params(net)
     hops = scenario.resolved_hops()
-    sizes = [float(parts["forward_bytes"])] * (len(hops) - 1) + [float(parts["return_bytes"])]
+    sizes = ring_message_bytes(scenario, parts)
     overrides = []
     for hop, size in zip(hops, sizes, strict=True):
         busy = periodic_busy_ms(

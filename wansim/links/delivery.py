@@ -41,6 +41,8 @@ Expected values on an idle hop (the analytical engine; G's mean is q / (1 - q)):
 
 from __future__ import annotations
 
+from wansim.links.nonstationary import Modulation, drift_factors  # noqa: F401 (drift_factors: API)
+
 
 def wire_ms(n_bytes, bandwidth_mbps):
     """One transmission's serialisation: ``n_bytes`` at ``bandwidth_mbps`` Mbit/s (ms).
@@ -60,17 +62,6 @@ def busy_ms(n_bytes, bandwidth_mbps, per_message_ms, codec_ms_per_mb, losses):
     return software_ms(n_bytes, per_message_ms, codec_ms_per_mb) + wire_ms(
         n_bytes, bandwidth_mbps
     ) * (1.0 + losses)
-
-
-def drift_factors(t_ms: float, drift) -> tuple[float, float]:
-    """(latency, bandwidth) multipliers at simulated time ``t_ms`` for a ``Drift`` (None: off):
-    1 + (factor - 1) * min(t / over_ms, 1) each."""
-    if drift is None:
-        return 1.0, 1.0
-    x = t_ms / drift.over_ms
-    if x > 1.0:
-        x = 1.0
-    return 1.0 + (drift.latency_factor - 1.0) * x, 1.0 + (drift.bandwidth_factor - 1.0) * x
 
 
 class HopSender:
@@ -103,7 +94,10 @@ class HopSender:
     ):
         self.bandwidth_mbps = bandwidth_mbps
         self.latency_ms = latency_ms
-        self.drift = drift  # a Drift with factors != 1, or None
+        # time-varying links (wansim.links.nonstationary): a Modulation, a bare Drift, or None
+        if drift is not None and not isinstance(drift, Modulation):
+            drift = Modulation(drift)
+        self.drift = drift
         self.per_message_ms = per_message_ms
         self.codec_ms_per_mb = codec_ms_per_mb
         self.retransmit_ms = retransmit_ms
@@ -119,13 +113,13 @@ class HopSender:
         self, offer_ms: float, n_bytes: float, losses: int, propagation: float
     ) -> tuple[float, float, float]:
         """(start, free, delivery) of a message offered at ``offer_ms`` with ``losses`` lost
-        transmissions and propagation max(0, L + J) = ``propagation`` (ms). A drift adds
-        L * (latency factor - 1) to it and scales the bandwidth, at the message's start (the
-        TCP window keeps the bandwidth it was built with: drift with tcp changes latency)."""
+        transmissions and propagation max(0, L + J) = ``propagation`` (ms). A drift or trace
+        adds L * (latency factor - 1) to it and scales the bandwidth, at the message's start
+        (the TCP window keeps the bandwidth it was built with: with tcp they change latency)."""
         start = self.free_ms if self.free_ms > offer_ms else offer_ms
         bandwidth = self.bandwidth_mbps
         if self.drift is not None:  # the hop as it is when the message starts
-            lat_f, bw_f = drift_factors(start, self.drift)
+            lat_f, bw_f = self.drift.at(start)
             propagation += self.latency_ms * (lat_f - 1.0)
             bandwidth *= bw_f
         if self.tcp is None:

@@ -64,6 +64,8 @@ class TcpSender:
         "rto_ms",
         "rtt_ms",
         "ssthresh",
+        "stall_hop",
+        "stall_log",
     )
 
     def __init__(self, params: TcpParams, bandwidth_mbps: float, latency_ms: float, rto_ms: float):
@@ -75,6 +77,8 @@ class TcpSender:
         self.ssthresh = math.inf
         self.acks: deque[tuple[float, int]] = deque()  # (ack time, bytes) of segments in flight
         self.last_sent_ms = -math.inf
+        self.stall_log: list | None = None  # (hop, from, to) of window stalls (a timeline)
+        self.stall_hop = 0
 
     def _ack_until(self, t: float) -> int:
         """Process the ACKs that arrived by ``t`` (window growth); returns the bytes acked."""
@@ -111,6 +115,8 @@ class TcpSender:
             seg = mss if remaining > mss else remaining
             while flight + seg > self.cwnd and self.acks:  # window full: wait for the next ACK
                 if self.acks[0][0] > t:
+                    if self.stall_log is not None:
+                        self.stall_log.append((self.stall_hop, t, self.acks[0][0]))
                     t = self.acks[0][0]
                 flight -= self._ack_until(t)
             t += seg * ms_per_byte

@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import csv
+import itertools
 import json
 import math
 import multiprocessing
@@ -46,7 +47,8 @@ import numpy as np
 from wansim.links.delivery import HopSender
 from wansim.links.draws import LinkDraws, hop_streams, ring_seeds
 from wansim.links.jitter import jitter_dist
-from wansim.links.tcp import TcpParams
+from wansim.links.nonstationary import Modulation, Ramp, network_modulation
+from wansim.links.tcp import TcpParams, tcp_params
 from wansim.real.errors import RealConfigError
 from wansim.real.frames import (
     HEADER_BYTES,
@@ -107,6 +109,14 @@ class LinkSpec:
     tcp_initial_window_segments: int = 10
     tcp_max_window_bytes: float = 4194304.0
     tcp_restart_after_idle: bool = True
+    # time-varying link (wansim.links.nonstationary): a drift and/or a replayed trace, in ms
+    # from the first message (the emulator's clock origin)
+    drift_latency_factor: float = 1.0
+    drift_bandwidth_factor: float = 1.0
+    drift_over_ms: float = 7_200_000.0
+    trace_t_ms: tuple[float, ...] = ()
+    trace_latency_factor: tuple[float, ...] = ()
+    trace_bandwidth_factor: tuple[float, ...] = ()
     seed: int = 0
     ring_stages: int = 1
     hop: int = 0
@@ -157,16 +167,49 @@ class LinkSpec:
             bad("hop", f"must be in 0..{self.ring_stages - 1} (ring_stages - 1)")
         if not 0 <= self.busy_wait_ms <= 20:
             bad("busy_wait_ms", "must be in [0, 20]")
+        for name in ("drift_latency_factor", "drift_bandwidth_factor", "drift_over_ms"):
+            if not getattr(self, name) > 0 or not math.isfinite(getattr(self, name)):
+                bad(name, "must be a finite number > 0")
+        trace = (self.trace_t_ms, self.trace_latency_factor, self.trace_bandwidth_factor)
+        if len({len(c) for c in trace}) != 1:
+            bad("trace_t_ms", "the trace's three columns must have one value per sample each")
+        if any(not v > 0 for v in (*self.trace_latency_factor, *self.trace_bandwidth_factor)):
+            bad("trace_latency_factor", "trace factors must be > 0")
+        if any(b <= a for a, b in itertools.pairwise(self.trace_t_ms)):
+            bad("trace_t_ms", "must be increasing")
+
+    def modulation(self) -> Modulation | None:
+        """The hop's drift and trace (:class:`wansim.links.nonstationary.Modulation`), or None."""
+        drift = Ramp(self.drift_latency_factor, self.drift_bandwidth_factor, self.drift_over_ms)
+        trace = None
+        if self.trace_t_ms:
+            trace = (self.trace_t_ms, self.trace_latency_factor, self.trace_bandwidth_factor)
+        mod = Modulation(drift, trace)
+        return mod if mod.drift is not None or trace is not None else None
 
     @classmethod
     def from_hop(
-        cls, hop, seed: int = 0, ring_stages: int = 1, index: int = 0, tcp=None
+        cls, hop, seed: int = 0, ring_stages: int = 1, index: int = 0, tcp=None, modulation=None
     ) -> LinkSpec:
         """From a resolved ``wansim.scenario.Hop`` (latency, bandwidth, jitter, loss, software
         costs), hop ``index`` of a ring of ``ring_stages`` (the DES's draws for that hop and
-        seed); ``tcp``: ``wansim.links.tcp.TcpParams`` for ``transport: tcp``."""
+        seed); ``tcp``: ``wansim.links.tcp.TcpParams`` for ``transport: tcp``; ``modulation``:
+        the network's :class:`~wansim.links.nonstationary.Modulation` (drift, trace)."""
         j = hop.jitter
-        tcp_fields = {}
+        varying = {}
+        if modulation is not None:
+            d = modulation.drift
+            if d is not None:
+                varying["drift_latency_factor"] = d.latency_factor
+                varying["drift_bandwidth_factor"] = d.bandwidth_factor
+                varying["drift_over_ms"] = d.over_ms
+            if modulation.trace is not None:
+                ts, lats, bws = modulation.trace
+                varying.update(
+                    trace_t_ms=tuple(ts),
+                    trace_latency_factor=tuple(lats),
+                    trace_bandwidth_factor=tuple(bws),
+                )
         if tcp is not None:
             tcp_fields = {
                 "transport": "tcp",
@@ -191,6 +234,21 @@ class LinkSpec:
             ring_stages=ring_stages,
             hop=index,
             **tcp_fields,
+            **varying,
+        )
+
+    @classmethod
+    def from_scenario(cls, scenario, index: int) -> LinkSpec:
+        """Hop ``index`` of a scenario's ring as the DES runs it: its resolved hop, the
+        network's transport (tcp) and time variation (drift, trace), the DES's streams."""
+        net = scenario.network
+        return cls.from_hop(
+            scenario.resolved_hops()[index],
+            scenario.seed,
+            scenario.stages,
+            index,
+            tcp_params(net),
+            network_modulation(net),
         )
 
     def to_json(self) -> str:
@@ -199,7 +257,13 @@ class LinkSpec:
     @classmethod
     def from_json(cls, text: str) -> LinkSpec:
         raw = json.loads(text)
-        raw["jitter_samples_ms"] = tuple(raw.get("jitter_samples_ms", ()))
+        for name in (
+            "jitter_samples_ms",
+            "trace_t_ms",
+            "trace_latency_factor",
+            "trace_bandwidth_factor",
+        ):
+            raw[name] = tuple(raw.get(name, ()))
         return cls(**raw)
 
 
@@ -254,7 +318,13 @@ class LinkScheduler:
             )
         bw = math.inf if spec.bandwidth_mbps is None else spec.bandwidth_mbps
         self.sender = HopSender(
-            bw, spec.per_message_ms, spec.codec_ms_per_mb, spec.retransmit_ms, spec.latency_ms, tcp
+            bw,
+            spec.per_message_ms,
+            spec.codec_ms_per_mb,
+            spec.retransmit_ms,
+            spec.latency_ms,
+            tcp,
+            spec.modulation(),
         )
 
     @property

@@ -29,6 +29,7 @@ import simpy
 from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.errors import ScenarioError
 from wansim.links.draws import hop_streams, ring_seeds
+from wansim.links.nonstationary import network_modulation
 from wansim.links.tcp import tcp_params
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
@@ -49,7 +50,9 @@ from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import Stage
 from wansim.sim.verifier import Verifier
-from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
+from wansim.slowdown import StageSlowdown, stage_rng
+from wansim.speculation import return_message_bytes
+from wansim.wire import forward_bytes, tree_mask_bytes
 from wansim.workload import plan_requests
 
 # bounded work: a run simulates requests x output_tokens tokens (~1e5-1e6 a second)
@@ -120,6 +123,10 @@ def uses_blocks(scenario: Scenario) -> bool:
     return scenario.schedule.kind == "async" or (scenario.drafter.overlap and scenario.k > 0)
 
 
+def _hop_forward_bytes(payload, hidden_size: int, hop: int, stages: int, n: int) -> float:
+    return float(forward_bytes(payload, hidden_size, n, hop, stages))
+
+
 def _cached(fn):
     """n tokens -> float, memoised (compute models are numpy functions; passes repeat sizes)."""
     cache: dict[int, float] = {}
@@ -180,15 +187,27 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         functools.partial(stage_pass_ms, m, o)
         for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
     ]
-    fwd_bytes = _cached(lambda n: forward_bytes(scenario.payload, scenario.model.hidden_size, n))
+    # hop i's forward message of n tokens (per hop with payload.extra_tensors) and the return
+    # message per sequence (wansim.wire)
+    payload, hidden = scenario.payload, scenario.model.hidden_size
+    if payload.extra_tensors:
+        fwd_bytes = [
+            _cached(functools.partial(_hop_forward_bytes, payload, hidden, i, p_stages))
+            for i in range(p_stages)
+        ]
+    else:
+        fwd_bytes = [_cached(lambda n: forward_bytes(payload, hidden, n))] * p_stages
+    ret_bytes = float(
+        return_message_bytes(scenario, tree_nodes, 1, pol.tokens_per_pass(), pol.nodes)
+    )
     stages = [
         Stage(
             env,
             i,
             p_stages,
             computes[i],
-            fwd_bytes,
-            float(verdict_bytes(scenario.payload, tree_nodes, not first_stage)),
+            fwd_bytes[i],
+            ret_bytes,
             batching=scenario.schedule.batching == "continuous",
             draft_before_ms=draft if first_stage and i == 0 and not overlap else 0.0,
             draft_after_ms=draft if not first_stage and i == p_stages - 1 and not overlap else 0.0,
@@ -199,6 +218,11 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
             mask_bytes_per_sequence=float(tree_mask_bytes(tree_nodes)),
             verifier=verifier,
             timeline=tl.stage_slices if tl else None,
+            slowdown=(
+                StageSlowdown(scenario.model, i, stage_rng(scenario.seed, i))
+                if StageSlowdown.enabled(scenario.model, i)
+                else None
+            ),
         )
         for i in range(p_stages)
     ]
@@ -217,8 +241,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         for stage in stages:
             stage.hooks = scheduler
     tcp = tcp_params(scenario.network)
-    d = scenario.network.drift
-    drift = d if (d.latency_factor, d.bandwidth_factor) != (1.0, 1.0) else None
+    drift = network_modulation(scenario.network)  # drift and trace replay, or None
     faults = (
         FaultInjector(env, scenario.faults, stages, fault_seed(scenario.seed, p_stages))
         if scenario.faults.events
@@ -253,6 +276,11 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
     source = RequestSource(env, scenario.workload, plan, faults.admit if faults else admit)
     if faults is not None:
         faults.wire(source, admit)
+    if tl is not None:  # the WAN physics' own slices (wansim.sim.perfetto)
+        for stage in stages:
+            stage.slowdowns = tl.slowdowns
+        for link in links:
+            link.keep_costs(tl.software, tl.window_stalls)
     for stage, link in zip(stages, links, strict=True):
         stage.link_out = link
         stage.source = source

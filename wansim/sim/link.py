@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 from simpy.events import Timeout
 
-from wansim.links.delivery import HopSender
+from wansim.links.delivery import HopSender, software_ms
 from wansim.links.draws import LinkDraws
 from wansim.network import jitter_dist
 from wansim.scenario import Hop
@@ -39,6 +39,7 @@ class Link:
         "index",
         "messages",
         "sender",
+        "software_log",
         "timeline",
     )
 
@@ -68,6 +69,14 @@ class Link:
         self.bytes_decode = 0.0  # the share carrying verify passes
         self.timeline = timeline  # (hop, offer, start, busy_end, delivery, bytes, losses, passes)
         self._arrive_cb = self._arrive
+        self.software_log: list | None = None
+
+    def keep_costs(self, software: list, window_stalls: list) -> None:
+        """Keep (hop, start, end) slices of the software cost and of tcp window stalls."""
+        self.software_log = software
+        if self.sender.tcp is not None:
+            self.sender.tcp.stall_log = window_stalls
+            self.sender.tcp.stall_hop = self.index
 
     def send(
         self,
@@ -94,6 +103,11 @@ class Link:
         self.bytes_decode += wire * decode_share
         if self.timeline is not None:
             self.timeline.append((self.index, offer_ms, start, free, delivery, n_bytes, g, passes))
+            if self.software_log is not None:
+                sender = self.sender
+                sw = software_ms(n_bytes, sender.per_message_ms, sender.codec_ms_per_mb)
+                if sw > 0:
+                    self.software_log.append((self.index, start, start + sw))
 
     def _arrive(self, _event: object) -> None:
         self.deliver(self.in_flight.popleft())

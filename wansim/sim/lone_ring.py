@@ -104,6 +104,13 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "model.overhead_ms": ANY,
     "model.stage_overhead_ms": ANY,
     "model.host_cpu_factor": ANY,
+    "model.noise.kind": ("none",),  # compute noise and stragglers: off
+    "model.noise.cv": ANY,
+    "model.noise.stages": ANY,
+    "model.straggler.fraction": (0.0,),
+    "model.straggler.factor": ANY,
+    "model.straggler.episode_ms": ANY,
+    "model.straggler.stages": ANY,
     **{
         f"{where}.{name}": ANY
         for where in ("model.compute", "model.stage_compute[]")
@@ -129,6 +136,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "network.drift.latency_factor": (1.0,),
     "network.drift.bandwidth_factor": (1.0,),
     "network.drift.over_ms": ANY,
+    "network.trace_file": (None,),
     "network.hops": ANY,  # () when every hop is the network's
     **{f"network.hops[].{name}": ANY for name in _HOP},
     **{f"network.hops[].jitter.{name}": values for name, values in _JITTER.items()},
@@ -140,7 +148,13 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
             "return_bytes",
             "cancel_bytes",
             "quant_group_size",
+            "return_token_bytes",  # in each stage's message sizes (Stage.message_bytes)
+            "extra_tensors",
         )
+    },
+    **{
+        f"payload.extra_tensors[].{name}": ANY
+        for name in ("stage", "values_per_token", "bits", "to_stage")
     },
     "drafter.kind": ("mtp", "dspark", "dflash", "eagle", "draft_model", "ngram"),
     "drafter.placement": ("first_stage", "last_stage"),

@@ -6,9 +6,11 @@ slice per compute pass and per drafter pass, named by request, kind and step
 bubbles. Process 2 "links" has one track per hop (``S0->S1`` .. ``S9->S0 (return)``) with an
 "X" slice per message while it occupies the link (serialisation, retransmissions included) and
 an async slice from offer to delivery (queueing + serialisation + propagation; these overlap
-when several messages are in flight). With faults, process 3 "faults" has a track "ring" with a
-slice per outage (failure to recovery: ``stage 2 down``, the requests it hit in its args).
-Times are microseconds of simulated time.
+when several messages are in flight). Nested in those: ``software`` (a message's per-message
+and codec cost), ``window stall`` (tcp: the sender waiting for ACKs) and, on stage tracks,
+``compute xF`` (a pass scaled by compute noise or a straggler, with the time it added). With
+faults, process 3 "faults" has a track "ring" with a slice per outage (failure to recovery:
+``stage 2 down``, the requests it hit in its args). Times are microseconds of simulated time.
 
 The slices are the record the metrics use: a stage track's slice durations sum to that stage's
 busy time, so divided by the makespan they give ``stage_utilization``.
@@ -110,9 +112,35 @@ def trace_events(timeline: Timeline, faults=None) -> list[dict]:
         common = {"pid": LINKS_PID, "tid": hop, "cat": "transfer", "id": n, "name": label}
         events.append({"ph": "b", "ts": offer * US_PER_MS, "args": args, **common})
         events.append({"ph": "e", "ts": delivery * US_PER_MS, **common})
+    events.extend(_wan_slices(timeline))
     if faults is not None:
         events.extend(fault_events(faults))
     return events
+
+
+def _wan_slices(timeline: Timeline) -> list[dict]:
+    """Slices nested in the ones above: a message's software cost (per-message and codec, at
+    the start of its link slice), a tcp sender's window stalls (waiting for ACKs inside its
+    link slice) and a compute pass slowed by noise or a straggler (over its stage slice, with
+    the factor and the time it added)."""
+    out = []
+
+    def add(pid, tid, start, end, name, cat, args=None) -> None:
+        event = {"ph": "X", "pid": pid, "tid": tid, "ts": start * US_PER_MS}
+        event.update({"dur": (end - start) * US_PER_MS, "name": name, "cat": cat})
+        if args:
+            event["args"] = args
+        out.append(event)
+
+    for hop, start, end in timeline.software:
+        add(LINKS_PID, hop, start, end, "software", "software", {"ms": end - start})
+    for hop, start, end in timeline.window_stalls:
+        add(LINKS_PID, hop, start, end, "window stall", "tcp", {"ms": end - start})
+    for stage, start, end, factor in timeline.slowdowns:
+        extra = (end - start) * (1.0 - 1.0 / factor)
+        name = f"compute x{factor:.3g}"
+        add(STAGES_PID, stage, start, end, name, "slowdown", {"factor": factor, "extra_ms": extra})
+    return out
 
 
 def write_perfetto(result: Result, path: str | os.PathLike) -> Path:

@@ -31,6 +31,12 @@ class Timeline:
     transfers: list[tuple] = dataclasses.field(default_factory=list)
     # (rid, step, time_ms, n, accepted, remaining_before, committed)
     verify_log: list[tuple] = dataclasses.field(default_factory=list)
+    # (hop, start_ms, end_ms): a message's per-message software cost (framing, codec)
+    software: list[tuple] = dataclasses.field(default_factory=list)
+    # (hop, from_ms, to_ms): a tcp sender waiting for ACKs with its window full
+    window_stalls: list[tuple] = dataclasses.field(default_factory=list)
+    # (stage, start_ms, end_ms, factor): a compute pass slowed by noise or a straggler
+    slowdowns: list[tuple] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -72,6 +72,7 @@ class Stage:
         verifier: Verifier,
         timeline: list | None = None,
         hooks=None,
+        slowdown=None,
     ):
         self.env = env
         self.index = index
@@ -90,6 +91,9 @@ class Stage:
         self.timeline = timeline  # (stage, start, end, what, passes); labels made on export
         # the block schedule (async, overlapped drafter: wansim.sim.async_speculation), None for sync
         self.hooks = hooks
+        # compute noise and stragglers (wansim.slowdown.StageSlowdown), None when off
+        self.slowdown = slowdown
+        self.slowdowns: list | None = None  # (stage, start, end, factor) when kept (Perfetto)
         self.mailbox: deque[Pass] = deque()
         self.wake: simpy.Event | None = None
         self.link_out: Link | None = None
@@ -134,13 +138,14 @@ class Stage:
         now = self.env._now
         start = self.free_ms if self.free_ms > now else now
         batch = [p]
-        draft, compute = self._service_ms(batch, p.n)
+        draft, compute = self._service_ms(batch, p.n, start)
         self.free_ms = end = start + (draft + compute)
         self._account(batch, start, draft, compute)
         self._forward(batch, p.n, end)
 
-    def _service_ms(self, batch: list[Pass], n: int) -> tuple[float, float]:
-        """(drafting before compute, compute) for a pass or batch of ``n`` tokens."""
+    def _service_ms(self, batch: list[Pass], n: int, start: float = 0.0) -> tuple[float, float]:
+        """(drafting before compute, compute) for a pass or batch of ``n`` tokens starting at
+        ``start`` (its compute slowed by the stage's noise and stragglers, when set)."""
         draft = 0.0
         if self.draft_before_ms or self.draft_before_per_sequence_ms:
             verifies = sum(p.kind == VERIFY for p in batch)
@@ -149,6 +154,12 @@ class Stage:
         compute = self._compute_cache.get(n)
         if compute is None:
             compute = self._compute_cache[n] = float(self.compute_ms(n))
+        if self.slowdown is not None:
+            factor = self.slowdown.factor(start)
+            if self.slowdowns is not None and factor != 1.0:
+                begin = start + draft
+                self.slowdowns.append((self.index, begin, begin + compute * factor, factor))
+            compute *= factor
         return draft, compute
 
     def _account(self, batch: list[Pass], start: float, draft: float, compute: float) -> None:
@@ -203,7 +214,7 @@ class Stage:
                     continue
                 n = sum(p.n for p in batch)
             start = env._now
-            draft, compute = self._service_ms(batch, n)
+            draft, compute = self._service_ms(batch, n, start)
             yield Timeout(env, draft + compute)
             self._account(batch, start, draft, compute)
             if hooks is not None:  # count the work; cancelled meanwhile: not forwarded

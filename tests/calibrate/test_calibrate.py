@@ -500,10 +500,21 @@ def _mtp_cell_checks(out: Path, cell: dict, verifier: str) -> None:
     assert sc.drafter.kind == "mtp" and sc.drafter.placement == "last_stage"
     assert not sc.drafter.parallel  # K chained head passes
     assert sc.speculation.k == k and sc.speculation.verifier == verifier
-    assert sc.drafter.draft_ms * k == pytest.approx(drafted.mean(), rel=1e-9)
     assert real["draft_ms_mean"] == pytest.approx(drafted.mean(), rel=1e-9)
     verify_pt = dict(map(tuple, sc.model.stage_compute[p - 1].points))[k + 1]
-    assert verify_pt == pytest.approx((with_drafting - drafted).mean(), rel=1e-9)
+    # the measured means, unless the last stage's spread exceeded its inbound hop's delay (a
+    # loaded machine): then the smallest constant that keeps L + J >= 0 on that hop moved out
+    # of its verify service (down to its fastest pass), then out of the drafting, into J
+    verify = with_drafting - drafted
+    moved_stage = verify.mean() - verify_pt
+    moved_draft = drafted.mean() - sc.drafter.draft_ms * k
+    assert -1e-9 <= moved_stage <= verify.mean() - verify.min() + 1e-9
+    assert moved_draft >= -1e-9
+    if moved_draft > 1e-9:
+        assert verify_pt == pytest.approx(verify.min(), rel=1e-9)
+    if moved_stage + moved_draft > 1e-9:
+        j = np.loadtxt(out / "cells" / name / f"hop{p - 2}_jitter_ms.txt", comments="#")
+        assert float(np.min(lat + j)) == pytest.approx(0.0, abs=1e-9)
     assert verify_pt < with_drafting.mean() - 0.9 * drafted.mean()  # not counted twice
     # the lap: exactly the measured mean; the bytes: the relays' bytes per verify pass
     assert cell["analytical"]["lap_ms_mean"] == pytest.approx(real["lap_ms_mean"], rel=1e-9)

@@ -89,7 +89,16 @@ def test_recording_files(pipe2, code_prompts):
     # fp32 activations: 3 tokens x 128 x 4 bytes + headers on the forward hop
     assert links.loc[0, "bytes_per_pass_mean"] > 3 * 512
     s = res.summary
-    assert s["tokens_per_s"] == pytest.approx(s["tau"] / (s["lap_ms_mean"] / 1e3), rel=0.15)
+    # tokens/s = committed tokens / each prompt's first start to last verdict; stage 0's
+    # bookkeeping between steps (which a loaded machine can stretch) only adds time, so the
+    # rate is at most tau / mean lap
+    steps = res.steps
+    decode_s = sum(
+        (g["verdict_ns"].max() - g["start_ns"].min()) / 1e9
+        for _, g in steps.groupby("prompt_index")
+    )
+    assert s["tokens_per_s"] == pytest.approx(steps["new_tokens"].sum() / decode_s, rel=1e-12)
+    assert s["tokens_per_s"] <= s["tau"] / (s["lap_ms_mean"] / 1e3) * (1 + 1e-9)
     summary = json.loads(Path(res.paths["summary"]).read_text())
     assert summary["steps"] == s["steps"]
 
@@ -117,8 +126,9 @@ def test_three_stages_latency_and_quantized_wire(tiny_dirs, local, code_prompts,
     assert res.summary["lap_ms_p50"] >= 12.0
     links = res.links
     assert np.allclose(links["scheduled_ms_mean"], 4.0, atol=0.01)
-    # never early; the relays' lateness is measured (loose bound: the machine may be loaded)
-    assert (links["error_ms_p50"] > -0.05).all() and (links["error_ms_p50"] < 15.0).all()
+    # never early (how late is the machine's load: benchmarks/bench_link_accuracy.py)
+    assert (links["error_ms_p50"] > -0.05).all()
+    assert (links["achieved_ms_p50"] >= 4.0).all()
     # 8-bit: 4 tokens x (128 + 2 scale) bytes + headers, vs 4 x 512 at fp32
     assert links.loc[0, "bytes_per_pass_mean"] < 4 * 512
     target, _ = local
@@ -149,8 +159,9 @@ def test_dead_stage_is_named_and_trace_kept(tiny_dirs, code_prompts, tmp_path):
 def test_stalled_link_is_named(tiny_dirs, code_prompts, tmp_path):
     target_dir, drafter_dir = tiny_dirs
     links = (LinkSpec(), LinkSpec(stall_after_frames=3))
+    # the timeout is what is tested; 6 s: far above a pass's time even on a loaded machine
     spec = PipelineSpec(
-        target_dir=target_dir, drafter_dir=drafter_dir, stages=2, links=links, stall_timeout_s=2
+        target_dir=target_dir, drafter_dir=drafter_dir, stages=2, links=links, stall_timeout_s=6
     )
     with Pipeline(spec, tmp_path) as pipe, pytest.raises(PipelineError) as err:
         pipe.generate(code_prompts[:1], DecodeSpec(k=2, max_new_tokens=40), name="stall")

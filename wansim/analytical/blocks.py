@@ -51,6 +51,7 @@ from wansim import speculation
 from wansim.acceptance import closed_form
 from wansim.acceptance.bet import bet_win_probability, guess_acceptance
 from wansim.analytical.resequencing import ring_hol_ms
+from wansim.analytical.sync import lap_breakdown
 from wansim.compute import mean_stage_ms, stage_ms_each, stages_differ
 from wansim.scenario import Scenario
 
@@ -480,11 +481,7 @@ def block_schedule(scenario: Scenario, s0_wait=0.0) -> BlockSchedule:
         "wasted_token_fraction": (stages * (passes * n - m) + stale_tokens)
         / (stages * passes * n + stale_tokens),
         "target_exact": np.full(np.shape(lap), exact),
-        "tokens_per_pass": n * np.ones_like(lap),
-        "draft_ms": draft * np.ones_like(lap),
-        "stage_compute_ms": stage * np.ones_like(lap),
-        "forward_hops_ms": fwd * np.ones_like(lap),
-        "return_hop_ms": ret * np.ones_like(lap),
+        **lap_breakdown(lap, n, draft, stage, fwd, ret),
         "prefill_ms": prefill * np.ones_like(lap),
         "passes_per_request": passes * np.ones_like(lap),
         "lap_ms_var": lap_var * np.ones_like(lap),

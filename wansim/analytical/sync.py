@@ -167,6 +167,19 @@ def lap_parts(scenario: Scenario) -> dict[str, np.ndarray]:
     }
 
 
+def lap_breakdown(lap, tokens, draft, stage, fwd, ret) -> dict[str, np.ndarray]:
+    """Tokens per pass and the parts of the lap (for breakdowns), each in ``lap``'s shape:
+    drafting, one stage's compute, the forward hops, the return hop."""
+    ones = np.ones_like(lap)
+    return {
+        "tokens_per_pass": tokens * ones,
+        "draft_ms": draft * ones,
+        "stage_compute_ms": stage * ones,
+        "forward_hops_ms": fwd * ones,
+        "return_hop_ms": ret * ones,
+    }
+
+
 def forward_sizes(parts: dict):
     """The forward message sizes for :func:`wansim.analytical.path.ring_sums`: one per hop
     when they differ (``payload.extra_tensors``), else the one size."""
@@ -238,12 +251,7 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
         "bytes_per_token": passes * wire / (b * m),
         "wasted_token_fraction": 1.0 - m / (passes * n),
         "target_exact": np.full(np.shape(lap), exact),
-        "tokens_per_pass": n * np.ones_like(lap),
-        # parts of the lap, for breakdowns
-        "draft_ms": draft * np.ones_like(lap),
-        "stage_compute_ms": stage * np.ones_like(lap),
-        "forward_hops_ms": fwd * np.ones_like(lap),
-        "return_hop_ms": ret * np.ones_like(lap),
+        **lap_breakdown(lap, n, draft, stage, fwd, ret),
         "prefill_ms": prefill,
         "passes_per_request": passes,
         "lap_ms_var": lap_var * np.ones_like(lap),

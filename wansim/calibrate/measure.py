@@ -42,6 +42,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from wansim.intervals import t_interval
+
 HIDDEN_KIND = 2
 VERDICT_KIND = 5
 
@@ -254,18 +256,8 @@ def real_metrics(passes: pd.DataFrame, stages: int, max_new_tokens: int) -> dict
         "acceptance_rate": float(acc.sum() / k.sum()) if k.sum() > 0 else None,
         "requests": n_requests,
         "verify_passes": n_passes,
-        "tokens_per_s_ci95": list(_t_interval(rates)),
+        "tokens_per_s_ci95": list(t_interval(rates)),
     }
-
-
-def _t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    from scipy import stats
-
-    n = len(values)
-    if n < 2:
-        return float("nan"), float("nan")
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * values.std(ddof=1) / np.sqrt(n))
-    return float(values.mean() - half), float(values.mean() + half)
 
 
 def phase1_differences(summary: dict, real: dict) -> dict:

@@ -23,8 +23,8 @@ Cancellation. On a lost bet, stage 0 drops the blocks behind it from its window,
 ``raw/cancelled.csv`` and, when there are stages between it and the last, sends ``CANCEL`` (the
 last valid pass id) down the forward hops; links are FIFO, so it reaches each stage after the
 stale blocks and removes those still waiting in the stage's mailbox
-(``StageWorker.next_frame``); a stale block already computed is not undone (the next valid pass
-crops the KV cache to its position). The last stage drops stale blocks without computing them
+(``ServingStageWorker.next_frame``); a stale block already computed is not undone (the next
+valid pass crops the KV cache to its position). The last stage drops stale blocks without computing them
 (the validity rule) and sends no verdict for them. Waste is counted in stage-tokens: a stale
 block of n tokens computed by s stages wastes s x n (``cancelled_stage_tokens`` in the summary).
 """
@@ -57,7 +57,7 @@ class InFlight:
 
 
 def generate_async(worker, job: dict) -> dict:
-    """Stage 0's decode loop for an async job (``worker``: the stage-0 ``StageWorker``)."""
+    """Stage 0's decode loop for an async job (``worker``: the ``FirstStageWorker``)."""
     import numpy as np
 
     worker.start_job(job)

@@ -348,8 +348,20 @@ class LinkScheduler:
 
 # ----------------------------------------------------------------------------- the relay
 class _Relay:
-    def __init__(self, spec: LinkSpec, hop: int, records_path: str | None):
+    """One hop's relay. ``clock`` (ns) and ``sleep`` (s) are the real ones; a test may give a
+    virtual pair to check the delivery timing without a wall clock."""
+
+    def __init__(
+        self,
+        spec: LinkSpec,
+        hop: int,
+        records_path: str | None,
+        clock=time.monotonic_ns,
+        sleep=asyncio.sleep,
+    ):
         self.spec = spec
+        self.clock = clock
+        self.sleep = sleep
         self.hop = hop
         self.sched = LinkScheduler(spec)
         self.queue: asyncio.Queue = asyncio.Queue()
@@ -380,7 +392,7 @@ class _Relay:
                         ) from None
                     break  # clean EOF between frames
 
-                arrival = time.monotonic_ns()
+                arrival = self.clock()
                 h = decode_header(head)
                 try:
                     payload = await reader.readexactly(h.payload_len) if h.payload_len else b""
@@ -405,8 +417,20 @@ class _Relay:
             self.error = f"upstream connection failed: {e}"
         self.queue.put_nowait(None)
 
+    async def wait_until(self, deliver_ns: int) -> None:
+        """Sleep until ``busy_wait_ms`` before ``deliver_ns`` (the event loop's timeout is
+        coarse), then busy-wait to it: never early, and late only by what the machine adds."""
+        remaining = deliver_ns - self.clock()
+        if remaining > self.busy_ns:
+            await self.sleep((remaining - self.busy_ns) / 1e9)
+        while self.clock() < deliver_ns:
+            pass
+
+    @property
+    def busy_ns(self) -> int:
+        return int(self.spec.busy_wait_ms * 1e6)
+
     async def write_loop(self, writer: asyncio.StreamWriter) -> None:
-        busy_ns = int(self.spec.busy_wait_ms * 1e6)
         stall = self.spec.stall_after_frames
         while True:
             item = await self.queue.get()
@@ -417,14 +441,10 @@ class _Relay:
                 frames = [f for f in frames if f[0] < stall]
                 if not frames:
                     continue
-            remaining = deliver - time.monotonic_ns()
-            if remaining > busy_ns:
-                await asyncio.sleep((remaining - busy_ns) / 1e9)
-            while time.monotonic_ns() < deliver:
-                pass
+            await self.wait_until(deliver)
             for _, _, data, _ in frames:
                 writer.write(data)
-            delivered = time.monotonic_ns()
+            delivered = self.clock()
             if writer.transport.get_write_buffer_size() > (1 << 20):
                 await writer.drain()
             if self.writer_csv:
@@ -557,19 +577,33 @@ class LinkAccuracy:
         return d
 
 
-def measure_link_accuracy(
+@dataclass(frozen=True)
+class RelayFrames:
+    """Per-frame times (ns, ``time.monotonic_ns``: one clock for every process) of frames sent
+    through one relay process: the sender's ``send``, the relay's ``arrival`` (read complete),
+    ``scheduled`` (its delivery rule) and ``delivered`` (written), the receiver's ``received``;
+    and the relay's ``busy_ms``/``prop_ms``/``queue_ms`` per frame (its record CSV)."""
+
+    frame_bytes: int
+    send: np.ndarray
+    arrival: np.ndarray
+    scheduled: np.ndarray
+    delivered: np.ndarray
+    received: np.ndarray
+    busy_ms: np.ndarray
+    prop_ms: np.ndarray
+    queue_ms: np.ndarray
+
+
+def relay_frames(
     spec: LinkSpec,
     frames: int = 1000,
     frame_bytes: int = 64,
     interval_ms: float = 2.0,
     host: str = "127.0.0.1",
-) -> LinkAccuracy:
-    """Send ``frames`` frames through a relay process; compare achieved to scheduled delay.
-
-    Achieved = receiver's ``monotonic_ns`` at full receipt minus the sender's ``send_ns``;
-    scheduled = the relay's own schedule (delivery minus arrival, which includes the sampled
-    jitter and any serialisation/queueing). Their difference is the emulator's error.
-    """
+) -> RelayFrames:
+    """Send ``frames`` frames, one every ``interval_ms`` (0: back to back), through a relay
+    process and return every frame's times (:class:`RelayFrames`)."""
     import tempfile
 
     ctx = multiprocessing.get_context("spawn")
@@ -607,19 +641,50 @@ def measure_link_accuracy(
             rows = list(csv.DictReader(fh))
     if len(received) != frames or len(rows) != frames:
         raise RuntimeError(f"link accuracy: got {len(received)}/{len(rows)} of {frames} frames")
-    achieved = np.array([(r - s) / 1e6 for s, r in received])
 
-    def col(name):
-        return np.array([int(r[name]) for r in rows], dtype=float)
+    def col(name, kind=np.int64):
+        return np.array([kind(r[name]) for r in rows], dtype=kind)
 
-    scheduled = (col("scheduled_ns") - col("arrival_ns")) / 1e6
-    into = (col("arrival_ns") - col("send_ns")) / 1e6
-    late = (col("delivered_ns") - col("scheduled_ns")) / 1e6
-    out = np.array([r for _, r in received], dtype=float) / 1e6 - col("delivered_ns") / 1e6
+    send = np.array([s for s, _ in received], dtype=np.int64)
+    if not np.array_equal(send, col("send_ns")):
+        raise RuntimeError("link accuracy: frames received out of order")
+    return RelayFrames(
+        frame_bytes=HEADER_BYTES + n_values,
+        send=send,
+        arrival=col("arrival_ns"),
+        scheduled=col("scheduled_ns"),
+        delivered=col("delivered_ns"),
+        received=np.array([r for _, r in received], dtype=np.int64),
+        busy_ms=col("busy_ms", float),
+        prop_ms=col("prop_ms", float),
+        queue_ms=col("queue_ms", float),
+    )
+
+
+def measure_link_accuracy(
+    spec: LinkSpec,
+    frames: int = 1000,
+    frame_bytes: int = 64,
+    interval_ms: float = 2.0,
+    host: str = "127.0.0.1",
+) -> LinkAccuracy:
+    """Send ``frames`` frames through a relay process; compare achieved to scheduled delay.
+
+    Achieved = receiver's ``monotonic_ns`` at full receipt minus the sender's ``send_ns``;
+    scheduled = the relay's own schedule (delivery minus arrival, which includes the sampled
+    jitter and any serialisation/queueing). Their difference is the emulator's error: on a
+    busy machine it is the processes' wake-up delays (benchmarks/bench_link_accuracy.py).
+    """
+    f = relay_frames(spec, frames, frame_bytes, interval_ms, host)
+    achieved = (f.received - f.send) / 1e6
+    scheduled = (f.scheduled - f.arrival) / 1e6
+    into = (f.arrival - f.send) / 1e6
+    late = (f.delivered - f.scheduled) / 1e6
+    out = (f.received - f.delivered) / 1e6
     err = achieved - scheduled
     return LinkAccuracy(
         frames=frames,
-        frame_bytes=HEADER_BYTES + n_values,
+        frame_bytes=f.frame_bytes,
         configured=spec,
         error_ms_mean=float(err.mean()),
         error_ms_sd=float(err.std()),

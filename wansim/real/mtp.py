@@ -32,9 +32,8 @@ from wansim.real.config import MTP_FILES, check_mtp_dir
 from wansim.real.errors import RealConfigError
 from wansim.real.model import StageShard
 from wansim.real.speculative import (
-    _sample,
     check_decoding,
-    probs,
+    draft_token,
     prompt_generators,
     sample_first,
     verify,
@@ -106,12 +105,9 @@ class MTPDrafter:
         for _ in range(k):
             h = self.head(h, self.embed(torch.tensor(tok, device=h.device)))
             logits = self.logits(h).cpu()  # sampling happens on the CPU generator
-            if temperature > 0:
-                qi = probs(logits, temperature).float()  # float32: exactly what goes on the wire
-                tok = _sample(qi, gen)
+            tok, qi = draft_token(logits, temperature, gen)
+            if qi is not None:
                 qs.append(qi)
-            else:
-                tok = int(logits.argmax())
             drafts.append(tok)
         return drafts, (torch.stack(qs) if qs else None)
 

@@ -43,7 +43,16 @@ def _context():
     global _CTX
     if _CTX is None:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["wansim.real.worker", "wansim.real.link", "wansim.real.runner"])
+        ctx.set_forkserver_preload(
+            [
+                "wansim.real.worker",
+                "wansim.real.first_stage",
+                "wansim.real.relay_stage",
+                "wansim.real.last_stage",
+                "wansim.real.link",
+                "wansim.real.runner",
+            ]
+        )
         _CTX = ctx
     return _CTX
 

@@ -50,6 +50,16 @@ def _sample(p: torch.Tensor, gen: torch.Generator) -> int:
     return int(torch.multinomial(p, 1, generator=gen).item())
 
 
+def draft_token(logits: torch.Tensor, temperature: float, gen: torch.Generator):
+    """A drafter's next token from its logits: sampled from softmax(logits / T) with its
+    distribution q (float32: exactly what goes on the wire) when T > 0, else the argmax
+    (q None)."""
+    if temperature > 0:
+        q = probs(logits, temperature).float()
+        return _sample(q, gen), q
+    return int(logits.argmax()), None
+
+
 @dataclass(frozen=True)
 class Verdict:
     """``accepted`` drafts (0..K) and the token the target adds after them."""
@@ -150,12 +160,9 @@ class Drafter:
         drafts: list[int] = []
         qs = []
         for i in range(k):
-            if temperature > 0:
-                qi = probs(logits, temperature).float()  # float32: exactly what goes on the wire
-                d = _sample(qi, gen)
+            d, qi = draft_token(logits, temperature, gen)
+            if qi is not None:
                 qs.append(qi)
-            else:
-                d = int(logits.argmax())
             drafts.append(d)
             if i < k - 1:
                 logits = self.shard.forward(torch.tensor([d]), len(self.cached))[-1]

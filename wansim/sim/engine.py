@@ -1,6 +1,7 @@
 """Build the pipeline and run it: ``simulate(scenario, *, timeline=False) -> Result``.
 
-Components: P :class:`~wansim.sim.stage.Stage` servers (closed form before the last stage in
+Components: P stage servers (:mod:`wansim.sim.stage`: P - 1 relay stages, S0 first, then the
+last stage, where the verifier sits; closed form before the last stage in
 the sync schedule, processes otherwise), P :class:`~wansim.sim.link.Link`
 hops (hop i carries S_i's output to S_(i+1); hop P-1 is the return hop to S0; with P = 1 the
 ring is the return hop alone), one :class:`~wansim.sim.verifier.Verifier` at the last stage and
@@ -48,7 +49,7 @@ from wansim.sim.metrics import (
 )
 from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
-from wansim.sim.stage import Stage
+from wansim.sim.stage import LastStage, RelayStage, Stage
 from wansim.sim.verifier import Verifier
 from wansim.slowdown import StageSlowdown, stage_rng
 from wansim.speculation import return_message_bytes
@@ -200,32 +201,48 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
     ret_bytes = float(
         return_message_bytes(scenario, tree_nodes, 1, pol.tokens_per_pass(), pol.nodes)
     )
-    stages = [
-        Stage(
-            env,
-            i,
-            p_stages,
-            computes[i],
-            fwd_bytes[i],
-            ret_bytes,
-            batching=scenario.schedule.batching == "continuous",
-            draft_before_ms=draft if first_stage and i == 0 and not overlap else 0.0,
-            draft_after_ms=draft if not first_stage and i == p_stages - 1 and not overlap else 0.0,
-            draft_before_per_sequence_ms=draft_per_sequence if first_stage and i == 0 else 0.0,
-            draft_after_per_sequence_ms=(
-                draft_per_sequence if not first_stage and i == p_stages - 1 else 0.0
-            ),
-            mask_bytes_per_sequence=float(tree_mask_bytes(tree_nodes)),
-            verifier=verifier,
-            timeline=tl.stage_slices if tl else None,
-            slowdown=(
+
+    def shared(i: int) -> dict:
+        """What every stage role takes: batching, the timeline, its compute noise/stragglers;
+        S0 its drafter duty (placement first_stage: drafting before its compute)."""
+        duties = {
+            "batching": scenario.schedule.batching == "continuous",
+            "timeline": tl.stage_slices if tl else None,
+            "slowdown": (
                 StageSlowdown(scenario.model, i, stage_rng(scenario.seed, i))
                 if StageSlowdown.enabled(scenario.model, i)
                 else None
             ),
+        }
+        if i == 0:
+            duties["draft_before_ms"] = draft if first_stage and not overlap else 0.0
+            duties["draft_before_per_sequence_ms"] = draft_per_sequence if first_stage else 0.0
+        return duties
+
+    last = p_stages - 1
+    stages: list[Stage] = [
+        RelayStage(
+            env,
+            i,
+            computes[i],
+            fwd_bytes[i],
+            mask_bytes_per_sequence=float(tree_mask_bytes(tree_nodes)),
+            **shared(i),
         )
-        for i in range(p_stages)
+        for i in range(last)
     ]
+    stages.append(
+        LastStage(
+            env,
+            last,
+            computes[last],
+            ret_bytes,
+            verifier=verifier,
+            draft_after_ms=draft if not first_stage and not overlap else 0.0,
+            draft_after_per_sequence_ms=draft_per_sequence if not first_stage else 0.0,
+            **shared(last),
+        )
+    )
     scheduler = None
     if blocks:
         scheduler = Scheduler(

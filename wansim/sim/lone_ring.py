@@ -43,7 +43,7 @@ from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, VERIFY, Pass
 from wansim.sim.record import RunRecord
 from wansim.sim.request import Request, RequestSource
-from wansim.sim.stage import Stage
+from wansim.sim.stage import LastStage, RelayStage, Stage
 from wansim.sim.verifier import Verifier
 
 ROWS_PER_BLOCK = 16_384  # passes summed per accumulate (bounds memory on long runs)
@@ -148,7 +148,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
             "return_bytes",
             "cancel_bytes",
             "quant_group_size",
-            "return_token_bytes",  # in each stage's message sizes (Stage.message_bytes)
+            "return_token_bytes",  # in each stage's message sizes (RelayStage.message_bytes)
             "extra_tensors",
         )
     },
@@ -257,7 +257,9 @@ def applies(pipe) -> bool:
     if type(pipe.source) is not RequestSource:
         return False
     for stage in pipe.stages:
-        if type(stage) is not Stage or stage.hooks is not None or stage.timeline is not None:
+        if type(stage) not in (RelayStage, LastStage) or stage.hooks is not None:
+            return False
+        if stage.timeline is not None:
             return False
     for link in pipe.links:
         if type(link) is not Link or type(link.draws) is not LinkDraws:

@@ -63,8 +63,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from wansim.intervals import t_interval
 from wansim.metrics import stage_utilization
-from wansim.normal_functions import t_ppf
 from wansim.sim.record import RunRecord
 
 MAX_BATCHES = 20
@@ -127,16 +127,6 @@ def rate_interval(record: RunRecord, level: float = 0.95) -> tuple[float, float]
     return max(low, 0.0), high
 
 
-def t_interval(values: np.ndarray, level: float) -> tuple[float, float]:
-    """mean +- t_{(1+level)/2, n-1} * sd / sqrt(n); NaN with fewer than two values."""
-    n = len(values)
-    if n < 2:
-        return float("nan"), float("nan")
-    mean = float(np.mean(values))
-    half = float(t_ppf(0.5 + level / 2, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
-    return mean - half, mean + half
-
-
 def batch_means_interval(ordered: np.ndarray, level: float) -> tuple[float, float]:
     """Batch means over values in completion order, centred on the mean of all values."""
     n = len(ordered)
@@ -144,9 +134,7 @@ def batch_means_interval(ordered: np.ndarray, level: float) -> tuple[float, floa
         return float("nan"), float("nan")
     b = min(MAX_BATCHES, max(2, n // 5))
     means = np.array([chunk.mean() for chunk in np.array_split(ordered, b)])
-    centre = float(np.mean(ordered))
-    half = float(t_ppf(0.5 + level / 2, b - 1) * np.std(means, ddof=1) / np.sqrt(b))
-    return centre - half, centre + half
+    return t_interval(means, level, centre=float(np.mean(ordered)))
 
 
 def lap_batch_means_interval(
@@ -170,9 +158,7 @@ def lap_batch_means_interval(
     else:
         return float("nan"), float("nan")
     estimates = (1e3 * tokens / ms).mean(axis=0)
-    centre = float(request_rates(record)[mask].mean())
-    half = float(t_ppf(0.5 + level / 2, b - 1) * np.std(estimates, ddof=1) / np.sqrt(b))
-    return centre - half, centre + half
+    return t_interval(estimates, level, centre=float(request_rates(record)[mask].mean()))
 
 
 def wasted_fraction(record: RunRecord) -> float:

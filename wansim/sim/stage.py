@@ -25,6 +25,18 @@ of ``stage_ms(n)`` (one process step per pass or batch, never per token). Then:
   message of ``return_bytes`` per request); a finished request leaves (no draft after the final
   verify) and frees its admission slot at that instant.
 
+Roles (one class each; a one-stage ring's only stage is the last stage):
+
+- :class:`RelayStage`, every stage before the last: serves passes (in closed form where it can)
+  and sends them on its forward hop. The first stage S0 is one, with the first stage's duties:
+  admissions enter its mailbox, and with ``placement: first_stage`` it drafts before computing
+  (``draft_before_ms``; the block schedule's hooks issue the next blocks there);
+- :class:`LastStage`: the verifier's stage: first tokens, verdicts, drafting after the verdicts
+  with ``placement: last_stage`` (``draft_after_ms``) and the return message to S0.
+
+Both share :class:`Stage`: the mailbox, the service time of a pass or batch, busy time and the
+timeline slices.
+
 Drafting occupies the stage it runs on. ``placement: last_stage``: after the verdicts, one
 drafter pass (``drafter_ms(K)``, block or autoregressive) drafts the continuing requests of the
 batch, then the verdict+drafts leave. ``first_stage``: S0 drafts (one drafter pass per batch
@@ -52,42 +64,33 @@ from wansim.sim.verifier import Verifier
 
 
 class Stage:
-    """Stage ``index`` of ``n_stages``; wire it with ``link_out`` and ``source`` before running."""
+    """What every stage role shares: stage ``index``'s mailbox, the service time of a pass or
+    batch (drafting before the compute when this stage drafts there, then ``compute_ms(n)``),
+    busy time and timeline slices. Wire ``link_out`` and ``source`` before :meth:`start`."""
+
+    is_last = False
 
     def __init__(
         self,
         env: simpy.Environment,
         index: int,
-        n_stages: int,
         compute_ms,
-        forward_bytes,
-        return_bytes: float,
         *,
         batching: bool,
-        draft_before_ms: float,
-        draft_after_ms: float,
+        draft_before_ms: float = 0.0,
         draft_before_per_sequence_ms: float = 0.0,
-        draft_after_per_sequence_ms: float = 0.0,
-        mask_bytes_per_sequence: float = 0.0,
-        verifier: Verifier,
         timeline: list | None = None,
         hooks=None,
         slowdown=None,
     ):
         self.env = env
         self.index = index
-        self.is_last = index == n_stages - 1
         self.compute_ms = compute_ms  # n tokens -> ms
-        self.forward_bytes = forward_bytes  # n tokens -> bytes of one forward message
-        self.return_bytes = return_bytes
         self.batching = batching
-        self.draft_before_ms = draft_before_ms  # S0 with placement first_stage
-        self.draft_after_ms = draft_after_ms  # last stage with placement last_stage
-        # trees (wansim.speculation): the drafter's width cost and the tree mask, per sequence
+        # S0 with placement first_stage: a drafter pass per batch holding verify passes, plus
+        # (trees, wansim.speculation) the drafter's width cost per sequence
+        self.draft_before_ms = draft_before_ms
         self.draft_before_per_sequence_ms = draft_before_per_sequence_ms
-        self.draft_after_per_sequence_ms = draft_after_per_sequence_ms
-        self.mask_bytes_per_sequence = mask_bytes_per_sequence
-        self.verifier = verifier
         self.timeline = timeline  # (stage, start, end, what, passes); labels made on export
         # the block schedule (async, overlapped drafter: wansim.sim.async_speculation), None for sync
         self.hooks = hooks
@@ -108,17 +111,18 @@ class Stage:
     def start(self) -> None:
         """Begin serving (after wiring: ``link_out``, ``source`` and ``hooks`` are set).
 
-        A stage before the last that neither batches nor runs the block schedule is a FIFO
-        server with a fixed service time per pass: it needs no process, only the closed form
-        (module docstring). Every other stage is a process with a mailbox.
+        A stage that can serve in closed form (:meth:`serves_in_closed_form`) needs no process
+        (module docstring); every other stage is a process with a mailbox.
         """
         self.closed_form = self.serves_in_closed_form()
         if not self.closed_form:
             self.process = self.env.process(self.run())
 
     def serves_in_closed_form(self) -> bool:
-        """A stage before the last that neither batches nor runs the block schedule."""
-        return not self.is_last and not self.batching and self.hooks is None
+        return False
+
+    def run(self):
+        raise NotImplementedError
 
     def receive(self, passes: list[Pass]) -> None:
         """Mailbox drop (a link delivery, or an admission into S0); wakes an idle stage."""
@@ -133,15 +137,41 @@ class Stage:
             wake.succeed()
 
     def _serve(self, p: Pass) -> None:
-        """Closed-form FIFO service of one pass arriving now: it starts when the stage is free,
-        holds it for its service time and is offered to the forward hop when it ends."""
-        now = self.env._now
-        start = self.free_ms if self.free_ms > now else now
-        batch = [p]
-        draft, compute = self._service_ms(batch, p.n, start)
-        self.free_ms = end = start + (draft + compute)
-        self._account(batch, start, draft, compute)
-        self._forward(batch, p.n, end)
+        raise NotImplementedError
+
+    def _compute_next(self):
+        """Process steps: wait for a pass, take the next pass or batch (:meth:`_next_batch`)
+        and hold the stage for its service time. Returns (batch, tokens); an empty batch
+        (every block in it cancelled) was not computed."""
+        env = self.env
+        mailbox = self.mailbox
+        while not mailbox:  # (a cancellation may empty the mailbox before we wake)
+            wake = self.wake = Event(env)
+            yield wake
+        batch, n = self._next_batch()
+        if batch:
+            start = env._now
+            draft, compute = self._service_ms(batch, n, start)
+            yield Timeout(env, draft + compute)
+            self._account(batch, start, draft, compute)
+        return batch, n
+
+    def _next_batch(self) -> tuple[list[Pass], int]:
+        """The oldest pass of the (non-empty) mailbox, or with continuous batching every pass
+        waiting there; less the cancelled blocks (block schedule). (batch, tokens)."""
+        mailbox = self.mailbox
+        if self.batching and len(mailbox) > 1:
+            batch = list(mailbox)
+            mailbox.clear()
+            n = sum(p.n for p in batch)
+        else:
+            p = mailbox.popleft()
+            batch = [p]
+            n = p.n
+        if self.hooks is not None:  # drop cancelled blocks before starting them
+            batch = self.hooks.take(self.index, batch)
+            n = sum(p.n for p in batch)
+        return batch, n
 
     def _service_ms(self, batch: list[Pass], n: int, start: float = 0.0) -> tuple[float, float]:
         """(drafting before compute, compute) for a pass or batch of ``n`` tokens starting at
@@ -172,8 +202,43 @@ class Stage:
                 self.timeline.append((self.index, start, start + draft, "draft", batch))
             self.timeline.append((self.index, start + draft, end, _what(batch), batch))
 
+
+class RelayStage(Stage):
+    """A stage before the last (S0 included when the ring has more than one stage): serves a
+    pass, then offers it (header + n activations, + tree masks) to its forward hop."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        compute_ms,
+        forward_bytes,
+        *,
+        mask_bytes_per_sequence: float = 0.0,
+        **shared,
+    ):
+        super().__init__(env, index, compute_ms, **shared)
+        self.forward_bytes = forward_bytes  # n tokens -> bytes of one forward message
+        self.mask_bytes_per_sequence = mask_bytes_per_sequence
+
+    def serves_in_closed_form(self) -> bool:
+        """Neither batching nor the block schedule: a FIFO server with a fixed service time
+        per pass, in closed form (module docstring)."""
+        return not self.batching and self.hooks is None
+
+    def _serve(self, p: Pass) -> None:
+        """Closed-form FIFO service of one pass arriving now: it starts when the stage is free,
+        holds it for its service time and is offered to the forward hop when it ends."""
+        now = self.env._now
+        start = self.free_ms if self.free_ms > now else now
+        batch = [p]
+        draft, compute = self._service_ms(batch, p.n, start)
+        self.free_ms = end = start + (draft + compute)
+        self._account(batch, start, draft, compute)
+        self._forward(batch, p.n, end)
+
     def _forward(self, batch: list[Pass], n: int, offer_ms: float | None) -> None:
-        """Offer a computed pass or batch (header + n activations, + tree masks) to the next hop."""
+        """Offer a computed pass or batch to the next hop."""
         size, share = self.message_bytes(batch, n)
         self.link_out.send(batch, size, share, offer_ms)
 
@@ -185,48 +250,62 @@ class Stage:
             size += self.mask_bytes_per_sequence * sum(p.kind == VERIFY for p in batch)
         return size, share
 
+    def run(self):
+        hooks = self.hooks
+        while True:
+            batch, n = yield from self._compute_next()
+            if not batch:
+                continue
+            if hooks is not None:  # count the work; cancelled meanwhile: not forwarded
+                batch = hooks.done(self.index, batch)
+                if not batch:
+                    continue
+                n = sum(p.n for p in batch)
+            self._forward(batch, n, None)
+
+
+class LastStage(Stage):
+    """The verifier's stage: a prefill pass yields the first token, a verify pass commits
+    tokens and closes a lap; unfinished requests' next passes ride the return hop to S0 (one
+    ``return_bytes`` message per request), after the drafting here with ``placement:
+    last_stage``."""
+
+    is_last = True
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        compute_ms,
+        return_bytes: float,
+        *,
+        verifier: Verifier,
+        draft_after_ms: float = 0.0,
+        draft_after_per_sequence_ms: float = 0.0,
+        **shared,
+    ):
+        super().__init__(env, index, compute_ms, **shared)
+        self.return_bytes = return_bytes
+        self.verifier = verifier
+        self.draft_after_ms = draft_after_ms
+        self.draft_after_per_sequence_ms = draft_after_per_sequence_ms
+
     def draft_after(self, sequences: int) -> float:
-        """Last stage: drafting after the verdicts for ``sequences`` continuing requests (0 when
-        the drafter is not there: then no drafting timeout at all)."""
+        """Drafting after the verdicts for ``sequences`` continuing requests (0 when the
+        drafter is not here: then no drafting timeout at all)."""
         if self.draft_after_ms or self.draft_after_per_sequence_ms:
             return self.draft_after_ms + self.draft_after_per_sequence_ms * sequences
         return 0.0
 
     def run(self):
         env = self.env
-        mailbox = self.mailbox
         hooks = self.hooks
         while True:
-            while not mailbox:  # (a cancellation may empty the mailbox before we wake)
-                wake = self.wake = Event(env)
-                yield wake
-            if self.batching and len(mailbox) > 1:
-                batch = list(mailbox)
-                mailbox.clear()
-                n = sum(p.n for p in batch)
-            else:
-                p = mailbox.popleft()
-                batch = [p]
-                n = p.n
-            if hooks is not None:  # drop cancelled blocks before starting them
-                batch = hooks.take(self.index, batch)
-                if not batch:
-                    continue
-                n = sum(p.n for p in batch)
-            start = env._now
-            draft, compute = self._service_ms(batch, n, start)
-            yield Timeout(env, draft + compute)
-            self._account(batch, start, draft, compute)
-            if hooks is not None:  # count the work; cancelled meanwhile: not forwarded
-                batch = hooks.done(self.index, batch)
-                if self.is_last:
-                    hooks.verdicts(self, batch)
-                    continue
-                if not batch:
-                    continue
-                n = sum(p.n for p in batch)
-            if not self.is_last:
-                self._forward(batch, n, None)
+            batch, _ = yield from self._compute_next()
+            if not batch:
+                continue
+            if hooks is not None:  # the block schedule verifies and answers
+                hooks.verdicts(self, hooks.done(self.index, batch))
                 continue
             following = self._verdicts(batch)
             if not following:
@@ -241,7 +320,7 @@ class Stage:
             self.link_out.send(following, self.return_bytes * len(following), 1.0)
 
     def _verdicts(self, batch: list[Pass]) -> list[Pass]:
-        """Last stage: first tokens and verdicts; returns the next passes of unfinished requests."""
+        """First tokens and verdicts; returns the next passes of unfinished requests."""
         now = self.env._now
         verifier = self.verifier
         following = []

@@ -494,12 +494,26 @@ class Schedule:
     ``async`` (in-pipe speculation): S0 launches up to ``max_inflight_blocks`` blocks of a
     request before their verdicts return, each drafted from the drafts before it; needs the
     drafter on S0 (``drafter.placement: first_stage``) and a chain (:mod:`wansim.sim.async_speculation`
-    has the protocol)."""
+    has the protocol).
+
+    ``batching: continuous`` shares passes between the requests in flight: by default one batch
+    circulates; ``micro_batches: N`` keeps N batches in flight at once, each of at most
+    ``max_batch_size`` sequences, with prefill split into chunks of at most
+    ``prefill_chunk_tokens`` per pass (:mod:`wansim.micro_batching`)."""
 
     kind: str = spec("sync", choices=SCHEDULES)
     max_inflight_blocks: int = spec(1, ge=1)
     hedge_branches: int = spec(0, ge=0)
     batching: str = spec("none", choices=BATCHING)
+    micro_batches: int | None = spec(
+        None, ge=1, le=4096, doc="batches in flight at once (continuous batching); null: one"
+    )
+    max_batch_size: int | None = spec(
+        None, ge=1, le=65_536, doc="sequences per micro-batch at most; null: no cap"
+    )
+    prefill_chunk_tokens: int | None = spec(
+        None, ge=1, le=10_000_000, doc="prompt tokens a pass carries at most; null: whole"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -719,6 +733,7 @@ class Scenario:
                 "the sync schedule keeps one block in flight per request (use kind: async)",
                 sched.max_inflight_blocks,
             )
+        self._check_micro_batches()
         if sched.kind != "async":
             return
         if self.drafter.placement != "first_stage":
@@ -742,6 +757,40 @@ class Scenario:
                 "reads the last stage's hidden state, which S0 does not have for drafts still in"
                 " flight: async at first_stage needs a drafter of token ids (draft_model | ngram)",
                 self.drafter.kind,
+            )
+
+    def _check_micro_batches(self) -> None:
+        """Micro-batches are a form of continuous batching in the sync schedule
+        (:mod:`wansim.micro_batching`); their two knobs need them."""
+        sched = self.schedule
+        if sched.micro_batches is None:
+            for name in ("max_batch_size", "prefill_chunk_tokens"):
+                if getattr(sched, name) is not None:
+                    raise ScenarioError(
+                        f"schedule.{name}",
+                        "applies to micro-batches: set schedule.micro_batches too",
+                        getattr(sched, name),
+                    )
+            return
+        if sched.batching != "continuous":
+            raise ScenarioError(
+                "schedule.micro_batches",
+                "are batches of continuous batching: needs schedule.batching: continuous",
+                sched.micro_batches,
+            )
+        if sched.kind == "async" or (self.drafter.overlap and self.speculation.policy != "none"):
+            raise ScenarioError(
+                "schedule.micro_batches",
+                "run the sync schedule (async and an overlapped drafter keep their own blocks"
+                " in flight): needs schedule.kind: sync and drafter.overlap: false",
+                sched.micro_batches,
+            )
+        if self.faults.events:
+            raise ScenarioError(
+                "faults.events",
+                "faults with micro-batches are not modelled (a lost micro-batch's members would"
+                " re-prefill into it): drop the faults or schedule.micro_batches",
+                f"{len(self.faults.events)} events",
             )
 
     @property

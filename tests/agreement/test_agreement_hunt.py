@@ -88,7 +88,11 @@ def _analytical_monotone(seed: int) -> None:
     blocks_loaded = "concurrent" in base.approximation["regime"] and (
         "async" in base.approximation["regime"] or "overlap" in base.approximation["regime"]
     )
-    tolerance = 0.02 if blocks_loaded else 1e-3
+    # a loaded ring is a closed loop: a faster prefill returns a request to the decode
+    # queues sooner, so more of them decode at once and each one's rate can dip while the
+    # throughput rises (seed 1012: 16 requests, no speculation, bandwidth x4: -0.3%)
+    loaded = "concurrent" in base.approximation["regime"]
+    tolerance = 0.02 if blocks_loaded else 5e-3 if loaded else 1e-3
     for field, factor in (("bandwidth_mbps", 4.0), ("latency_ms", 0.5)):
         better = analyze(load_scenario(data=_faster(data, field, factor))).metrics
         assert better["tokens_per_s"] >= rate * (1 - tolerance), (seed, field)

@@ -198,7 +198,7 @@ def _slots_monte_carlo(pmf, gap, rounds, b, runs, seed):
 
 @pytest.mark.parametrize(("rounds", "gap"), [(3, 0), (4, 2), (6, 1)])
 def test_lap_exposure_matches_a_monte_carlo_of_the_slots(rounds, gap):
-    from wansim.analytical.batched import lap_exposure, passes_pmf
+    from wansim.analytical.slots import lap_exposure, passes_pmf
 
     b = 8
     pmf = passes_pmf([0.6, 0.4], [8.0, 14.0], [4.0, 9.0])
@@ -213,7 +213,7 @@ def test_lap_exposure_matches_a_monte_carlo_of_the_slots(rounds, gap):
 def test_requests_of_equal_length_never_convoy():
     """Hand-worked: every request takes 10 passes, so all slots finish at laps 10, 22, 34
     (gap 2) and a continuing lap never follows a completion: no lap is exposed."""
-    from wansim.analytical.batched import lap_exposure, passes_pmf
+    from wansim.analytical.slots import lap_exposure, passes_pmf
 
     pmf = passes_pmf([1.0], [10.0], [0.0])
     assert pmf[10] == 1.0

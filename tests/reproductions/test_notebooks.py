@@ -46,3 +46,6 @@ def test_notebook_runs(script):
     if script.stem == "what_if_10stage_ring":
         assert "configurations evaluated" in text and "95% CI" in text
         assert len(images) == 1
+    if script.stem == "serving_many_users":
+        assert "micro-batches deliver" in text and "from the DES" in text
+        assert len(images) == 1

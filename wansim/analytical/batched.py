@@ -65,18 +65,14 @@ import functools
 
 import numpy as np
 
-from wansim import normal_functions as nf
 from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
 from wansim.analytical.path import hop_bytes, hop_service_ms, ring_sums, stage_services_ms
+from wansim.analytical.slots import MAX_WAVES, NEIGHBOUR_WAVES, TAIL_SD, lap_exposure, passes_pmf
 from wansim.analytical.sync import forward_sizes, prefill_sizes
 from wansim.compute import mean_stage_ms, stage_overheads_ms, stage_pass_ms
 from wansim.network import hop_mean
 from wansim.slowdown import mean_factors
-
-TAIL_SD = 10.0  # admissions per verdict: k up to mean + TAIL_SD sd (+ 10), at most b
-MAX_WAVES = 64  # replacement waves followed one by one; later ones at the renewal rate
-NEIGHBOUR_WAVES = 3  # waves r' within this of r overlap wave r (before they blur)
 
 
 def batched(scenario) -> bool:
@@ -180,101 +176,6 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None
         ttft = ttft + pj_wave * prefill((1 + j) * prompt)[1]
         shared.append((j, pj_wave))
     return Admissions(delay_ms=delay, ttft_ms=ttft, others=tuple(others), shared=tuple(shared))
-
-
-# ----------------------------------------------------------------- the slots' completions
-J_CAP = 256  # others admitted at one verdict, followed one by one up to this (the rest lumped)
-U_FINE = 1e-3  # admission probabilities below this are binned by decade, above by 1e-3
-
-
-def passes_pmf(w, n_mean, n_var) -> np.ndarray:
-    """P(N = k), k = 0, 1, ..., of one request's verify passes (at least 1): the difficulty
-    mixture, each node a normal discretised on the integers (a node with sd below 1/2 as the
-    two integers around its mean, which keeps the mean)."""
-    w, mu, var = (np.asarray(x, dtype=float) for x in (w, n_mean, n_var))
-    sd = np.sqrt(np.maximum(var, 0.0))
-    live = w > 0
-    top = int(np.ceil(np.max(np.where(live, mu + 8.0 * sd, 1.0)))) + 2
-    k = np.arange(top + 1, dtype=float)
-    pmf = np.zeros(top + 1)
-    for wq, m, s in zip(w[live], mu[live], sd[live], strict=True):
-        m = max(m, 1.0)
-        if s < 0.5:
-            lo = int(np.floor(m))
-            pmf[lo] += wq * (1.0 - (m - lo))
-            pmf[lo + 1] += wq * (m - lo)
-        else:
-            cell = nf.norm_cdf((k + 0.5 - m) / s) - nf.norm_cdf((k - 0.5 - m) / s)
-            cell[0] = 0.0
-            pmf += wq * cell / cell.sum()
-    return pmf / pmf.sum()
-
-
-def lap_exposure(pmf_n, gap_laps: float, rounds: float, b: float) -> np.ndarray:
-    """P(a lap follows a verdict at which j other slots finished and admitted a replacement),
-    j = 0, 1, ... (one point; :func:`convoy_exposure` for the model).
-
-    Each slot runs its requests back to back: N passes (``pmf_n``), then ``gap_laps`` laps of
-    the replacement's prefill (rounded: the same for every slot), all slots starting
-    together at lap 0 and independent in lap counts. The r-th completion of a slot falls at lap
-    t with P(C_r = t) (FFT convolutions); a slot has a replacement to admit after its r-th
-    request with probability clip(R/b - r, 0, 1) (the last wave admits nobody). A lap of my
-    request follows a verdict t at which it continued, P(A_r < t < C_r) = F_A(t - 1) - F_C(t)
-    (A_r its start); there the others' admissions are Binomial(b - 1, u(t)), u(t) = sum_r
-    P(slot admits after its r-th request at t). Rounds are followed to ``MAX_WAVES``; later ones
-    repeat the last followed one (the end effect of the last wave dropped there)."""
-    pmf_n = np.asarray(pmf_n, dtype=float)
-    mean_n = float(np.arange(len(pmf_n)) @ pmf_n)
-    b = float(b)
-    rounds = float(rounds)
-    if b <= 1 or rounds <= 1:
-        return np.ones(1)
-    mine_rounds = int(min(np.ceil(rounds), MAX_WAVES))
-    followed = mine_rounds + (NEIGHBOUR_WAVES if rounds > mine_rounds else 0)
-    g_lo = int(np.rint(max(gap_laps, 0.0)))
-    pmf_g = np.zeros(g_lo + 2)
-    pmf_g[g_lo] = 1.0  # the same for every slot (a split would desynchronise them)
-    size = 1 << int(np.ceil(np.log2(followed * (len(pmf_n) + g_lo + 1) + 2)))
-    phi_n, phi_g = np.fft.rfft(pmf_n, size), np.fft.rfft(pmf_g, size)
-    phi_a = np.ones_like(phi_n)
-    u = np.zeros(size)
-    cont = np.zeros(size)  # my continuing laps, weighted by the rounds I run
-    last = np.zeros(size)
-    for r in range(1, followed + 1):
-        phi_c = phi_a * phi_n
-        start = np.clip(np.fft.irfft(phi_a, size), 0.0, None)
-        done = np.clip(np.fft.irfft(phi_c, size), 0.0, None)
-        u += min(max(rounds - r, 0.0), 1.0) * done
-        if r <= mine_rounds:
-            going = np.zeros(size)
-            going[1:] = np.cumsum(start)[:-1] - np.cumsum(done)[1:]
-            going = np.clip(going, 0.0, None)
-            cont += min(max(rounds - r + 1.0, 0.0), 1.0) * going
-            last = going
-        phi_a = phi_c * phi_g
-    cont += max(rounds - mine_rounds, 0.0) * last
-    u = np.clip(u, 0.0, 1.0)
-    on = cont > 1e-15
-    u, cont = u[on], cont[on]
-    # bin u (a binomial mixture over a narrow bin is the binomial at its weighted mean)
-    key = np.where(
-        u < U_FINE,
-        np.floor(np.log10(np.maximum(u, 1e-300)) * 20.0) - 1e6,
-        np.floor(u / U_FINE),
-    )
-    _, inverse = np.unique(key, return_inverse=True)
-    weight = np.bincount(inverse, weights=cont)
-    u_bin = np.bincount(inverse, weights=cont * u) / np.maximum(weight, 1e-300)
-    lam = (b - 1.0) * u_bin
-    top = int(min(b - 1.0, J_CAP, np.max(np.ceil(lam + TAIL_SD * np.sqrt(lam) + 10.0))))
-    from scipy import stats
-
-    j = np.arange(top + 1)
-    probs = stats.binom.pmf(j[:, None], b - 1.0, u_bin[None, :])
-    probs[-1] += np.clip(1.0 - probs.sum(axis=0), 0.0, None)  # the tail lumped at the cap
-    out = probs @ weight / (rounds * mean_n)
-    out[0] = max(1.0 - out[1:].sum(), 0.0)
-    return out
 
 
 def convoy_exposure(acc, gap_laps, rounds, b) -> np.ndarray:
@@ -463,7 +364,7 @@ def split_gain(scenario) -> float:
         parts = lap_parts(sc)
         stages = np.asarray(sc.stages)
         services, live = _path(
-            sc, n * parts["tokens"], parts["forward_bytes"], int(np.max(stages)), stages
+            sc, n * parts["tokens"], forward_sizes(parts), int(np.max(stages)), stages
         )
         busiest = max(
             float(np.max(np.where(on, s, 0.0))) for s, on in zip(services, live, strict=True)

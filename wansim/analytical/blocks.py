@@ -112,14 +112,17 @@ class Schedule:
 
 
 def chain_schedule(
-    d, c0, r_mean, r_sd, window, *, overlap, s0_is_last, columns, s0_wait=0.0
+    d, c0, r_mean, r_sd, window, *, overlap, s0_is_last, columns, s0_wait=0.0, draft_wait=0.0
 ) -> Schedule:
     """The issue recursion (module docstring) for arrays d, c0, R, sd(R), B of one length;
     ``s0_is_last`` (per point): one stage, S0 verifies and knows a lost bet at once;
     ``s0_wait``: each block waits that long in S0's queue before S0 starts it (a block still
-    waiting when the loss is heard is dropped unstarted)."""
+    waiting when the loss is heard is dropped unstarted); ``draft_wait``: with the overlapped
+    drafter, each draft waits that long in the drafter device's queue (a draft started after
+    the loss is heard is drafted from the correction: not stale)."""
     d, c0, r_mean, r_sd = (np.asarray(x, dtype=float) for x in (d, c0, r_mean, r_sd))
     s0_wait = np.broadcast_to(np.asarray(s0_wait, dtype=float), d.shape)
+    draft_wait = np.broadcast_to(np.asarray(draft_wait, dtype=float), d.shape)
     s0_is_last = np.asarray(s0_is_last, dtype=bool)[:, None]
     window = np.asarray(window, dtype=np.int64)
     pts = d.shape[0]
@@ -137,7 +140,7 @@ def chain_schedule(
         back = k - window
         gate = np.where(back >= 0, verdict[rows, np.maximum(back, 0)], -np.inf)
         if overlap:
-            a = prev_rel if k else np.zeros(pts)
+            a = (prev_rel if k else np.zeros(pts)) + draft_wait
             dk = a + d
             rel = np.maximum(dk, gate)
             st = np.maximum(rel, prev_end) + s0_wait
@@ -226,13 +229,16 @@ def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
     return {n: v[inverse].reshape((*shape, q)) for n, v in out.items()}
 
 
-def block_metrics(scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0) -> dict[str, np.ndarray]:
+def block_metrics(
+    scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0, draft_wait=0.0
+) -> dict[str, np.ndarray]:
     """Mean metrics of the block schedule for one request at a time (module docstring).
 
     ``parts``: :func:`wansim.analytical.sync.lap_parts`; ``hop``: the forward/return hop sums
     (``fwd``, ``ret``, ``var``, ``wire``) of :func:`wansim.analytical.sync._hop_sums`.
     ``s0_wait``: queueing per block at S0 behind other requests (the concurrent model's fixed
-    point): it spaces a request's blocks further apart and so shrinks its stale blocks."""
+    point): it spaces a request's blocks further apart and so shrinks its stale blocks;
+    ``draft_wait`` likewise at the overlapped drafter's device (its stale drafts)."""
     stages = np.asarray(scenario.stages)
     m = np.asarray(parts["m"], dtype=float)
     n = np.asarray(parts["tokens"], dtype=float)
@@ -273,11 +279,12 @@ def block_metrics(scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0) -> di
     shape = np.broadcast_shapes(
         *(np.shape(x) for x in (d, c0, rest, var, window, m, n, stages)), acc["w"].shape[:-1]
     )
-    shape = np.broadcast_shapes(shape, np.shape(s0_wait))
+    shape = np.broadcast_shapes(shape, np.shape(s0_wait), np.shape(draft_wait))
     flat = [
-        np.broadcast_to(x, shape).ravel() for x in (d, c0, rest, var, window, m, n, stages, s0_wait)
+        np.broadcast_to(x, shape).ravel()
+        for x in (d, c0, rest, var, window, m, n, stages, s0_wait, draft_wait)
     ]
-    d_, c0_, rest_, var_, window_, m_, n_, p_, wait_ = flat
+    d_, c0_, rest_, var_, window_, m_, n_, p_, wait_, dwait_ = flat
     nodes = {
         k: np.broadcast_to(v, (*shape, v.shape[-1])).reshape(-1, v.shape[-1])
         for k, v in acc.items()
@@ -295,6 +302,7 @@ def block_metrics(scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0) -> di
         s0_is_last=(p_ == 1) & first_stage,
         columns=width,
         s0_wait=wait_,
+        draft_wait=dwait_,
     )
     # A chain that starts h blocks (at full acceptance) from the request's end issues no block
     # beyond it (S0's room rule). The request's first chain starts at its horizon H; the later
@@ -411,10 +419,12 @@ class BlockSchedule:
     chains: ChainStats
 
 
-def block_schedule_metrics(scenario: Scenario, s0_wait=0.0) -> dict[str, np.ndarray]:
+def block_schedule_metrics(
+    scenario: Scenario, s0_wait=0.0, draft_wait=0.0
+) -> dict[str, np.ndarray]:
     """The keys of :func:`wansim.analytical.sync.sync_metrics` for the block schedule, one
     request at a time (arrays)."""
-    return block_schedule(scenario, s0_wait).means
+    return block_schedule(scenario, s0_wait, draft_wait).means
 
 
 def _forward_total(parts: dict, stages):
@@ -423,7 +433,7 @@ def _forward_total(parts: dict, stages):
     return (stages - 1) * parts["forward_bytes"] if hops is None else sum(hops)
 
 
-def block_schedule(scenario: Scenario, s0_wait=0.0) -> BlockSchedule:
+def block_schedule(scenario: Scenario, s0_wait=0.0, draft_wait=0.0) -> BlockSchedule:
     """:func:`block_schedule_metrics` with the chains' statistics (for the percentiles)."""
     from wansim.analytical.sync import _hop_sums, forward_sizes, lap_parts, prefill_sizes
 
@@ -432,7 +442,9 @@ def block_schedule(scenario: Scenario, s0_wait=0.0) -> BlockSchedule:
     parts = lap_parts(scenario)
     m, n, passes = parts["m"], parts["tokens"], parts["passes"]
     fwd, ret, wire, lap_var = _hop_sums(scenario, forward_sizes(parts), parts["return_bytes"])
-    res = block_metrics(scenario, parts, {"fwd": fwd, "ret": ret, "var": lap_var}, s0_wait)
+    res = block_metrics(
+        scenario, parts, {"fwd": fwd, "ret": ret, "var": lap_var}, s0_wait, draft_wait
+    )
     stage = parts["stage_ms"]
     draft = parts["draft_ms"]
     prompt = np.asarray(wl.prompt_tokens)

@@ -214,3 +214,49 @@ def shifted_mixture(
     for step, w in zip(steps, weights, strict=True):
         out[step : step + len(pmf)] += w * pmf
     return values[0] + dt * np.arange(len(out)), out
+
+
+MAX_WAIT_POINTS = 1 << 16  # with_waits' grid (coarsened beyond)
+
+
+def with_waits(values: np.ndarray, pmf: np.ndarray, waits, shift_ms: float = 0.0):
+    """The distribution of X + shift + sum_i W_i, the W_i independent of X and of each other,
+    each 0 with probability 1 - p_i and uniform on [lo_i, hi_i] otherwise (``waits``: (p, lo,
+    hi) triples), on X's uniform grid (coarsened where it would exceed ``MAX_WAIT_POINTS``; a
+    single atom X gets a grid of 1/4096 of the waits' span)."""
+    waits = [(p, lo, hi) for p, lo, hi in waits if p > NEGLIGIBLE and hi > 0]
+    values = np.asarray(values, dtype=float) + shift_ms
+    pmf = np.asarray(pmf, dtype=float)
+    if not waits:
+        return values, pmf
+    extra = sum(hi for _, _, hi in waits)
+    if len(values) == 1:
+        dt = max(extra / 4096, 1e-9)
+    else:
+        dt = values[1] - values[0]
+        factor = int(np.ceil((len(pmf) + extra / dt) / MAX_WAIT_POINTS))
+        if factor > 1:
+            pmf = np.bincount(np.arange(len(pmf)) // factor, weights=pmf)
+            values = values[0] + (factor - 1) * dt / 2 + factor * dt * np.arange(len(pmf))
+            dt *= factor
+    out = pmf
+    for p, lo, hi in waits:
+        a, b = int(np.rint(lo / dt)), int(np.rint(hi / dt))
+        part = np.zeros(b + 1)
+        part[0] = 1.0 - p
+        part[a : b + 1] += p / (b - a + 1)
+        size = len(out) + len(part) - 1
+        nfft = 1 << int(np.ceil(np.log2(size)))
+        out = np.fft.irfft(np.fft.rfft(out, nfft) * np.fft.rfft(part, nfft), nfft)[:size]
+        out = np.clip(out, 0.0, None)
+    out /= out.sum()
+    return values[0] + dt * np.arange(len(out)), out
+
+
+def waits_variance(waits) -> float:
+    """Var of sum_i W_i for :func:`with_waits`' (p, lo, hi) triples."""
+    var = 0.0
+    for p, lo, hi in waits:
+        mean = p * (lo + hi) / 2
+        var += p * (lo * lo + lo * hi + hi * hi) / 3 - mean * mean
+    return var

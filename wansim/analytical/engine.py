@@ -10,15 +10,18 @@ import numpy as np
 from wansim.analytical import batched as batching
 from wansim.analytical.batched import batched, batched_metrics
 from wansim.analytical.blocks import block_schedule, block_schedule_metrics, uses_blocks
-from wansim.analytical.concurrent import concurrent_metrics
+from wansim.analytical.concurrent import WAIT_PARTS, concurrent_metrics
 from wansim.analytical.distribution import (
     lap_distribution,
     mean_var,
     mixture_normal_quantiles,
     quantiles,
     shifted_mixture,
+    waits_variance,
+    with_waits,
 )
 from wansim.analytical.faults import fault_run
+from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces
 from wansim.analytical.regime import approximation
@@ -35,6 +38,7 @@ from wansim.analytical.transport import tcp_equivalent
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
 from wansim.metrics import stage_utilization
+from wansim.micro_batching import micro_batched
 from wansim.result import Result
 from wansim.scenario import Scenario
 
@@ -46,7 +50,8 @@ def check_supported(scenario: Scenario) -> None:
       a chain with hedge branches) and verifier rule;
     - continuous batching of ``workload.concurrency`` sequences (``schedule.batching:
       continuous``, sync): the lockstep batch plus its admissions in steady state
-      (:mod:`wansim.analytical.batched`);
+      (:mod:`wansim.analytical.batched`), or with ``schedule.micro_batches`` several batches
+      in flight (:mod:`wansim.analytical.micro_batched`);
     - N concurrent requests without batching (``batching: none``): the closed-network
       approximation of :mod:`wansim.analytical.concurrent`;
     - the block schedule - async in-pipe speculation and the overlapped drafter (max(.) law) -
@@ -143,6 +148,8 @@ def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
         )
     blocks = uses_blocks(scenario)
     out = block_schedule_metrics(scenario) if blocks else sync_metrics(scenario)
+    if micro_batched(scenario):
+        return micro_batched_metrics(scenario, lap_parts(scenario))
     if batched(scenario):
         out = batched_metrics(scenario, out, lap_parts(scenario))
     if concurrent(scenario):
@@ -194,6 +201,7 @@ class Answer:
     details: dict[str, Any]
     lap_values_ms: np.ndarray  # one request's lap distribution on a uniform grid
     lap_pmf: np.ndarray
+    tpot_nodes: tuple = ()  # (weights, mean ms, sd ms): TPOT per difficulty node, alone
 
 
 def _scalars(raw: dict) -> dict[str, float]:
@@ -214,7 +222,9 @@ def analyze(scenario: Scenario) -> Result:
         scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
     parts = lap_parts(scenario)
     answer = _one_request(scenario, parts)
-    if batched(scenario):
+    if micro_batched(scenario):
+        answer = _micro_batched(scenario, parts, answer)
+    elif batched(scenario):
         answer = _batched(scenario, parts, answer)
     elif concurrent(scenario):
         answer = _concurrent(scenario, parts, answer)
@@ -361,6 +371,7 @@ def _one_request(scenario: Scenario, parts: dict) -> Answer:
             stage_utilization(busy, duration),
             details,
             *_smoothed(values, weights, float(lap_sd)),
+            (chains.weights[0], tpot_mean, tpot_sd),
         )
     means = _scalars(sync_metrics(scenario))
     # lap distribution: compute and drafting are deterministic, hops carry the randomness
@@ -395,7 +406,20 @@ def _one_request(scenario: Scenario, parts: dict) -> Answer:
         details,
         values,
         pmf,
+        (w, tpot_mean, tpot_sd),
     )
+
+
+def _loaded_tpot(scenario: Scenario, alone: Answer, stretch: float, wait_var: float):
+    """TPOT p50 and p99 of a request whose laps are its laps alone stretched by ``stretch``
+    in the mean plus independent waits of variance ``wait_var`` per lap: per difficulty node,
+    mean x stretch and variance (sd x stretch)^2 + n Var W / M^2 (n the node's passes, M the
+    decoded tokens), a mixture of normals as alone."""
+    w, mean, sd = (np.asarray(x, dtype=float) for x in alone.tpot_nodes)
+    m = scenario.workload.output_tokens - 1
+    passes = mean * m / alone.means["lap_ms_mean"]
+    sd = np.sqrt((sd * stretch) ** 2 + passes * wait_var / m**2)
+    return mixture_normal_quantiles(w, mean * stretch, sd, [0.5, 0.99])
 
 
 def _smoothed(atoms, weights, sd: float, points: int = 4096) -> tuple[np.ndarray, np.ndarray]:
@@ -446,7 +470,9 @@ def _batched(scenario: Scenario, parts: dict, lockstep: Answer) -> Answer:
     prob = [float(np.asarray(pj)) for _, pj, _ in adm.others[1:]]
     values, pmf = lockstep.lap_values_ms, lockstep.lap_pmf
     lap_p50, lap_p99 = quantiles(*shifted_mixture(values, pmf, late, prob), [0.5, 0.99])
-    pct = lockstep.percentiles
+    mean_late = float(np.dot(prob, late))
+    wait_var = max(float(np.dot(prob, np.square(late))) - mean_late**2, 0.0)
+    tpot_p50, tpot_p99 = _loaded_tpot(scenario, lockstep, stretch, wait_var)
     busy, makespan = batching.stage_busy_ms(scenario, run)
     details = {
         **lockstep.details,
@@ -456,34 +482,71 @@ def _batched(scenario: Scenario, parts: dict, lockstep: Answer) -> Answer:
     }
     return Answer(
         means,
-        Percentiles(
-            float(lap_p50), float(lap_p99), stretch * pct.tpot_ms_p50, stretch * pct.tpot_ms_p99
-        ),
+        Percentiles(float(lap_p50), float(lap_p99), float(tpot_p50), float(tpot_p99)),
         stage_utilization(busy, makespan),
         details,
         lockstep.lap_values_ms,
         lockstep.lap_pmf,
+        lockstep.tpot_nodes,
+    )
+
+
+def _micro_batched(scenario: Scenario, parts: dict, alone: Answer) -> Answer:
+    """Micro-batches in steady state (micro_batched.py). Every decode lap is the cycle T: the
+    lap distribution is the lone lap's spread (the hops' jitter) moved to mean T; a request's
+    TPOT is N T / M, a mixture over difficulty of normals in N (renewal CLT)."""
+    run = micro_batched_run(scenario, parts)
+    means = _scalars(run.means)
+    lap = means["lap_ms_mean"]
+    values, pmf = alone.lap_values_ms, alone.lap_pmf
+    values = values - float(np.sum(values * pmf)) + lap
+    lap_p50, lap_p99 = quantiles(values, pmf, [0.5, 0.99])
+    w, n_mean, n_var = passes_per_node(scenario)
+    m = scenario.workload.output_tokens - 1
+    tpot_sd = np.sqrt(lap**2 * n_var + n_mean * means["lap_ms_var"]) / m
+    tpot_p50, tpot_p99 = mixture_normal_quantiles(w, n_mean * lap / m, tpot_sd, [0.5, 0.99])
+    p = int(scenario.stages)
+    makespan = means["makespan_ms"]
+    busy = [float(np.asarray(x)) for x in run.stage_busy_ms[:p]]
+    details = {
+        **alone.details,
+        "approximation": "micro-batched pipeline in steady state (cycle max(L, N s_max))",
+        "micro_batch_size": means["micro_batch_size"],
+        "pass_tokens": means["pass_tokens"],
+        "chunk_pass_tokens": means["chunk_pass_tokens"],
+        "lone_lap_ms": means["lone_lap_ms"],
+        "bottleneck_ms": means["bottleneck_ms"],
+        "bound": "bottleneck"
+        if scenario.schedule.micro_batches * means["bottleneck_ms"] >= lap * (1.0 - 1e-12)
+        else "latency",
+    }
+    return Answer(
+        means,
+        Percentiles(float(lap_p50), float(lap_p99), float(tpot_p50), float(tpot_p99)),
+        [min(b / makespan, 1.0) for b in busy],
+        details,
+        values,
+        pmf,
     )
 
 
 def _concurrent(scenario: Scenario, parts: dict, alone: Answer) -> Answer:
     """N concurrent requests without batching: the closed ring (concurrent.py).
 
-    Percentiles: a loaded lap is taken as the lap alone shifted by the mean wait the ring adds
-    (queueing, resequencing, convoys), so its spread is the lap's own; the waits' own spread
-    (a pass now and then caught behind a prefill) is not modelled, so lap percentiles at
-    concurrency > 1 carry no measured band. TPOT (a request's mean over many laps) is
-    stretched by the mean."""
+    Percentiles: a loaded lap is the lap alone plus independent waits (:func:`lap_waits`):
+    queueing behind the other requests' passes, the convoy behind a prefill, and at the
+    bottleneck's capacity the saturation wait. TPOT (a request's mean over many laps): the
+    lap's mean stretch plus the waits' variance over its passes (:func:`_loaded_tpot`)."""
     blocks = uses_blocks(scenario)
     raw = block_schedule_metrics(scenario) if blocks else sync_metrics(scenario)
     loaded = concurrent_metrics(scenario, raw, parts, blocks)
     means = _scalars({k: v for k, v in loaded.items() if k != "stage_rho"})
     stretch = means["lap_ms_mean"] / alone.means["lap_ms_mean"]
-    wait = means["lap_ms_mean"] - alone.means["lap_ms_mean"]
-    values, pmf = alone.lap_values_ms + wait, alone.lap_pmf
+    waits, shift = lap_waits(means)
+    values, pmf = with_waits(alone.lap_values_ms, alone.lap_pmf, waits, shift)
     lap_p50, lap_p99 = quantiles(values, pmf, [0.5, 0.99])
+    tpot_p50, tpot_p99 = _loaded_tpot(scenario, alone, stretch, waits_variance(waits))
     p = int(scenario.stages)
-    pct = alone.percentiles
     details = {
         **alone.details,
         "approximation": ("block schedule + " if blocks else "")
@@ -491,11 +554,43 @@ def _concurrent(scenario: Scenario, parts: dict, alone: Answer) -> Answer:
     }
     return Answer(
         means,
-        Percentiles(
-            float(lap_p50), float(lap_p99), stretch * pct.tpot_ms_p50, stretch * pct.tpot_ms_p99
-        ),
+        Percentiles(float(lap_p50), float(lap_p99), float(tpot_p50), float(tpot_p99)),
         [float(u) for u in np.asarray(loaded["stage_rho"])[:p]],
         details,
         values,
         pmf,
+        alone.tpot_nodes,
     )
+
+
+def lap_waits(means: dict) -> tuple[list[tuple[float, float, float]], float]:
+    """A loaded lap's waits beyond the lap alone, as (p, lo, hi) triples (0 with probability
+    1 - p, else uniform on [lo, hi]; independent) and a fixed shift, with the ring's means
+    (:func:`wansim.analytical.concurrent.solve`):
+
+    - queueing behind the other requests' passes: it happens with probability pi (the pass
+      finds some station on its lap busy: 1 - prod (1 - c_a^2 rho'), the arrival theorem's
+      load), and then, behind a deterministic service in progress, is uniform around its
+      conditional mean q / pi with a spread that shrinks with the bottleneck's load rho
+      (uniform on [0, 2 q / pi] when idle, q / pi when saturated: a saturated deterministic
+      ring waits the same every lap);
+    - the convoy behind another request's prefill (:func:`~wansim.analytical.concurrent.
+      convoy_wait`): caught with probability p_c, it loses slower - gap with the gap uniform
+      on [0, m], m = min(slower, lap); p_c matches the mean;
+    - at the bottleneck's capacity, the excess residence: every lap, the shift.
+
+    Their means add up to the loaded lap's mean wait. Exact for a deterministic ring (no
+    queueing below capacity, the fixed saturation wait at it) up to the convoys' phase, which
+    is taken as uniform."""
+    w = {k: float(np.asarray(means[k])) for k in WAIT_PARTS}
+    waits = []
+    q, pi = w["queue_ms"], w["queue_prob"]
+    if q > 0 and pi > 0:
+        per = q / pi
+        spread = 1.0 - w["bottleneck_rho"]
+        waits.append((pi, per * (1.0 - spread), per * (1.0 + spread)))
+    conv, slower, reach = w["convoy_ms"], w["convoy_slower_ms"], w["convoy_reach_ms"]
+    if conv > 0 and slower > 0:
+        caught = min(conv / (slower - reach / 2), 1.0)
+        waits.append((caught, slower - reach, slower))
+    return waits, w["saturation_ms"]

@@ -32,6 +32,7 @@ from wansim.errors import ScenarioError
 from wansim.links.draws import hop_streams, ring_seeds
 from wansim.links.nonstationary import network_modulation
 from wansim.links.tcp import tcp_params
+from wansim.micro_batching import micro_batched, serving_slots
 from wansim.result import Result
 from wansim.scenario import Scenario, hop_name
 from wansim.sim import lone_ring
@@ -47,6 +48,7 @@ from wansim.sim.metrics import (
     compute_metrics,
     warmup_requests,
 )
+from wansim.sim.micro_batches import MicroBatcher
 from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import LastStage, RelayStage, Stage
@@ -243,6 +245,15 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
             **shared(last),
         )
     )
+    micro = None
+    if micro_batched(scenario):  # several batches in flight (wansim.micro_batching)
+        micro = MicroBatcher(
+            scenario.schedule.micro_batches,
+            scenario.schedule.prefill_chunk_tokens,
+            stages[0].receive,
+        )
+        for stage in stages:
+            stage.micro = micro
     scheduler = None
     if blocks:
         scheduler = Scheduler(
@@ -288,9 +299,14 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         verifier.prepare(req)
         if scheduler is not None:
             scheduler.prepare(req)
+        if micro is not None:
+            micro.admit(req)
+            return
         stages[0].receive([Pass(req, PREFILL, 0, req.prompt_tokens)])
 
-    source = RequestSource(env, scenario.workload, plan, faults.admit if faults else admit)
+    source = RequestSource(
+        env, scenario.workload, plan, faults.admit if faults else admit, _slots(scenario)
+    )
     if faults is not None:
         faults.wire(source, admit)
     if tl is not None:  # the WAN physics' own slices (wansim.sim.perfetto)
@@ -302,6 +318,14 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         stage.link_out = link
         stage.source = source
     return Pipeline(scenario, env, stages, links, verifier, source, scheduler, tl, faults)
+
+
+def _slots(scenario: Scenario) -> int:
+    """Requests in flight at most: ``workload.concurrency``, fewer when micro-batches cap them
+    (:func:`wansim.micro_batching.serving_slots`; the warm-up wave is that many too)."""
+    if not micro_batched(scenario):
+        return scenario.workload.concurrency
+    return max(int(serving_slots(scenario)), 1)
 
 
 def run_events(pipe: Pipeline) -> RunRecord:
@@ -328,7 +352,7 @@ def run_events(pipe: Pipeline) -> RunRecord:
         pipe.stages,
         pipe.links,
         pipe.verifier,
-        pipe.scenario.workload.concurrency,
+        _slots(pipe.scenario),
         events,
         pipe.timeline,
         pipe.scheduler,
@@ -368,7 +392,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
         "percentile_ci_method": PERCENTILE_CI_METHOD,
         # metric -> why it is null in the JSON (wansim.result.Result.to_json)
         "undefined": undefined,
-        "warmup_requests": warmup_requests(wl.concurrency, wl.requests),
+        "warmup_requests": warmup_requests(_slots(scenario), wl.requests),
         "verify_passes": record.verify_passes,
     }
     if wl.kv_capacity_tokens is not None:

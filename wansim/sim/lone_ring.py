@@ -188,6 +188,10 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "schedule.max_inflight_blocks": (1,),
     "schedule.hedge_branches": ANY,
     "schedule.batching": ("none", "continuous"),  # one request: never a batch of two
+    # micro-batches (wansim.sim.micro_batches) run event by event
+    "schedule.micro_batches": (None,),
+    "schedule.max_batch_size": (None,),
+    "schedule.prefill_chunk_tokens": (None,),
     "workload.requests": ANY,
     "workload.concurrency": (1,),
     "workload.prompt_tokens": ANY,

@@ -1,8 +1,9 @@
 """Request state and the arrival source.
 
 A request arrives, waits for admission (at most ``workload.concurrency`` requests are in flight,
-and with ``workload.kv_capacity_tokens`` their contexts -- prompt + output, reserved whole at
-admission -- fit the KV cache: requests queue FIFO for memory and are never preempted),
+or fewer slots: ``schedule.max_batch_size`` with micro-batches; and with
+``workload.kv_capacity_tokens`` their contexts -- prompt + output, reserved whole at admission --
+fit the KV cache: requests queue FIFO for memory and are never preempted),
 sends one prefill pass of ``prompt_tokens`` into S0, and then commits its ``M = output_tokens - 1``
 decode tokens through verify passes (the first output token comes from prefill).
 
@@ -95,9 +96,12 @@ class RequestSource:
         workload: Workload,
         plan: RequestPlan,
         admit: Callable[[Request], None],
+        slots: int | None = None,
     ):
         self.env = env
         self.workload = workload
+        # requests in flight at most (micro-batches may hold fewer than the users)
+        self.slots = workload.concurrency if slots is None else slots
         self.admit_into_pipeline = admit
         self.requests: list[Request] = []
         self.waiting: deque[Request] = deque()
@@ -136,7 +140,7 @@ class RequestSource:
     def _fits(self, req: Request) -> bool:
         """A free slot, and room for the request's whole context (prompt + output) in the KV
         cache: reserved at admission, so a running request is never preempted."""
-        if self.in_flight >= self.workload.concurrency:
+        if self.in_flight >= self.slots:
             return False
         if self.kv_capacity is None:
             return True
@@ -162,8 +166,8 @@ class RequestSource:
         if self.kv_capacity is None:
             if self.waiting:
                 self._admit(self.waiting.popleft())
-            elif not self.open and len(self.requests) < self.workload.requests:
-                self._arrive()
+            if not self.open and len(self.requests) < self.workload.requests:
+                self._arrive()  # its user asks again (it waits when the slots are full)
             return
         self.kv_used -= req.prompt_tokens + req.decode_tokens + 1
         if not self.open and len(self.requests) < self.workload.requests:

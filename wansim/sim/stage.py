@@ -45,6 +45,11 @@ At the last stage drafting is a second timeout after the verdicts, because the v
 is observable: it closes the lap and, for a finishing request, admits the next one.
 Stage busy time (compute + drafting, prefill included) is summed for utilisation.
 
+With ``schedule.micro_batches`` (:mod:`wansim.sim.micro_batches`) the mailbox holds whole
+micro-batches, served one at a time and never merged; S0 adds the waiting prompt chunks to a
+micro-batch when it starts it, and the last stage sends the micro-batch back (even with no
+verify pass left, while it has members).
+
 With ``schedule.kind: async`` or ``drafter.overlap: true`` the stage calls the block schedule's
 hooks (:mod:`wansim.sim.async_speculation`): before computing (drop cancelled blocks), after computing
 (count the work, issue blocks at S0) and, at the last stage, for the verdicts.
@@ -59,6 +64,7 @@ from simpy.events import Event, Timeout
 
 from wansim.sim.link import Link, decode_share
 from wansim.sim.messages import KIND_NAMES, PREFILL, VERIFY, Pass
+from wansim.sim.micro_batches import MicroBatchMessage
 from wansim.sim.request import RequestSource
 from wansim.sim.verifier import Verifier
 
@@ -81,6 +87,7 @@ class Stage:
         draft_before_per_sequence_ms: float = 0.0,
         timeline: list | None = None,
         hooks=None,
+        micro=None,
         slowdown=None,
     ):
         self.env = env
@@ -94,6 +101,8 @@ class Stage:
         self.timeline = timeline  # (stage, start, end, what, passes); labels made on export
         # the block schedule (async, overlapped drafter: wansim.sim.async_speculation), None for sync
         self.hooks = hooks
+        # micro-batches (wansim.sim.micro_batches): the mailbox holds whole micro-batches
+        self.micro = micro
         # compute noise and stragglers (wansim.slowdown.StageSlowdown), None when off
         self.slowdown = slowdown
         self.slowdowns: list | None = None  # (stage, start, end, factor) when kept (Perfetto)
@@ -130,7 +139,10 @@ class Stage:
             for p in passes:
                 self._serve(p)
             return
-        self.mailbox.extend(passes)
+        if self.micro is not None:
+            self.mailbox.append(passes)  # one micro-batch, served as one
+        else:
+            self.mailbox.extend(passes)
         wake = self.wake
         if wake is not None:
             self.wake = None
@@ -160,6 +172,11 @@ class Stage:
         """The oldest pass of the (non-empty) mailbox, or with continuous batching every pass
         waiting there; less the cancelled blocks (block schedule). (batch, tokens)."""
         mailbox = self.mailbox
+        if self.micro is not None:
+            batch = mailbox.popleft()
+            if self.index == 0:  # S0 adds the prompt chunks waiting for this micro-batch
+                batch = self.micro.form(batch)
+            return batch, sum(p.n for p in batch)
         if self.batching and len(mailbox) > 1:
             batch = list(mailbox)
             mailbox.clear()
@@ -307,28 +324,39 @@ class LastStage(Stage):
             if hooks is not None:  # the block schedule verifies and answers
                 hooks.verdicts(self, hooks.done(self.index, batch))
                 continue
-            following = self._verdicts(batch)
-            if not following:
+            following, chunks = self._verdicts(batch)
+            if not following and self.micro is None:
                 continue
-            if self.draft_after_ms or self.draft_after_per_sequence_ms:
+            if following and (self.draft_after_ms or self.draft_after_per_sequence_ms):
                 start = env._now
                 draft = self.draft_after(len(following))
                 yield Timeout(env, draft)
                 self.busy_ms += draft
                 if self.timeline is not None:
                     self.timeline.append((self.index, start, env._now, "draft", following))
-            self.link_out.send(following, self.return_bytes * len(following), 1.0)
+            if self.micro is None:
+                self.link_out.send(following, self.return_bytes * len(following), 1.0)
+            elif self.micro.still_circulates(batch.index):  # back to S0, one record a sequence
+                records = max(len(following) + chunks, 1)
+                back = MicroBatchMessage(batch.index, following)
+                self.link_out.send(back, self.return_bytes * records, 1.0)
 
-    def _verdicts(self, batch: list[Pass]) -> list[Pass]:
-        """First tokens and verdicts; returns the next passes of unfinished requests."""
+    def _verdicts(self, batch: list[Pass]) -> tuple[list[Pass], int]:
+        """First tokens and verdicts; returns the next passes of unfinished requests and the
+        number of prompt chunks that did not complete their prompt (micro-batches)."""
         now = self.env._now
         verifier = self.verifier
+        micro = self.micro
         following = []
+        chunks = 0
         for p in batch:
             req = p.request
             if p.gen != req.gen:  # lost in a failure while computed (wansim.sim.faults)
                 continue
             if p.kind == PREFILL:
+                if micro is not None and not micro.prompt_done(p):
+                    chunks += 1  # more of the prompt rides the micro-batch's next pass
+                    continue
                 if req.first_token_ms != req.first_token_ms:  # a re-prefill keeps both clocks
                     req.first_token_ms = now
                     req.last_verify_ms = now
@@ -337,10 +365,12 @@ class LastStage(Stage):
                 req.laps_ms.append(now - req.last_verify_ms)
                 req.last_verify_ms = now
             if req.committed >= req.decode_tokens:
+                if micro is not None:
+                    micro.finished(req)
                 self.source.finished(req)
             else:
                 following.append(Pass(req, VERIFY, p.step + 1, verifier.tokens_per_pass(req)))
-        return following
+        return following, chunks
 
 
 def _what(batch: list[Pass]) -> str:

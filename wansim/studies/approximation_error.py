@@ -170,6 +170,33 @@ def _points(group: str, fast: bool) -> list[dict]:
                     "workload.output_tokens": 128,
                 }
             )
+    elif group == "micro-batched":
+        grid = itertools.product(
+            (4, 10),
+            (3, 7),
+            (16, 64) if fast else (16, 64, 128),
+            (2, 10) if fast else (2, 4, 10),
+            (128, 256),  # whole prompts: not validated (wansim.analytical.regime.outside)
+            (25.0, 1.0),  # latency-bound, then bottleneck-bound
+        )
+        from wansim.analytical.regime import approximation
+        from wansim.scenario import load_scenario
+
+        for stages, k, n, batches, chunk, latency in grid:
+            point = {
+                "stages": stages,
+                "network.latency_ms": latency,
+                "speculation.k": k,
+                "workload.concurrency": n,
+                "schedule.batching": "continuous",
+                "schedule.micro_batches": batches,
+                "schedule.prefill_chunk_tokens": chunk,
+                "workload.requests": max(4 * n, 32),
+                "workload.output_tokens": 128,
+            }
+            # the regime's validated domain only (outside it: regime.outside says why)
+            if approximation(load_scenario(REFERENCE, point)).validated:
+                pts.append(point)
     else:
         raise KeyError(group)
     return pts

@@ -1,0 +1,266 @@
+"""Micro-batched pipeline parallelism in steady state (``schedule.micro_batches: N``), vectorised.
+
+The rules (both engines): :mod:`wansim.micro_batching`. B = the requests in flight
+(:func:`~wansim.micro_batching.serving_slots`), N' = min(N, B) micro-batches of b = B / N'
+sequences each (the DES's sizes differ by at most one when N' does not divide B).
+
+Model and assumptions:
+
+- **A slot's cycle.** A request admitted at its micro-batch's verdict rides its prompt in the
+  micro-batch's next c = ceil(prompt / C) passes (c = 1 without a chunk budget C), takes its
+  first token at the last of them, then E[N] verify passes (step-weighted over difficulty).
+  The budget serves at most C / prompt prompts per pass, so a slot spends
+  Y = max(c + E[N], b prompt / C) passes per request (beyond c + E[N] the prompts queue for
+  the budget: saturated prefill), a share q = E[N] / Y of them verifying.
+- **The mean pass.** A micro-batch's pass carries n = b (q v + prompt / Y) tokens
+  (v tokens per verify pass and sequence); b q sequences are verified and drafted for; the
+  return message holds one verdict record per sequence that stays, b (Y - 1) / Y. Stage services are taken at the mean pass (exact for linear compute models, whose
+  mean service is the service of the mean pass); prompts of replacements admitted together
+  are taken to spread out (no bunching).
+- **The lap (max-plus).** The micro-batches circulate a ring of single servers (each stage's
+  compute plus the drafting it hosts; each hop's sender: software and serialisation) and pure
+  delays (propagation). For N' identical batches cycling with deterministic services the
+  periodic regime of this cyclic max-plus system has one batch's lap
+
+      T = max(L, N' s_max)
+
+  L: the lap of a lone micro-batch (all services plus the propagation delays: the ring
+  circuit, N' batches on it); s_max: the slowest station's service (a self-loop, one batch at
+  a time). L > N' s_max: latency-bound (the batches never queue; more batches add throughput
+  for free); otherwise bottleneck-bound (the slowest station is never idle; more batches only
+  lengthen everyone's lap). Exact for deterministic services in steady state (hand-worked in
+  the tests); jitter, the random mix of prompt chunks and verify passes, and refills are not
+  modelled beyond their means. Whole prompts (no chunk budget) make rare passes far heavier
+  than the mean; the passes behind them queue (convoys on FIFO links) and refills bunch in
+  waves: not modelled, so such points are not validated (measured: -20% to +36% on tokens/s,
+  :mod:`wansim.analytical.regime`).
+- **Per request.** Every decode lap takes T: tokens_per_s = E_w[M / N] / T, TPOT = E[N] T / M,
+  TTFT = (Y - E[N] - c) T + c T_c for a replacement (T_c: the lap of a pass carrying its
+  chunk, prompt / c tokens beside the others' mean share, next to N' - 1 mean passes), plus (U / B - 1) Y T waiting for a slot when more
+  users U than slots B take turns (Little's law) (the first wave: its micro-batches' first passes, queued at S0,
+  then its prompt chunks at the cold cycle).
+- **Throughput** of R requests through B slots: makespan = TTFT_cold + E[N] T +
+  (R / B - 1) Y T + X L_1 (X: the slowest slot's passes beyond the mean,
+  :func:`wansim.analytical.concurrent.slowest_excess`; the drain's passes at the lap L_1 of a
+  micro-batch of one sequence).
+- **Utilisation** of a stage: R Y / b passes of its service over the makespan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from wansim import speculation
+from wansim.analytical.concurrent import slowest_excess
+from wansim.analytical.path import hop_service_ms, ring_sums
+from wansim.compute import mean_stage_ms, stage_ms_each
+from wansim.micro_batching import active_batches, prefill_chunks, serving_slots
+from wansim.network import expected_losses, hop_mean, hop_var
+from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Ring:
+    """One micro-batch's pass around the ring: its lone lap, the slowest station's service,
+    the per-stage services, and the hops' parts."""
+
+    lone_lap_ms: np.ndarray  # L
+    bottleneck_ms: np.ndarray  # s_max
+    stage_ms: list  # per stage, drafting included where it runs
+    draft_ms: np.ndarray
+    forward_hops_ms: np.ndarray
+    return_hop_ms: np.ndarray
+    hop_var_ms2: np.ndarray
+    forward_bytes: np.ndarray
+    return_bytes: np.ndarray
+
+
+def ring(scenario, tokens, verified, records, terms) -> Ring:
+    """A pass of ``tokens`` tokens holding ``verified`` verified sequences (drafted for; tree
+    masks) and ``records`` verdict records on the return hop (arrays broadcast)."""
+    stages = np.asarray(scenario.stages)
+    pmax = int(np.max(stages))
+    tree = terms["tree_nodes"]
+    first = scenario.drafter.placement == "first_stage"
+    draft = np.where(
+        verified > 0, speculation.drafter_ms(scenario, terms, verified), 0.0
+    ) * np.asarray(scenario.k > 0, dtype=float)
+    fwd = forward_bytes(scenario.payload, scenario.model.hidden_size, tokens) + verified * (
+        tree_mask_bytes(tree)
+    )
+    ret = np.maximum(records, 1.0) * verdict_bytes(scenario.payload, tree, not first)
+    if scenario.model.stage_compute or scenario.model.stage_overhead_ms:
+        each = [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, tokens)]
+    else:
+        each = [np.asarray(mean_stage_ms(scenario, tokens), dtype=float)] * pmax
+    live = [stages > i for i in range(pmax)]
+    where = [(stages - 1 == i) if not first else np.asarray(i == 0) for i in range(pmax)]
+    each = [s + np.where(w, draft, 0.0) for s, w in zip(each, where, strict=True)]
+    compute = sum((np.where(on, s, 0.0) for s, on in zip(each, live, strict=True)), np.zeros(()))
+    slowest = np.max(
+        np.stack(
+            np.broadcast_arrays(*(np.where(on, s, 0.0) for s, on in zip(each, live, strict=True)))
+        ),
+        axis=0,
+    )
+    fwd_ms, ret_ms = ring_sums(scenario, hop_mean, fwd, ret)
+    var = sum(ring_sums(scenario, hop_var, fwd, ret))
+    if scenario.network.hops:
+        senders = [hop_service_ms(scenario, i, fwd) for i in range(pmax - 1)]
+        senders.append(hop_service_ms(scenario, pmax - 1, ret))
+    else:
+        senders = [
+            np.where(stages > 1, hop_service_ms(scenario, 0, fwd), 0.0),
+            hop_service_ms(scenario, 0, ret),
+        ]
+    for s in senders:
+        slowest = np.maximum(slowest, s)
+    return Ring(compute + fwd_ms + ret_ms, slowest, each, draft, fwd_ms, ret_ms, var, fwd, ret)
+
+
+def cycle_ms(lone_lap_ms, bottleneck_ms, batches) -> np.ndarray:
+    """One batch's lap when ``batches`` identical batches cycle: max(L, N' s_max)."""
+    return np.maximum(lone_lap_ms, batches * bottleneck_ms)
+
+
+@dataclasses.dataclass(frozen=True)
+class MicroBatchedRun:
+    means: dict[str, np.ndarray]
+    stage_busy_ms: list  # per stage over the run
+    ring: Ring
+
+
+def pass_tokens(scenario, parts: dict) -> dict:
+    """The mean pass (module docstring): b, c, Y, the sequences verified a pass, its tokens,
+    and the tokens of a pass carrying one request's prompt chunk."""
+    wl = scenario.workload
+    slots = np.asarray(serving_slots(scenario), dtype=float)
+    b = slots / np.asarray(active_batches(scenario), dtype=float)
+    passes = np.asarray(parts["passes"], dtype=float)
+    prompt = np.asarray(wl.prompt_tokens, dtype=float)
+    chunk = scenario.schedule.prefill_chunk_tokens
+    c = np.asarray(prefill_chunks(wl.prompt_tokens, chunk), dtype=float)
+    cycle = c + passes
+    if chunk is not None:  # the budget serves C / prompt prompts a pass at most
+        cycle = np.maximum(cycle, b * prompt / chunk)
+    verified = b * passes / cycle
+    tokens = verified * np.asarray(parts["tokens"], dtype=float) + b * prompt / cycle
+    heavy = prompt / c + (b - 1.0) / b * tokens
+    return {
+        "slots": slots,
+        "b": b,
+        "c": c,
+        "cycle": cycle,
+        "verified": verified,
+        "tokens": tokens,
+        "chunk_pass_tokens": heavy,
+    }
+
+
+def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
+    """Mean metrics (the keys of :func:`wansim.analytical.sync.sync_metrics`) in steady state
+    (module docstring), with per-stage busy time and the mean pass's ring."""
+    wl = scenario.workload
+    batches = np.asarray(active_batches(scenario), dtype=float)
+    v = np.asarray(parts["tokens"], dtype=float)
+    m = np.asarray(parts["m"], dtype=float)
+    passes = np.asarray(parts["passes"], dtype=float)
+    prompt = np.asarray(wl.prompt_tokens, dtype=float)
+    chunk = scenario.schedule.prefill_chunk_tokens
+    mean = pass_tokens(scenario, parts)
+    slots, b, c, cycle = mean["slots"], mean["b"], mean["c"], mean["cycle"]
+    verified, tokens, heavy_tokens = mean["verified"], mean["tokens"], mean["chunk_pass_tokens"]
+    records = b * (cycle - 1.0) / cycle
+    steady = ring(scenario, tokens, verified, records, parts)
+    # a pass carrying one request's prompt chunk: that chunk beside the others' mean share
+    heavy = ring(scenario, heavy_tokens, verified * (b - 1.0) / b, records, parts)
+    lap = cycle_ms(steady.lone_lap_ms, steady.bottleneck_ms, batches)
+    # the passes carrying the request's own chunks: their lap, beside N - 1 mean passes
+    heavy_lap = np.maximum(
+        heavy.lone_lap_ms, (batches - 1.0) * steady.bottleneck_ms + heavy.bottleneck_ms
+    )
+
+    # the first wave: b prompts per micro-batch, c_cold passes of them, queued at S0
+    c_cold = np.asarray(prefill_chunks(b * prompt, chunk), dtype=float)
+    cold = ring(scenario, b * prompt / c_cold, np.zeros(()), b, parts)
+    cold_cycle = cycle_ms(cold.lone_lap_ms, cold.bottleneck_ms, batches)
+    ttft_cold = (
+        cold.lone_lap_ms
+        + 0.5 * (batches - 1.0) * cold.bottleneck_ms
+        + 0.5 * (c_cold - 1.0) * cold_cycle
+    )
+    ttft = (cycle - passes - c) * lap + c * heavy_lap
+    # closed loop: users beyond the slots wait for one (Little: U / X in the system)
+    users = np.minimum(np.asarray(wl.concurrency, dtype=float), np.asarray(wl.requests))
+    queued = np.maximum(users / slots - 1.0, 0.0) * cycle * lap
+    requests = np.asarray(wl.requests, dtype=float)
+    measured = queued + np.where(
+        requests >= 2 * slots, ttft, (slots * ttft_cold + (requests - slots) * ttft) / requests
+    )
+
+    from wansim.analytical.blocks import acceptance_nodes
+
+    acc = acceptance_nodes(scenario, m)
+    rounds = np.maximum(requests / slots, 1.0)
+    excess = slowest_excess(acc["w"], acc["n_mean"], acc["n_var"], slots, rounds)
+    one = ring(scenario, v, np.ones(()), np.ones(()), parts)
+    makespan = ttft_cold + passes * lap + (rounds - 1.0) * cycle * lap + excess * one.lone_lap_ms
+    total_passes = requests * cycle / b
+    busy = [total_passes * s for s in steady.stage_ms]
+    stages = np.asarray(scenario.stages)
+    live = [stages > i for i in range(len(busy))]
+    util = (
+        sum(
+            (
+                np.where(on, np.minimum(x / makespan, 1.0), 0.0)
+                for x, on in zip(busy, live, strict=True)
+            ),
+            np.zeros(()),
+        )
+        / stages
+    )
+
+    share = verified * v / tokens  # decode share of a forward message (the DES's rule)
+    wire = sum(
+        ring_sums(
+            scenario,
+            lambda link, n: n * (1 + expected_losses(link.loss_rate)),
+            steady.forward_bytes * share,
+            steady.return_bytes,
+        )
+    )
+    ones = np.ones_like(lap)
+    means = {
+        "tokens_per_s": 1e3 * np.asarray(parts["rate_factor"]) / lap,
+        "throughput_tokens_per_s": 1e3 * requests * (m + 1) / makespan,
+        "tau": parts["tau"],
+        "lap_ms_mean": lap,
+        "tpot_ms_mean": passes * lap / m,
+        "ttft_ms_mean": measured,
+        "bubble_fraction": 1.0 - util,
+        "bytes_per_token": cycle * wire / (b * m),
+        "wasted_token_fraction": 1.0 - m / (passes * v),
+        "target_exact": np.full(np.shape(lap), speculation.target_exact(scenario)),
+        "tokens_per_pass": v * ones,
+        "draft_ms": steady.draft_ms * ones,
+        "stage_compute_ms": (sum(steady.stage_ms, np.zeros(())) - steady.draft_ms) / stages,
+        "forward_hops_ms": steady.forward_hops_ms * ones,
+        "return_hop_ms": steady.return_hop_ms * ones,
+        "prefill_ms": ttft,
+        "passes_per_request": passes * ones,
+        "lap_ms_var": steady.hop_var_ms2 * ones,
+        "lone_lap_ms": steady.lone_lap_ms * ones,
+        "bottleneck_ms": steady.bottleneck_ms * ones,
+        "micro_batch_size": b * ones,
+        "pass_tokens": tokens * ones,
+        "chunk_pass_tokens": heavy_tokens * ones,
+        "makespan_ms": makespan,
+    }
+    return MicroBatchedRun(means, busy, steady)
+
+
+def micro_batched_metrics(scenario, parts: dict) -> dict:
+    """:func:`micro_batched_run`'s mean metrics (the grid's entry point)."""
+    return micro_batched_run(scenario, parts).means

@@ -327,11 +327,13 @@ def convoy_share(w, n_mean, n_var, gap_laps, rounds) -> np.ndarray:
     """:func:`wansim.analytical.slots.synchrony` per point (rows of ``w``, ``n_mean``,
     ``n_var``: the difficulty nodes, lengths in laps): requests of equal length on a ring
     without randomness finish together, and their successors' prefills convoy nobody."""
-    from wansim.analytical.slots import passes_pmf, synchrony
+    from wansim.analytical.slots import passes_pmf, synchrony, tractable
 
     return np.array(
         [
             synchrony(passes_pmf(w[i], n_mean[i], n_var[i]), gap_laps[i], rounds[i])
+            if tractable(n_mean[i][w[i] > 0], n_var[i][w[i] > 0], gap_laps[i])
+            else 1.0
             for i in range(len(rounds))
         ]
     )

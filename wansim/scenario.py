@@ -582,6 +582,12 @@ class Workload:
     )
     mix: tuple[MixRow, ...] = spec((), max_items=64)
     slo: Slo = spec(factory=Slo)
+    kv_capacity_tokens: int | None = spec(
+        None,
+        ge=1,
+        doc="KV cache tokens the tightest stage holds for the sequences in flight (a request"
+        " reserves prompt + output at admission); null: only concurrency limits the batch",
+    )
 
     def check(self, path: str) -> None:
         if self.trace is not None and not (
@@ -601,6 +607,22 @@ class Workload:
         names = [r.workload for r in self.mix]
         if len(set(names)) != len(names):
             raise ScenarioError(f"{path}.mix", "names a workload twice", names)
+        if self.kv_capacity_tokens is not None and self.lengths.kind in ("fixed", "lognormal"):
+            need, what = self.prompt_tokens + self.output_tokens, "prompt_tokens + output_tokens"
+            if self.lengths.kind == "lognormal":
+                need = self.lengths.max_prompt_tokens + self.lengths.max_output_tokens
+                what = "lengths.max_prompt_tokens + max_output_tokens"
+            check_fits(self.kv_capacity_tokens, need, what, path)
+
+
+def check_fits(capacity: int, need: int, what: str, path: str = "workload") -> None:
+    """Bad input when not even one request fits the KV capacity (a batch that cannot fit)."""
+    if need > capacity:
+        raise ScenarioError(
+            f"{path}.kv_capacity_tokens",
+            f"holds fewer tokens than one request needs ({what} = {need}): no batch fits",
+            capacity,
+        )
 
 
 # ----------------------------------------------------------------------------- faults

@@ -271,3 +271,15 @@ def check_workload(workload, path: str = "workload") -> None:
             f"the trace has {rows} rows (requests take its rows in order: at most {rows})",
             workload.requests,
         )
+    if workload.kv_capacity_tokens is not None and workload.lengths.kind in ("trace", "empirical"):
+        from wansim.scenario import check_fits
+
+        used = slice(0, workload.requests) if workload.lengths.kind == "trace" else slice(None)
+        sizes = trace.prompt_tokens[used] + trace.output_tokens[used]
+        row = int(np.argmax(sizes))
+        check_fits(
+            workload.kv_capacity_tokens,
+            int(sizes[row]),
+            f"the trace's row {row + 1} prompt + output",
+            path,
+        )

@@ -220,3 +220,20 @@ def test_requests_of_equal_length_never_convoy():
     exposure = lap_exposure(pmf, 2.0, 4.0, 16)
     assert exposure[0] == pytest.approx(1.0, abs=1e-9)
     assert exposure[1:].sum() == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("batching", ["continuous", "none"])
+def test_slots_at_the_extremes(batching):
+    """Fuzz #2772 and #1812: one pass per request (no lap follows another verdict: no
+    exposure, was a crash) and 10^9-token outputs (the waves are not followed lap by lap, the
+    renewal limit instead: was a 10^9-float allocation)."""
+    from wansim.analytical.slots import lap_exposure, passes_pmf, renewal_exposure
+
+    assert lap_exposure(passes_pmf([1.0], [1.0], [0.0]), 1.0, 4.0, 8).tolist() == [1.0]
+    tail = renewal_exposure(1e9, 4.0, 8)
+    assert tail[0] == pytest.approx(1.0, abs=1e-7)
+    for tokens in (2, 10**9):
+        over = [f"schedule.batching={batching}", "workload.concurrency=8"]
+        over += [f"workload.output_tokens={tokens}", "workload.requests=16"]
+        res = analyze(load_scenario(REFERENCE, over))
+        assert res.metrics["tokens_per_s"] > 0

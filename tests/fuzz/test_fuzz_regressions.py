@@ -340,3 +340,27 @@ def test_identical_hops_share_one_transform_with_the_same_distribution():
         spectrum *= np.fft.rfft(dist._hop_pmf(h, s, dt, size), 2 * size)
     by_hand = np.clip(np.fft.irfft(spectrum, 2 * size)[:size], 0.0, None)
     np.testing.assert_allclose(pmf, by_hand / by_hand.sum(), atol=1e-12)
+
+
+def test_head_of_line_wait_is_evaluated_once_per_distinct_hop(monkeypatch):
+    """Fuzz 17:8724 (1024 stages, 2 concurrent requests, jitter and loss) took 30 s and timed
+    out under load: the concurrent model evaluated the resequencing wait for every hop at every
+    bisection step although all forward hops are identical; now once per distinct hop, with
+    the same numbers."""
+    from wansim.analytical import concurrent
+
+    calls = []
+    real = concurrent.resequencing_wait_ms
+    monkeypatch.setattr(concurrent, "resequencing_wait_ms", lambda *a: calls.append(1) or real(*a))
+    lossy = {"latency_ms": 5, "loss_rate": 0.01, "jitter": {"kind": "lognormal", "std_ms": 10.0}}
+    workload = {"requests": 4, "concurrency": 2, "prompt_tokens": 16, "output_tokens": 30}
+
+    def run(stages):
+        calls.clear()
+        data = with_(SMALL, stages=stages, network=lossy, workload=workload)
+        result = analyze(load_scenario(data=data))
+        finite_metrics(result)
+        return len(calls)
+
+    # the count does not grow with the ring: homogeneous hops share one evaluation
+    assert run(256) == run(4) > 0

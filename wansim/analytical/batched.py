@@ -68,7 +68,15 @@ import numpy as np
 from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
 from wansim.analytical.path import hop_bytes, hop_service_ms, ring_sums, stage_services_ms
-from wansim.analytical.slots import MAX_WAVES, NEIGHBOUR_WAVES, TAIL_SD, lap_exposure, passes_pmf
+from wansim.analytical.slots import (
+    MAX_WAVES,
+    NEIGHBOUR_WAVES,
+    TAIL_SD,
+    lap_exposure,
+    passes_pmf,
+    renewal_exposure,
+    tractable,
+)
 from wansim.analytical.sync import forward_sizes, prefill_sizes
 from wansim.compute import mean_stage_ms, stage_overheads_ms, stage_pass_ms
 from wansim.network import hop_mean
@@ -190,6 +198,8 @@ def convoy_exposure(acc, gap_laps, rounds, b) -> np.ndarray:
     )
     rows = [
         lap_exposure(passes_pmf(w[i], mu[i], var[i]), gap[i], rnd[i], bb[i])
+        if tractable(mu[i][w[i] > 0], var[i][w[i] > 0], gap[i])
+        else renewal_exposure(float(w[i] @ mu[i]), rnd[i], bb[i])
         for i in range(len(gap))
     ]
     out = np.zeros((len(rows), max(len(r) for r in rows)))

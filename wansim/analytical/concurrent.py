@@ -131,6 +131,18 @@ def convoy_wait(n, lap, slower, passes):
     return (n - 1.0) * (slower * m - 0.5 * m**2) / (lap * passes)
 
 
+def _hol_groups(atoms, visits) -> list:
+    """The hops with a resequencing wait, grouped by identical delay atoms and visit counts:
+    a homogeneous ring's hops share one evaluation (the same numbers, computed once)."""
+    groups: dict = {}
+    for c, pair in enumerate(atoms):
+        if not pair:
+            continue
+        key = (pair[0].tobytes(), pair[1].tobytes(), pair[0].shape, visits[:, c].tobytes())
+        groups.setdefault(key, ([], pair))[0].append(c)
+    return list(groups.values())
+
+
 def solve(n_customers, alone, stations, *, chain_blocks=None, scv=1.0, convoy_share=1.0):
     """Throughput and loaded times of N requests (module docstring).
 
@@ -156,13 +168,14 @@ def solve(n_customers, alone, stations, *, chain_blocks=None, scv=1.0, convoy_sh
     # the request's own in flight under sync) or all of them (a request's own blocks follow
     # each other under the block schedule)
     own = np.ones_like(n) if chain_blocks is not None else (n - 1.0) / n
-    hol = [(c, atoms) for c, atoms in enumerate(stations.get("delay_atoms", ())) if atoms]
+    hol = _hol_groups(stations.get("delay_atoms", ()), v_d + v_p)
 
     def waits(x):
         wait, rho = ring_waits(x, n, s_d, s_p, v_d, v_p, scv)
-        for c, (values, weights) in hol:
-            offered = x * (v_d[:, c] + v_p[:, c]) * own
-            wait[:, c] = wait[:, c] + resequencing_wait_ms(offered, values, weights)
+        for cols, (values, weights) in hol:
+            offered = x * (v_d[:, cols[0]] + v_p[:, cols[0]]) * own
+            extra = resequencing_wait_ms(offered, values, weights)
+            wait[:, cols] = wait[:, cols] + extra[:, None]
         return wait, rho
 
     def loaded(x, parts=False):
@@ -330,11 +343,13 @@ def convoy_share(w, n_mean, n_var, gap_laps, rounds) -> np.ndarray:
     """:func:`wansim.analytical.slots.synchrony` per point (rows of ``w``, ``n_mean``,
     ``n_var``: the difficulty nodes, lengths in laps): requests of equal length on a ring
     without randomness finish together, and their successors' prefills convoy nobody."""
-    from wansim.analytical.slots import passes_pmf, synchrony
+    from wansim.analytical.slots import passes_pmf, synchrony, tractable
 
     return np.array(
         [
             synchrony(passes_pmf(w[i], n_mean[i], n_var[i]), gap_laps[i], rounds[i])
+            if tractable(n_mean[i][w[i] > 0], n_var[i][w[i] > 0], gap_laps[i])
+            else 1.0
             for i in range(len(rounds))
         ]
     )

@@ -216,6 +216,8 @@ def analyze(scenario: Scenario) -> Result:
         return analyze_pieces(scenario, analyze)
     if varies(scenario):
         return _over_nodes(scenario)
+    requested = scenario
+    scenario = kv_admitted(scenario)
     if scenario.network.transport == "tcp":  # the sync lap under the window, then ideal forms
         scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
     parts = lap_parts(scenario)
@@ -226,9 +228,20 @@ def analyze(scenario: Scenario) -> Result:
         answer = _batched(scenario, parts, answer)
     elif concurrent(scenario):
         answer = _concurrent(scenario, parts, answer)
+    queued = scenario.workload.concurrency < requested.workload.concurrency
+    if queued:
+        answer = _kv_queue(
+            answer,
+            requested.workload.concurrency,
+            scenario.workload.concurrency,
+            scenario.workload.output_tokens - 1,
+        )
     metrics, details = _metrics(answer), answer.details
     metrics.update(serving_metrics(scenario, answer.means))
     trust = approximation(scenario).to_json()
+    if queued:
+        trust["regime"] += " + KV admission queue"
+        scenario = requested
     if scenario.faults.events:
         metrics, details = _with_faults(scenario, answer, metrics, details)
         if details["undefined"]:
@@ -240,6 +253,37 @@ def analyze(scenario: Scenario) -> Result:
         details=details,
         approximation=trust,
     )
+
+
+def kv_admitted(scenario: Scenario) -> Scenario:
+    """The scenario at the concurrency the KV capacity admits: floor(kv_capacity_tokens /
+    (prompt + output)) like requests (each reserves its whole context), when that is fewer
+    than ``workload.concurrency`` (and the requests); else the scenario itself."""
+    wl = scenario.workload
+    if wl.kv_capacity_tokens is None:
+        return scenario
+    slots = wl.kv_capacity_tokens // (wl.prompt_tokens + wl.output_tokens)
+    if slots >= min(wl.concurrency, wl.requests):
+        return scenario
+    admitted = dataclasses.replace(wl, concurrency=max(int(slots), 1), kv_capacity_tokens=None)
+    return dataclasses.replace(scenario, workload=admitted)
+
+
+def _kv_queue(answer: Answer, users: int, slots: int, decode_tokens: int) -> Answer:
+    """``users`` closed-loop users sharing the ``slots`` the KV cache admits: each waits in the
+    admission queue, then resides T (TTFT + decode); the slots stay busy, so the request
+    throughput X is that of ``slots`` requests, and Little's law over the users' cycle
+    (users = X (W + T)) gives the mean wait W = users / X - T, added to TTFT. Its spread is not
+    modelled: the queue's p99 is taken as W (the wait sums the services of about
+    (users - slots) / slots requests ahead)."""
+    m = dict(answer.means)
+    residence = m["ttft_ms_mean"] + m["tpot_ms_mean"] * decode_tokens
+    requests_per_ms = m["throughput_tokens_per_s"] / 1e3 / (decode_tokens + 1.0)
+    wait = max(users / requests_per_ms - residence, 0.0)
+    m["ttft_ms_mean"] += wait
+    m["queue_ms_mean"] = m["queue_ms_p99"] = wait
+    details = {**answer.details, "kv_admission": {"users": users, "slots": slots, "wait_ms": wait}}
+    return dataclasses.replace(answer, means=m, details=details)
 
 
 def _over_nodes(scenario: Scenario) -> Result:

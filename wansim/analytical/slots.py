@@ -15,6 +15,32 @@ from wansim import normal_functions as nf
 TAIL_SD = 10.0  # admissions per verdict: k up to mean + TAIL_SD sd (+ 10), at most b
 MAX_WAVES = 64  # replacement waves followed one by one; later ones at the renewal rate
 NEIGHBOUR_WAVES = 3  # waves r' within this of r overlap wave r (before they blur)
+MAX_LAPS = 1 << 14  # requests (or refills) longer than this many laps: the renewal limit
+
+
+def tractable(n_mean, n_var, gap_laps) -> bool:
+    """Whether the waves are followed lap by lap (otherwise admissions per lap are at most
+    b / MAX_LAPS: the renewal limit, :func:`renewal_exposure`, is as good)."""
+    live_top = np.max(np.asarray(n_mean) + 8.0 * np.sqrt(np.maximum(np.asarray(n_var), 0.0)))
+    return bool(live_top < MAX_LAPS and max(float(gap_laps), 0.0) < MAX_LAPS)
+
+
+def renewal_exposure(mean_n: float, rounds: float, b: float) -> np.ndarray:
+    """The slots at random phases: a continuing lap follows j ~ Binomial(b - 1, 1 / E[N])
+    admissions, on the (1 - h) (R - b) / R of laps that continue and can be followed by one."""
+    from scipy import stats
+
+    h = 1.0 / max(float(mean_n), 1.0)
+    b = float(b)
+    if b <= 1 or rounds <= 1:
+        return np.ones(1)
+    lam = (b - 1.0) * h
+    top = int(min(b - 1.0, J_CAP, np.ceil(lam + TAIL_SD * np.sqrt(lam) + 10.0)))
+    out = stats.binom.pmf(np.arange(top + 1), b - 1.0, h) * (1.0 - h) * (1.0 - 1.0 / rounds)
+    out[0] = max(1.0 - out[1:].sum(), 0.0)
+    return out
+
+
 J_CAP = 256  # others admitted at one verdict, followed one by one up to this (the rest lumped)
 U_FINE = 1e-3  # admission probabilities below this are binned by decade, above by 1e-3
 
@@ -96,6 +122,8 @@ def lap_exposure(pmf_n, gap_laps: float, rounds: float, b: float) -> np.ndarray:
         return np.ones(1)
     u, cont = waves(pmf_n, gap_laps, rounds)
     on = cont > 1e-15
+    if not np.any(on):  # one pass per request: no lap follows another verdict
+        return np.ones(1)
     u, cont = u[on], cont[on]
     # bin u (a binomial mixture over a narrow bin is the binomial at its weighted mean)
     key = np.where(

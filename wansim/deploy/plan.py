@@ -380,5 +380,10 @@ def deployment_scenario_raw(raw: dict, base_dir: Path) -> dict:
     out = _scenario_raw(dep, order, stages, _load(dep, admitted, k), cand, admitted)
     out["speculation"] = {**out["speculation"], "policy": spec.policy}
     out["workload"]["requests"] = sc.workload.requests
+    # memory-aware admission: the KV tokens the tightest stage holds (cap sequences of prompt +
+    # output), unless the scenario gives its own
+    context = sc.workload.prompt_tokens + sc.workload.output_tokens
+    kv = sc.workload.kv_capacity_tokens
+    out["workload"]["kv_capacity_tokens"] = kv if kv is not None else max(cap, 1) * context
     out["name"] = str(raw.get("name", dep.name))
     return out

@@ -401,6 +401,12 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
         "warmup_requests": warmup_requests(_slots(scenario), wl.requests),
         "verify_passes": record.verify_passes,
     }
+    if wl.kv_capacity_tokens is not None:
+        details["kv"] = {
+            "capacity_tokens": wl.kv_capacity_tokens,
+            "peak_tokens": pipe.source.kv_peak,
+            "policy": "queue FIFO, context reserved at admission, never preempted",
+        }
     scheduler = pipe.scheduler
     if scheduler is not None:
         details["blocks"] = {

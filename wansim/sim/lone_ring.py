@@ -208,6 +208,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "workload.lengths.max_prompt_tokens": ANY,
     "workload.lengths.max_output_tokens": ANY,
     "workload.trace": (None,),
+    "workload.kv_capacity_tokens": (None,),
     "workload.mix": ((),),
     "workload.slo.ttft_ms": ANY,  # read only by the metrics
     "workload.slo.tpot_ms": ANY,

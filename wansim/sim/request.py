@@ -1,7 +1,9 @@
 """Request state and the arrival source.
 
 A request arrives, waits for admission (at most ``workload.concurrency`` requests are in flight,
-or fewer slots: ``schedule.max_batch_size`` with micro-batches),
+or fewer slots: ``schedule.max_batch_size`` with micro-batches; and with
+``workload.kv_capacity_tokens`` their contexts -- prompt + output, reserved whole at admission --
+fit the KV cache: requests queue FIFO for memory and are never preempted),
 sends one prefill pass of ``prompt_tokens`` into S0, and then commits its ``M = output_tokens - 1``
 decode tokens through verify passes (the first output token comes from prefill).
 
@@ -105,6 +107,9 @@ class RequestSource:
         self.waiting: deque[Request] = deque()
         self.in_flight = 0
         self.open = workload.arrival != "closed"
+        self.kv_capacity = workload.kv_capacity_tokens  # None: no memory limit
+        self.kv_used = 0  # tokens reserved by the requests in flight
+        self.kv_peak = 0  # the most tokens reserved at once
         self.gaps_ms: list[float] = [] if plan.gaps_ms is None else plan.gaps_ms.tolist()
         self.prompt_tokens = plan.prompt_tokens.tolist()
         self.decode_tokens = (plan.output_tokens - 1).tolist()
@@ -125,12 +130,21 @@ class RequestSource:
 
     def _arrive(self, _event: object = None) -> None:
         req = self._new_request()
-        if self.in_flight < self.slots:
+        if not self.waiting and self._fits(req):
             self._admit(req)
         else:
             self.waiting.append(req)
         if self.open:
             self._schedule_next_arrival()
+
+    def _fits(self, req: Request) -> bool:
+        """A free slot, and room for the request's whole context (prompt + output) in the KV
+        cache: reserved at admission, so a running request is never preempted."""
+        if self.in_flight >= self.slots:
+            return False
+        if self.kv_capacity is None:
+            return True
+        return self.kv_used + req.prompt_tokens + req.decode_tokens + 1 <= self.kv_capacity
 
     def _schedule_next_arrival(self) -> None:
         i = len(self.requests)
@@ -139,6 +153,9 @@ class RequestSource:
 
     def _admit(self, req: Request) -> None:
         self.in_flight += 1
+        if self.kv_capacity is not None:
+            self.kv_used += req.prompt_tokens + req.decode_tokens + 1
+            self.kv_peak = max(self.kv_peak, self.kv_used)
         req.admitted_ms = self.env.now
         self.admit_into_pipeline(req)
 
@@ -146,7 +163,15 @@ class RequestSource:
         """The request's last verify completed now: free its slot."""
         req.finish_ms = self.env.now
         self.in_flight -= 1
-        if self.waiting:
+        if self.kv_capacity is None:
+            if self.waiting:
+                self._admit(self.waiting.popleft())
+            if not self.open and len(self.requests) < self.workload.requests:
+                self._arrive()  # its user asks again (it waits when the slots are full)
+            return
+        self.kv_used -= req.prompt_tokens + req.decode_tokens + 1
+        if not self.open and len(self.requests) < self.workload.requests:
+            self.waiting.append(self._new_request())  # the user's next request
+        # FIFO: the head waits for memory, and those behind it wait for the head
+        while self.waiting and self._fits(self.waiting[0]):
             self._admit(self.waiting.popleft())
-        if self.workload.arrival == "closed" and len(self.requests) < self.workload.requests:
-            self._arrive()  # its user asks again (it waits when the slots are full)

@@ -7,15 +7,14 @@ The time limits (:mod:`fuzz_harness`: 120 s a case) are hang detectors far above
 cost, not timing assertions: the slowest case seen (async with 3 concurrent requests, analytical)
 took 48 s on 2 cores at load average 24 (~4 s unloaded).
 
-Last slow run (seed 17, main at 3e98497, 2026-12-03, nice 10 at load 12-22, 37 min): 10,000
-cases in process: 8,441 rejected with one line, 1,542 ok, 0 bad errors, 0 NaN/inf, and 17
-failures, all new since the previous clean run and NOT fixed yet: 6 crashes (``ValueError:
-zero-size array to reduction operation maximum`` at ``analytical/batched.py:271``; e.g. #2772
-``workload.output_tokens=2``, #1692 ``schedule.hedge_branches=64``), 8 memory blow-ups
-(``workload.output_tokens=1e9``: ``analytical/batched.py:200`` allocates a pmf of 1e9 floats,
-e.g. #1812), 3 hangs (#346 and #8724 ``stages=1024`` in ``analytical/resequencing.py``; #166
-``output_tokens=1e9`` with huge ``bytes_per_param``). The 300 CLI cases did not run (the test
-stops at the in-process failures). Reproduce: ``python tests/fuzz/fuzz_harness.py 17 INDEX``.
+Last slow run (seed 17, main at d5f220b, 2026-12-03, nice 10 at load 1-4, 260 s): 10,000
+cases in process: 8,640 rejected with one line, 1,360 ok, 0 failures (no crash, hang, memory
+blow-up or NaN/inf), slowest 33 s; 300 CLI cases: 266 rejected (exit 2, one line), 34 ok, 0
+failures, slowest 27 s. The run before it (main at 3e98497) had found 17 failures in code new
+that day (zero-size max and a 1e9-float pmf in ``analytical/batched.py``, a 1,024-stage
+concurrent ring evaluating the head-of-line wait per hop); each is fixed with a regression
+case in ``test_fuzz_regressions.py``. Reproduce a case: ``python tests/fuzz/fuzz_harness.py
+17 INDEX``.
 """
 
 from __future__ import annotations

@@ -306,7 +306,7 @@ def test_scenario_mean_lap_is_the_hand_sum(tmp_path, stages, k, bits):
     stage costs by role and layers, drafting, per hop latency + serialisation + the mean
     per-message cost (scaled by the load factors)."""
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     b = load_bundle(make_bundle(tmp_path / "b"))
     f = Factors(compute=1.3, draft=1.3, forward=2.0, back=2.0)
@@ -514,7 +514,7 @@ def test_scenario_compute_from_a_bundle(tmp_path):
     """``model.compute: {kind: table, from: DIR}`` gives every stage the bundle's table (the
     same numbers the predictions use), relative to the scenario's folder; bad input is one
     line naming model.compute.from or stages."""
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     make_bundle(tmp_path / "prof")
     b = load_bundle(tmp_path / "prof")

@@ -382,7 +382,7 @@ def test_a_crashing_run_stops_the_sweep_and_keeps_finished_work(tmp_path, monkey
 def test_ctrl_c_keeps_finished_work(tmp_path):
     """A real ``wansim sweep`` process gets SIGINT mid-run: exit 130, finished batches kept.
 
-    Deterministic: ``WANSIM_HOLD_AFTER=sweep-part:1`` (wansim.hold) holds the sweep right after
+    Deterministic: ``WANSIM_HOLD_AFTER=sweep-part:1`` (wansim.support.hold) holds the sweep right after
     its first shard until the interrupt arrives, so it cannot finish first under load."""
     import glob
     import os

@@ -35,12 +35,12 @@ from wansim.analytical.sync import (
 )
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import tcp_equivalent
+from wansim.config.scenario import Scenario
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
-from wansim.metrics import stage_utilization
-from wansim.micro_batching import micro_batched
-from wansim.result import Result
-from wansim.scenario import Scenario
+from wansim.results.metric_names import stage_utilization
+from wansim.results.result import Result
+from wansim.serving.micro_batching import micro_batched
 
 
 def check_supported(scenario: Scenario) -> None:
@@ -439,7 +439,7 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     """Per-stage busy ms of one request under the block schedule (its passes, its stale
     blocks at S0 and forwarded ones in the middle, drafting where it occupies a stage) and the
     request's duration."""
-    from wansim.compute import stage_ms_each
+    from wansim.stages.compute import stage_ms_each
 
     p = int(scenario.stages)
     duration = means["prefill_ms"] + means["decode_ms"]

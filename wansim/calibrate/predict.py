@@ -39,7 +39,7 @@ from wansim.calibrate.bundle import Bundle, check_model, load_bundle
 from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
 from wansim.calibrate.matrix import Cell, load_matrix
 from wansim.errors import WansimInputError
-from wansim.stage_cost import even_split, stage_role
+from wansim.stages.profiled_cost import even_split, stage_role
 
 METRICS = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p99")
 REPROFILE = {"k": 4, "prompts": 3, "tokens": 32}
@@ -204,8 +204,8 @@ def predicted_components(cell: Cell, bundle: Bundle, factors: Factors) -> dict:
 def engines(scenario_path: Path, des: bool = True) -> dict:
     """DES and analytical metrics of a scenario file."""
     from wansim.analytical import analyze
-    from wansim.result import jsonable
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
+    from wansim.results.result import jsonable
 
     sc = load_scenario(scenario_path)
     out = {"analytical": jsonable(analyze(sc).metrics)}

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from wansim.calibrate.bundle import ROLES, config_sha256, write_bundle
-from wansim.stage_cost import stage_role
+from wansim.stages.profiled_cost import stage_role
 
 PROFILE_SEED = 1000
 LATENCY_MS = 5.0

@@ -10,7 +10,6 @@ SIGINT to the command and the full ``--quick`` matrix (where the 5% target is ch
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import REFERENCE, ROOT
+from tests.conftest import REFERENCE, ROOT, start_held
 from wansim.calibrate.cells import (
     FRAME_HEADER_BYTES,
     VERDICT_BYTES,
@@ -674,20 +673,9 @@ def test_ctrl_c_keeps_finished_cells(tmp_path):
         "--stages", "2", "--latency-ms", "0", "--k", "2,3,4",
         "--prompts", "2", "--tokens", "96", "--out", str(out), "--json",
     ]  # fmt: skip
-    # the process holds after its first cell (WANSIM_HOLD_AFTER, wansim.support.hold) until the signal
-    # arrives, so it cannot finish first under load; the deadline only guards against a hang
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANSIM_HOLD_AFTER": "calibrate-cell:1"}
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        # a suite started in the background (nohup, `&` without job control) passes SIGINT
-        # on as ignored: give the child the default, so Python turns it into Ctrl-C
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    # the child holds after its first cell until the signal arrives, so it cannot finish first
+    # under load; the deadline only guards against a hang
+    proc = start_held(cmd, "calibrate-cell:1")
     deadline = time.monotonic() + 300
     cal = out / "calibration.json"
     try:

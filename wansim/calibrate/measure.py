@@ -232,7 +232,8 @@ def real_metrics(passes: pd.DataFrame, stages: int, max_new_tokens: int) -> dict
     acc = v["accepted"].to_numpy(float)
     pre = passes[passes["kind"] == "prefill"]
     makespan = (float(passes["end_ns"].max()) - float(passes["start_ns"].min())) / 1e6
-    once = passes.drop_duplicates("pass")  # a batched pass: one row per block, served once
+    # a batched pass has one row per block but was served (and drafted) once
+    once = passes.drop_duplicates("pass") if "pass" in passes.columns else passes
     busy = np.array(once[[f"service{i}_ms" for i in range(stages)]].sum(), dtype=float)
     busy[draft_stage_of(passes)] += float(once["draft_ms"].sum())
     util = busy / makespan

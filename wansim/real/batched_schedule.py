@@ -10,7 +10,7 @@ whole prompt) into one activation message with a ``BATCH`` frame that says whose
 mask). The last stage verifies each block with its request's own streams and returns one
 verdict record per block. Stages serve micro-batches FIFO, one at a time.
 
-The rules are the engines' (``wansim.micro_batching``): an admitted request joins the
+The rules are the engines' (``wansim.serving.micro_batching``): an admitted request joins the
 micro-batch with the fewest members (ties: the one whose request just finished, then the lowest
 index); its prompt rides in that micro-batch's next pass beside the members' verify blocks
 (prefill shares the passes, whole prompts); a member that has its tokens leaves at its verdict.
@@ -55,7 +55,7 @@ class MicroBatch:
 
 
 def batch_slots(concurrency: int, micro_batches: int, max_batch_size: int | None) -> int:
-    """Requests in flight at once (``wansim.micro_batching.serving_slots``'s rule)."""
+    """Requests in flight at once (``wansim.serving.micro_batching.serving_slots``'s rule)."""
     return (
         concurrency if max_batch_size is None else min(concurrency, micro_batches * max_batch_size)
     )

@@ -3,9 +3,12 @@
 What runs (2-stage pipelines of the target, the draft model at stage 0, every hop an emulated
 link of ``LATENCY_MS`` at 1000 Mbit/s, greedy, one request at a time): one pipeline per layer
 split x activation bits in :data:`FULL_PLANS` (1+5, 3+3, 5+1 layers at fp32 and 3+3 at 8
-bits), all up at once, decoding the same prompts at every K of ``KS`` (2, 4, 7), the jobs
-alternating between the pipelines so that load drift does not align with a split or a K. The prompts are drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no
-cell's acceptance sample is in the bundle.
+bits), all up at once, decoding the same prompts at every K of ``KS`` (2, 4, 7), one prompt at a
+time at every K on every pipeline (orders rotating), so that load drift does not align with a
+split or a K; at every K the first fp32 pipeline also decodes a static tree of 2K nodes, and
+with ``mtp_dir`` a 3+3 pipeline drafts with the MTP head at the last stage. The prompts are
+drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no cell's acceptance sample
+is in the bundle.
 
 Fits (pure functions, tested on synthetic data; the bundle's model in
 :mod:`wansim.calibrate.bundle`): a stage's measured service time per pass (frame in -> frame
@@ -386,7 +389,9 @@ def tree_branching(k: int) -> tuple[int, ...]:
     return Cell(2, 0.0, k, policy="tree").tree_branching
 
 
-def measure_job(pipe, splits, bits: int, k: int, prompts, tokens: int, tree: bool = False) -> dict:
+def measure_job(
+    pipe, splits, bits: int, k: int, prompts, tokens: int, tree: bool = False, name: str = ""
+) -> dict:
     """One job on a profiling pipeline: per-stage rows, hop errors, drafting times (a chain of
     K, or with ``tree`` the static tree of :func:`tree_branching`)."""
     from wansim.calibrate.measure import decompose
@@ -398,7 +403,7 @@ def measure_job(pipe, splits, bits: int, k: int, prompts, tokens: int, tree: boo
     res = pipe.generate(
         prompts,
         DecodeSpec(k=k, max_new_tokens=tokens, tree=spec),
-        name=f"{'tree' if tree else 'k'}{k}",
+        name=f"{'tree' if tree else 'k'}{k}{name}",
     )
     raw = read_raw(pipe.run_dir / "raw", len(splits))
     passes = decompose(res.steps, raw, len(splits))
@@ -461,9 +466,9 @@ def run_profile(
     out = Path(out)
     prompts = builtin_prompts("code", size["prompts"], PROMPT_TOKENS, seed=PROFILE_SEED)
     t0 = time.perf_counter()
-    # every plan's pipeline stays up and the jobs alternate between them (K by K, the plan
-    # order rotating): load drift hits every layer split, bit width and K alike, so it does not
-    # masquerade as a cost per layer
+    # every plan's pipeline stays up and the jobs alternate between them (prompt by prompt,
+    # K and plan orders rotating): load drift hits every layer split, bit width and K alike,
+    # so it does not masquerade as a cost per layer or per token
     say(
         f"profile: {len(plans)} 2-stage pipelines (layers "
         + ", ".join(f"{s_[0][1]}+{s_[1][1] - s_[1][0]} {b}-bit" for s_, b in plans)
@@ -488,19 +493,42 @@ def run_profile(
             measure_job(mtp_pipe, REFERENCE_SPLIT, 32, ks[0], prompts[:1], 8)
         for j, (splits, bits) in enumerate(plans):  # unmeasured warm-up jobs
             measure_job(pipes[j], splits, bits, ks[0], prompts[:1], 8)
-        for i, k in enumerate(ks):
-            for j in [(i + x) % len(plans) for x in range(len(plans))]:
-                splits, bits = plans[j]
-                jobs[j].append(measure_job(pipes[j], splits, bits, k, prompts, size["tokens"]))
-            # the tree width: the same K as a static tree of 2K nodes on the first fp32 plan
-            splits, bits = plans[tree_plan]
-            jobs[tree_plan].append(
-                measure_job(pipes[tree_plan], splits, bits, k, prompts, size["tokens"], tree=True)
+        # one prompt at a time, every K and every pipeline on it before the next prompt (the
+        # K order and the pipeline order rotating): a load burst lasting a few seconds hits
+        # every K, split, bit width, the tree and the head alike instead of lining up with one
+        # K (a run that did all of K=7 last fitted 100+ ms passes for K=7 under a burst)
+        for c in range(len(prompts)):
+            chunk = prompts[c : c + 1]
+            for i in range(len(ks)):
+                k = ks[(c + i) % len(ks)]
+                for j in [(c + i + x) % len(plans) for x in range(len(plans))]:
+                    splits, bits = plans[j]
+                    jobs[j].append(
+                        measure_job(pipes[j], splits, bits, k, chunk, size["tokens"], name=f"-p{c}")
+                    )
+                # the tree width: the same K as a static tree of 2K nodes (first fp32 plan)
+                splits, bits = plans[tree_plan]
+                jobs[tree_plan].append(
+                    measure_job(
+                        pipes[tree_plan],
+                        splits,
+                        bits,
+                        k,
+                        chunk,
+                        size["tokens"],
+                        tree=True,
+                        name=f"-p{c}",
+                    )
+                )
+                if mtp_dir:  # the MTP head's drafting at this K (the last stage's draft_ms)
+                    job = measure_job(
+                        mtp_pipe, REFERENCE_SPLIT, 32, k, chunk, size["tokens"], name=f"-p{c}"
+                    )
+                    mtp_draft.append(job["draft"][["k", "draft_ms"]])
+            say(
+                f"  prompt {c + 1}/{len(prompts)} done at every K on every pipeline, + trees"
+                f"{' + the MTP head' if mtp_dir else ''} ({time.perf_counter() - t0:.0f} s)"
             )
-            if mtp_dir:  # the MTP head's drafting at this K (the last stage's draft_ms)
-                job = measure_job(mtp_pipe, REFERENCE_SPLIT, 32, k, prompts, size["tokens"])
-                mtp_draft.append(job["draft"][["k", "draft_ms"]])
-            say(f"  K={k} done on every pipeline, + a tree ({time.perf_counter() - t0:.0f} s)")
     finally:
         for pipe in pipes:
             pipe.close()

@@ -755,3 +755,48 @@ def test_scenario_compute_from_a_bundle(tmp_path):
         sc_path.write_text(yaml.safe_dump({**base, **bad}))
         with pytest.raises(WansimInputError, match=message):
             load_scenario(sc_path)
+
+
+def test_quality_table_from_wire_quality_rows():
+    """Hand case: factors are min(1, ratio to fp32); below 16 bits never exact; the table loads
+    as a ``wansim-activation-quality/1`` file."""
+    from wansim.acceptance.activation_quality import table_from_mapping
+    from wansim.calibrate.profiling import quality_table
+
+    rows = [
+        {
+            "activation_bits": 32,
+            "acceptance_ratio": 1.0,
+            "acceptance_lossless_ratio": 1.0,
+            "target_exact": True,
+            "kl_mean": 0.0,
+            "token_agreement": 1.0,
+        },
+        {
+            "activation_bits": 8,
+            "acceptance_ratio": 1.05,
+            "acceptance_lossless_ratio": 0.97,
+            "target_exact": True,
+            "kl_mean": 1.9e-5,
+            "token_agreement": 1.0,
+        },
+        {
+            "activation_bits": 4,
+            "acceptance_ratio": 0.9,
+            "acceptance_lossless_ratio": 0.8,
+            "target_exact": False,
+            "kl_mean": 5.8e-3,
+            "token_agreement": 0.55,
+        },
+    ]
+    t = quality_table(rows, "tiny", "test")
+    assert t["bits"][8] == {
+        "acceptance_factor": 0.97,
+        "acceptance_factor_greedy": 1.0,
+        "target_exact": False,
+        "kl_mean": 1.9e-5,
+        "token_agreement": 1.0,
+    }
+    assert t["bits"][4]["acceptance_factor_greedy"] == 0.9 and 32 not in t["bits"]
+    q = table_from_mapping(t, "test")
+    assert q.at(4).factor("greedy") == 0.9 and q.at(8).factor("lossless") == 0.97

@@ -556,7 +556,8 @@ def run_profile(
     tree_trace = tree_acceptance_trace(
         target_dir, drafter_dir, acc_prompts[: size["tree_prompts"]], ks, size["tree_tokens"]
     )
-    quant = sorted({int(b) for _, b in plans if int(b) != 32}, reverse=True)
+    # the profiled widths, and 8 bits always (a table needs a width; in process, cheap)
+    quant = sorted({8} | {int(b) for _, b in plans if int(b) != 32}, reverse=True)
     say(
         f"wire quality: {size['quality_prompts']} prompts x {size['quality_tokens']} tokens at "
         f"{', '.join(map(str, [32, *quant]))} bits, K={QUALITY_K}, in process"

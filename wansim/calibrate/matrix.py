@@ -32,22 +32,29 @@ import yaml
 from wansim.errors import WansimInputError
 
 MECHANISMS = ("chain", "tree", "mtp", "concurrent", "batched", "async", "compressed", "lossy")
-# What the real runner executes today: chains and draft trees, several requests in flight
-# (``DecodeSpec.concurrency``), async in-pipe speculation, any activation bits, the link
-# emulator's loss; not continuous batching (one forward over several requests' blocks). Extend
-# when the real path gains a mechanism.
+# What the real runner executes today: chains and draft trees, the MTP head, several requests
+# in flight (``DecodeSpec.concurrency``), continuous batching (``DecodeSpec.batching``: the
+# requests in flight share every pass), async in-pipe speculation, any activation bits, the
+# link emulator's loss. Extend when the real path gains a mechanism.
 REAL_PATH_MECHANISMS = frozenset(
-    {"chain", "tree", "mtp", "concurrent", "async", "compressed", "lossy"}
+    {"chain", "tree", "mtp", "concurrent", "batched", "async", "compressed", "lossy"}
 )
-# Mechanisms the real path runs alone but not together (``wansim.real.config.DecodeSpec``:
-# concurrency > 1 runs sync chains only; async runs chains only).
-REAL_PATH_EXCLUSIVE = (
-    frozenset({"concurrent", "tree"}),
-    frozenset({"concurrent", "async"}),
-    frozenset({"tree", "async"}),
-    frozenset({"mtp", "tree"}),
-    frozenset({"mtp", "async"}),
-    frozenset({"mtp", "concurrent"}),
+# Mechanisms the real path runs alone but not together (``wansim.real.config.DecodeSpec`` and
+# the runner refuse them: concurrency and batching run sync chains of the draft model; async
+# runs chains of the draft model; trees need the draft model).
+REAL_PATH_EXCLUSIVE = tuple(
+    frozenset(pair)
+    for pair in (
+        ("concurrent", "tree"),
+        ("concurrent", "async"),
+        ("concurrent", "mtp"),
+        ("batched", "tree"),
+        ("batched", "async"),
+        ("batched", "mtp"),
+        ("tree", "async"),
+        ("mtp", "tree"),
+        ("mtp", "async"),
+    )
 )
 DRAFTERS = ("draft_model", "mtp")  # the draft model at stage 0 | the MTP head at the last
 POLICIES = ("chain", "tree")

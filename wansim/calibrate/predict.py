@@ -308,6 +308,7 @@ def run_real_cell(
         schedule=cell.schedule,
         max_inflight_blocks=cell.max_inflight_blocks,
         concurrency=cell.concurrency,
+        batching=cell.batching,
     )
     spec = PipelineSpec(
         target_dir=target_dir,

@@ -12,7 +12,8 @@ File (YAML)::
       - {stages: 2, latency_ms: 50, k: 4, concurrency: 4, quick: true}
 
 A cell's ``mechanism`` is what it exercises beyond one synchronous chain request, joined by
-``+``: ``chain`` or ``tree``, then ``concurrent`` (concurrency > 1), ``batched`` (continuous
+``+``: ``chain`` or ``tree``, then ``mtp`` (``drafter: mtp``: the MTP head drafts at the last
+stage), ``concurrent`` (concurrency > 1), ``batched`` (continuous
 batching), ``async`` (in-pipe speculation), ``compressed`` (activations below 32 bits),
 ``lossy`` (loss_rate > 0). A cell whose mechanisms the real path does not run yet
 (:data:`REAL_PATH_MECHANISMS`) is ``pending``: predicted, listed, not run. ``quick: true``
@@ -30,11 +31,34 @@ import yaml
 
 from wansim.errors import WansimInputError
 
-MECHANISMS = ("chain", "tree", "concurrent", "batched", "async", "compressed", "lossy")
-# What the real runner executes today (sync, one request, chain; any activation bits; the link
-# emulator's loss). Extend when the real path gains a mechanism.
-REAL_PATH_MECHANISMS = frozenset({"chain", "compressed", "lossy"})
+MECHANISMS = ("chain", "tree", "mtp", "concurrent", "batched", "async", "compressed", "lossy")
+# What the real runner executes today: chains and draft trees, the MTP head, several requests
+# in flight (``DecodeSpec.concurrency``), continuous batching (``DecodeSpec.batching``: the
+# requests in flight share every pass), async in-pipe speculation, any activation bits, the
+# link emulator's loss. Extend when the real path gains a mechanism.
+REAL_PATH_MECHANISMS = frozenset(
+    {"chain", "tree", "mtp", "concurrent", "batched", "async", "compressed", "lossy"}
+)
+# Mechanisms the real path runs alone but not together (``wansim.real.config.DecodeSpec`` and
+# the runner refuse them: concurrency and batching run sync chains of the draft model; async
+# runs chains of the draft model; trees need the draft model).
+REAL_PATH_EXCLUSIVE = tuple(
+    frozenset(pair)
+    for pair in (
+        ("concurrent", "tree"),
+        ("concurrent", "async"),
+        ("concurrent", "mtp"),
+        ("batched", "tree"),
+        ("batched", "async"),
+        ("batched", "mtp"),
+        ("tree", "async"),
+        ("mtp", "tree"),
+        ("mtp", "async"),
+    )
+)
+DRAFTERS = ("draft_model", "mtp")  # the draft model at stage 0 | the MTP head at the last
 POLICIES = ("chain", "tree")
+ASYNC_INFLIGHT_BLOCKS = 2  # an async cell's blocks in flight, real run and engines alike
 SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
 BITS = (32, 16, 8, 4, 3)
@@ -47,6 +71,7 @@ CELL_KEYS = {
     "concurrency",
     "schedule",
     "batching",
+    "drafter",
     "bandwidth_mbps",
     "loss_rate",
     "prompts",
@@ -63,6 +88,7 @@ DEFAULTS = {
     "concurrency": 1,
     "schedule": "sync",
     "batching": "none",
+    "drafter": "draft_model",
     "loss_rate": 0.0,
 }
 
@@ -77,6 +103,7 @@ class Cell:
     concurrency: int = 1
     schedule: str = "sync"
     batching: str = "none"
+    drafter: str = "draft_model"
     bandwidth_mbps: float = 1000.0
     loss_rate: float = 0.0
     prompts: int = 4
@@ -87,6 +114,8 @@ class Cell:
     @property
     def mechanisms(self) -> tuple[str, ...]:
         m = [self.policy]
+        if self.drafter == "mtp":
+            m.append("mtp")
         if self.concurrency > 1:
             m.append("concurrent")
         if self.batching != "none":
@@ -104,9 +133,32 @@ class Cell:
         return "+".join(self.mechanisms)
 
     @property
+    def tree_branching(self) -> tuple[int, ...]:
+        """A tree cell's static draft tree, the same in the real run and the engines: two
+        candidates at depth 1, then one child per node down to depth K (2K draft nodes)."""
+        return (2,) + (1,) * (self.k - 1) if self.policy == "tree" and self.k > 0 else ()
+
+    @property
+    def max_inflight_blocks(self) -> int:
+        """Blocks in flight per request (async: :data:`ASYNC_INFLIGHT_BLOCKS`)."""
+        return ASYNC_INFLIGHT_BLOCKS if self.schedule == "async" else 1
+
+    @property
+    def pending_reason(self) -> str | None:
+        """Why the real path cannot run the cell yet (None: it can)."""
+        mech = set(self.mechanisms)
+        missing = sorted(mech - REAL_PATH_MECHANISMS)
+        if missing:
+            return f"the real path has no {' / '.join(missing)} mode yet"
+        for pair in REAL_PATH_EXCLUSIVE:
+            if pair <= mech:
+                return f"the real path does not combine {' and '.join(sorted(pair))} yet"
+        return None
+
+    @property
     def runnable(self) -> bool:
-        """The real path runs every mechanism of the cell."""
-        return set(self.mechanisms) <= REAL_PATH_MECHANISMS
+        """The real path runs every mechanism of the cell, together."""
+        return self.pending_reason is None
 
     @property
     def label(self) -> str:
@@ -159,7 +211,13 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
         if key not in raw:
             raise _field(f"{where}.{key}", "is required", None)
     merged = {**defaults, **raw}
-    choices = {"policy": POLICIES, "schedule": SCHEDULES, "batching": BATCHING, "bits": BITS}
+    choices = {
+        "policy": POLICIES,
+        "schedule": SCHEDULES,
+        "batching": BATCHING,
+        "bits": BITS,
+        "drafter": DRAFTERS,
+    }
     for key, allowed in choices.items():
         if merged[key] not in allowed:
             raise _field(
@@ -180,6 +238,7 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
         concurrency=_int(merged, "concurrency", where, 1, 64),
         schedule=merged["schedule"],
         batching=merged["batching"],
+        drafter=merged["drafter"],
         bandwidth_mbps=_float(merged, "bandwidth_mbps", where, 0.0, strict=True),
         loss_rate=loss,
         prompts=_int(merged, "prompts", where, 1, 64),

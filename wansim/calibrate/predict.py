@@ -186,6 +186,8 @@ def cell_scenario(
     }
     if cell.schedule == "async":
         raw["schedule"]["max_inflight_blocks"] = cell.max_inflight_blocks
+    if cell.batching == "continuous":  # prompts ride the micro-batch's passes, as in the real run
+        raw["schedule"]["micro_batches"] = cell.micro_batches
     if cell.k > 0 and cell.drafter == "mtp":
         raw["drafter"] = {
             "kind": "mtp",
@@ -309,6 +311,7 @@ def run_real_cell(
         max_inflight_blocks=cell.max_inflight_blocks,
         concurrency=cell.concurrency,
         batching=cell.batching,
+        micro_batches=cell.micro_batches,
     )
     spec = PipelineSpec(
         target_dir=target_dir,

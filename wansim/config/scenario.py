@@ -802,8 +802,10 @@ class Scenario:
         if sched.kind == "async" or (self.drafter.overlap and self.speculation.policy != "none"):
             raise ScenarioError(
                 "schedule.micro_batches",
-                "run the sync schedule (async and an overlapped drafter keep their own blocks"
-                " in flight): needs schedule.kind: sync and drafter.overlap: false",
+                "run the sync schedule (async and an overlapped drafter keep several blocks of"
+                " one sequence in flight, so it cannot belong to one micro-batch: README,"
+                " 'Scheduling levers'; use batching: continuous without micro_batches): needs"
+                " schedule.kind: sync and drafter.overlap: false",
                 sched.micro_batches,
             )
         if self.faults.events:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -73,7 +74,9 @@ def synthetic_rows(noise_sd: float = 0.0, seed: int = 0) -> pd.DataFrame:
                             "bits": bits,
                             "service_ms": ms,
                             "compute_ms": 0.7 * layers,
-                            "codec_ms": ENCODE_FIRST_MS if role == "first" else 0.1,
+                            # the stage's own codec time: +0.3 ms per op at 8 bits
+                            "codec_ms": (ENCODE_FIRST_MS if role == "first" else 0.1)
+                            + (TRUE["q8"] if bits == 8 else 0.0),
                             "verify_ms": VERIFY_LAST_MS if role == "last" else 0.0,
                         }
                     )
@@ -213,6 +216,7 @@ def make_bundle(
             "name": "tiny-mtp",
             "mtp_config_sha256": hashlib.sha256((MTP / "mtp_config.json").read_bytes()).hexdigest(),
             "drafter": fit_drafter(mtp_rows),
+            "fixed_ms": {"first": 1.5, "last": 2.2},  # vs the draft model's 2.5 / 2.0
         }
         mtp_files = (mtp_rows, profile_text(prof))
     write_bundle(
@@ -304,7 +308,11 @@ def test_bundle_round_trip(tmp_path):
         ),
         (
             lambda p: (p / MANIFEST).write_text(
-                (p / MANIFEST).read_text().replace("per_layer_ms: 0.7", "per_layer_ms: fast")
+                re.sub(
+                    r"\n  per_layer_ms: [^\n]+",
+                    "\n  per_layer_ms: fast",
+                    (p / MANIFEST).read_text(),
+                )
             ),
             "stage_cost.per_layer_ms: must be a finite number",
         ),
@@ -533,6 +541,7 @@ def test_mtp_cells_use_the_bundles_head(tmp_path):
         b.stage_cost.verify_ms(r, lay, 5)
         for r, lay in zip(("first", "middle", "middle", "last"), even_split(6, 4), strict=True)
     )
+    stage += (1.5 - 2.5) + (2.2 - 2.0)  # the MTP pipeline's own first/last fixed costs
     fwd_bytes = 56 + (56 + 4 * 4) + 5 * 128 * 4  # activation frame, draft ids, fp32 x n
     ser = (3 * fwd_bytes + raw["payload"]["return_bytes"]) * 8 / 1e6  # ms at 1000 Mbit/s
     hops = 4 * 20.0 + 3 * 0.4 + 0.3 + ser

@@ -810,3 +810,32 @@ def test_quality_table_from_wire_quality_rows():
     assert t["bits"][4]["acceptance_factor_greedy"] == 0.9 and 32 not in t["bits"]
     q = table_from_mapping(t, "test")
     assert q.at(4).factor("greedy") == 0.9 and q.at(8).factor("lossless") == 0.97
+
+
+def test_stage_cost_fit_never_goes_negative():
+    """Costs per pass, layer and token are >= 0: on rows whose service does not grow with n
+    (true per-token cost 0) plus preemption-like spikes at small n, the unconstrained fit gives
+    a negative per-token cost; the bundle's fit gives 0 and keeps the others >= 0."""
+    rows = synthetic_rows()
+    rows = rows.assign(
+        service_ms=np.where(
+            (rows["kind"] == "verify") & (rows["n_tokens"] == 3), rows["service_ms"] + 30.0, 2.0
+        )
+        + np.where(rows["kind"] == "verify", 0.0, rows["service_ms"])
+    )
+    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
+    x = np.column_stack(
+        [
+            (v["role"] == "first").to_numpy(float),
+            (v["role"] == "last").to_numpy(float),
+            v["layers"].to_numpy(float),
+            v["n_tokens"].to_numpy(float),
+            (v["layers"] * v["n_tokens"]).to_numpy(float),
+        ]
+    )
+    free, *_ = np.linalg.lstsq(x, v["service_ms"].to_numpy(float), rcond=None)
+    assert free.min() < 0  # the unconstrained fit would price a longer pass cheaper
+    fit = fit_stage_cost(rows)
+    assert min(fit["fixed_ms"].values()) >= 0
+    assert fit["per_layer_ms"] >= 0 and fit["per_token_ms"] >= 0
+    assert fit["per_layer_token_ms"] >= 0

@@ -424,7 +424,7 @@ def test_scenario_mean_lap_is_the_hand_sum(tmp_path, stages, k, bits):
     stage costs by role and layers, drafting, per hop latency + serialisation + the mean
     per-message cost (scaled by the load factors)."""
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     b = load_bundle(make_bundle(tmp_path / "b"))
     f = Factors(compute=1.3, draft=1.3, forward=2.0, back=2.0)
@@ -465,6 +465,40 @@ def test_every_mechanism_is_predicted_from_the_bundle(tmp_path):
         assert m["tokens_per_s"] > 0
 
 
+def test_mechanisms_matrix_one_cell_each_run_and_predicted_alike(tmp_path):
+    """The shipped one-cell-per-mechanism matrix: every cell runnable and differing from the
+    4-stage 20 ms K=4 chain in its mechanism alone; a micro-batched cell's scenario keeps as
+    many batches in flight as its real run (prompts riding the passes), and both engines
+    predict every cell."""
+    from wansim.calibrate.predict import engines
+
+    b = load_bundle(make_bundle(tmp_path / "b"))
+    cells = load_matrix("mechanisms")
+    assert [c.mechanism for c in cells] == [
+        "chain",
+        "tree",
+        "chain+concurrent",
+        "chain+concurrent+batched",
+        "chain+concurrent+batched",
+        "chain+async",
+        "chain+compressed",
+        "chain+lossy",
+    ]
+    assert all(c.runnable and (c.stages, c.latency_ms) == (4, 20) for c in cells)
+    assert [c.micro_batches for c in cells if c.batching == "continuous"] == [1, 2]
+    assert cells[4].label == "P4-L20-K4-concurrent-batched-mb2"
+    for cell in cells:
+        raw = cell_scenario(cell, b, tmp_path / cell.label, des_requests=40)
+        if cell.batching == "continuous":
+            assert raw["schedule"]["micro_batches"] == cell.micro_batches
+        m = engines(tmp_path / cell.label / "scenario.yaml")
+        assert m["analytical"]["tokens_per_s"] > 0 and m["des"]["tokens_per_s"] > 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cells: [{stages: 4, latency_ms: 5, k: 2, concurrency: 4, micro_batches: 2}]")
+    with pytest.raises(WansimInputError, match=r"cells\[0\]\.micro_batches: needs batching"):
+        load_matrix(bad)
+
+
 def test_fixed_costs_reach_the_engines_through_scenario_fields(tmp_path):
     """The bundle's fixed cost per pass is each stage's ``model.stage_overhead_ms`` (scaled by
     ``host_cpu_factor``, the load factor) and its per-message cost each hop's
@@ -495,7 +529,7 @@ def test_tree_cell_scenario_is_the_bundles_tree(tmp_path):
     a chain's by < 0.2 ms of serialisation at 1000 Mbit/s over the lap: tolerance)."""
     from wansim.acceptance.profile import load_profile
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     b = load_bundle(make_bundle(tmp_path / "b"))
     assert b.draft_width_ms == pytest.approx(0.25, abs=1e-9)
@@ -522,7 +556,7 @@ def test_mtp_cells_use_the_bundles_head(tmp_path):
     """``drafter: mtp`` cells: the head drafts at the last stage for the bundle's K-draft time,
     its drafts ride the verdict back; a bundle without the head refuses the cell (one line)."""
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     with pytest.raises(WansimInputError, match=r"drafter: must be draft_model"):
         check_cells([Cell(4, 20, 4, drafter="mtp")], load_bundle(make_bundle(tmp_path / "a")))
@@ -553,7 +587,7 @@ def test_compressed_cells_use_the_bundles_quality_table(tmp_path):
     """8-bit cells: the bundle's measured acceptance factor applies (greedy 0.95 here) and the
     analytical result is validated (it was not without a table)."""
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     b = load_bundle(make_bundle(tmp_path / "b"))
     out = {}
@@ -673,9 +707,9 @@ def test_in_sample_mode_is_labelled():
 
 
 def test_shipped_matrix_is_package_data():
-    assert shipped_matrix().is_file()
+    assert shipped_matrix().is_file() and shipped_matrix("mechanisms.yaml").is_file()
     text = (ROOT / "pyproject.toml").read_text()
-    assert "heldout.yaml" in text
+    assert "heldout.yaml" in text and "mechanisms.yaml" in text
 
 
 def test_load_factors_like_for_like(tmp_path):
@@ -739,7 +773,7 @@ def test_scenario_compute_from_a_bundle(tmp_path):
     """``model.compute: {kind: table, from: DIR}`` gives every stage the bundle's table (the
     same numbers the predictions use), relative to the scenario's folder; bad input is one
     line naming model.compute.from or stages."""
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     make_bundle(tmp_path / "prof")
     b = load_bundle(tmp_path / "prof")

@@ -47,9 +47,9 @@ from pathlib import Path
 import yaml
 
 from wansim.acceptance.activation_quality import QualityTable, table_ref
+from wansim.config.validation import parse, spec
 from wansim.data import on_disk_or_shipped
 from wansim.errors import ProfileError, ScenarioError, WansimInputError
-from wansim.validation import parse, spec
 
 FORMAT = "wansim-profile/1"
 SOURCES = ("measured", "reconstructed", "fitted")
@@ -207,7 +207,7 @@ def load_profile(path: str | os.PathLike) -> Profile:
 
 @lru_cache(maxsize=64)
 def _load_cached(path: str, mtime_ns: int) -> Profile:
-    from wansim.user_yaml import read_yaml_file
+    from wansim.config.user_yaml import read_yaml_file
 
     try:
         raw = read_yaml_file(path, "profile")

@@ -52,8 +52,8 @@ from wansim.acceptance import closed_form
 from wansim.acceptance.bet import bet_win_probability, guess_acceptance
 from wansim.analytical.resequencing import ring_hol_ms
 from wansim.analytical.sync import lap_breakdown
-from wansim.compute import mean_stage_ms, stage_ms_each, stages_differ
-from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE, Scenario
+from wansim.config.scenario import FLUSH_ON_FULL_ACCEPTANCE, Scenario
+from wansim.stages.compute import mean_stage_ms, stage_ms_each, stages_differ
 
 MAX_CHAIN = 256  # blocks per chain considered (a chain longer than a request is cut there)
 JITTER_NODES = 5
@@ -200,7 +200,7 @@ def chain_lengths(r: np.ndarray, h: int) -> np.ndarray:
 def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
     """Per point: the difficulty nodes' weights, E[N_Z], Var N_Z, tau_Z and the bet's r_Z
     (points, Q) - Q the largest quadrature among the distinct rows (padded with weight 0)."""
-    cols = speculation._columns(scenario, m_tokens)
+    cols = speculation.point_columns(scenario, m_tokens)
     shape = np.broadcast_shapes(*(c.shape for c in cols))
     rows, inverse = speculation.distinct_rows(cols, shape)
     found = []

@@ -40,9 +40,9 @@ import functools
 
 import numpy as np
 
-from wansim import normal_functions as nf
 from wansim.analytical.resequencing import delay_atoms, resequencing_wait_ms
-from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE
+from wansim.config.scenario import FLUSH_ON_FULL_ACCEPTANCE
+from wansim.numerics import normal_functions as nf
 
 BISECTION_STEPS = 60
 CONVOY_SWEEPS = 30
@@ -239,7 +239,7 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
     """The ring's stations (arrays (pts, S), S = 2 max(P) + 1) for :func:`solve`."""
     from wansim.analytical.path import hop_bytes, hop_service_ms, stage_services_ms
     from wansim.analytical.sync import forward_sizes, prefill_sizes
-    from wansim.wire import serialise_ms
+    from wansim.links.wire_bytes import serialise_ms
 
     wl = scenario.workload
     stages = np.asarray(scenario.stages)

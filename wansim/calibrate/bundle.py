@@ -54,10 +54,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from wansim import stage_cost
 from wansim.errors import WansimInputError
-from wansim.stage_cost import BUNDLE_FORMAT as FORMAT
-from wansim.stage_cost import BUNDLE_VERSION as VERSION
+from wansim.stages import profiled_cost as stage_cost
+from wansim.stages.profiled_cost import BUNDLE_FORMAT as FORMAT
+from wansim.stages.profiled_cost import BUNDLE_VERSION as VERSION
 
 ROLES = ("first", "middle", "last")
 HOP_ROLES = ("forward", "return")
@@ -92,7 +92,7 @@ class StageCost:
     prefill_per_layer_ms: float
 
     def as_mapping(self) -> dict:
-        """The ``stage_cost`` mapping :mod:`wansim.stage_cost` evaluates."""
+        """The ``stage_cost`` mapping :mod:`wansim.stages.profiled_cost` evaluates."""
         return {
             "fixed_ms": self.fixed_ms,
             "per_layer_ms": self.per_layer_ms,

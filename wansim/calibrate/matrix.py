@@ -71,6 +71,7 @@ CELL_KEYS = {
     "concurrency",
     "schedule",
     "batching",
+    "micro_batches",
     "drafter",
     "bandwidth_mbps",
     "loss_rate",
@@ -88,6 +89,7 @@ DEFAULTS = {
     "concurrency": 1,
     "schedule": "sync",
     "batching": "none",
+    "micro_batches": 1,
     "drafter": "draft_model",
     "loss_rate": 0.0,
 }
@@ -103,6 +105,7 @@ class Cell:
     concurrency: int = 1
     schedule: str = "sync"
     batching: str = "none"
+    micro_batches: int = 1
     drafter: str = "draft_model"
     bandwidth_mbps: float = 1000.0
     loss_rate: float = 0.0
@@ -169,12 +172,16 @@ class Cell:
             for m in self.mechanisms
             if m != "chain"
         )
+        if self.micro_batches > 1:
+            extra += f"-mb{self.micro_batches}"
+        if self.loss_rate > 0:
+            extra += f"{self.loss_rate:g}"
         return f"P{self.stages}-L{self.latency_ms:g}-K{self.k}{extra}"
 
 
-def shipped_matrix() -> Path:
-    """The held-out matrix shipped with wansim (package data)."""
-    return Path(str(resources.files("wansim.calibrate") / "heldout.yaml"))
+def shipped_matrix(name: str = "heldout.yaml") -> Path:
+    """A matrix shipped with wansim (package data): ``heldout.yaml`` or ``mechanisms.yaml``."""
+    return Path(str(resources.files("wansim.calibrate") / name))
 
 
 def _field(where: str, what: str, value) -> WansimInputError:
@@ -226,6 +233,11 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
     loss = _float(merged, "loss_rate", where, 0.0)
     if loss >= 1:
         raise _field(f"{where}.loss_rate", "must be < 1", loss)
+    micro = _int(merged, "micro_batches", where, 1, 64)
+    if micro > 1 and merged["batching"] != "continuous":
+        raise _field(f"{where}.micro_batches", "needs batching: continuous", micro)
+    if micro > _int(merged, "concurrency", where, 1, 64):
+        raise _field(f"{where}.micro_batches", "must be <= concurrency", micro)
     quick = merged.get("quick", False)
     if not isinstance(quick, bool):
         raise _field(f"{where}.quick", "must be true or false", quick)
@@ -238,6 +250,7 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
         concurrency=_int(merged, "concurrency", where, 1, 64),
         schedule=merged["schedule"],
         batching=merged["batching"],
+        micro_batches=micro,
         drafter=merged["drafter"],
         bandwidth_mbps=_float(merged, "bandwidth_mbps", where, 0.0, strict=True),
         loss_rate=loss,
@@ -251,6 +264,8 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
 def load_matrix(path: str | Path | None, quick: bool = False, flag: str = "--matrix") -> list[Cell]:
     """The matrix's cells (``--quick``: the ``quick: true`` cells with ``quick_defaults``)."""
     p = Path(path) if path is not None else shipped_matrix()
+    if not p.is_file() and path is not None and str(path) in ("heldout", "mechanisms"):
+        p = shipped_matrix(f"{path}.yaml")  # a shipped matrix by name
     if not p.is_file():
         raise _field(flag, "file not found", str(p))
     try:

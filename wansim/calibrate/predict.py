@@ -39,7 +39,9 @@ from wansim.calibrate.bundle import Bundle, check_model, load_bundle
 from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
 from wansim.calibrate.matrix import Cell, load_matrix
 from wansim.errors import WansimInputError
-from wansim.stage_cost import even_split, stage_role
+from wansim.real.errors import PipelineError  # no torch there
+from wansim.stages.profiled_cost import even_split, stage_role
+from wansim.support.hold import checkpoint
 
 METRICS = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p99")
 REPROFILE = {"k": 4, "prompts": 3, "tokens": 32}
@@ -187,6 +189,8 @@ def cell_scenario(
     }
     if cell.schedule == "async":
         raw["schedule"]["max_inflight_blocks"] = cell.max_inflight_blocks
+    if cell.batching == "continuous":  # prompts ride the micro-batch's passes, as in the real run
+        raw["schedule"]["micro_batches"] = cell.micro_batches
     if cell.k > 0 and cell.drafter == "mtp":
         raw["drafter"] = {
             "kind": "mtp",
@@ -283,8 +287,8 @@ def predicted_components(cell: Cell, bundle: Bundle, factors: Factors) -> dict:
 def engines(scenario_path: Path, des: bool = True) -> dict:
     """DES and analytical metrics of a scenario file."""
     from wansim.analytical import analyze
-    from wansim.result import jsonable
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
+    from wansim.results.result import jsonable
 
     sc = load_scenario(scenario_path)
     out = {"analytical": jsonable(analyze(sc).metrics)}
@@ -320,6 +324,7 @@ def run_real_cell(
         max_inflight_blocks=cell.max_inflight_blocks,
         concurrency=cell.concurrency,
         batching=cell.batching,
+        micro_batches=cell.micro_batches,
     )
     spec = PipelineSpec(
         target_dir=target_dir,
@@ -490,39 +495,49 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
             f"{factors.forward:.2f} (load average {info['load_avg_1min'][0]:.1f})"
         )
 
-    for r in range(s.rounds):
-        say(f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4), then every cell")
-        measure_load(r)
-        order = runnable if r % 2 == 0 else runnable[::-1]
-        for c in order:
-            real = run_real_cell(
-                c,
-                s.target_dir,
-                s.drafter_dir,
-                prompts[c.prompts],
-                out / "real" / c.label / f"run{r}",
-                s.mtp_dir,
-            )
-            real["round"] = r
-            runs[c.label].append(real)
-            say(
-                f"  {c.label}: {real['tokens_per_s']:.1f} tok/s, lap p50 {real['lap_ms_p50']:.1f} "
-                f"ms, load {real['load_avg_1min'][0]:.1f}-{real['load_avg_1min'][1]:.1f}, "
-                f"{time.perf_counter() - t0:.0f} s"
-            )
-    say("closing re-profile")
-    measure_load(s.rounds)
+    failed: BaseException | None = None
+    try:
+        for r in range(s.rounds):
+            say(f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4), then every cell")
+            measure_load(r)
+            order = runnable if r % 2 == 0 else runnable[::-1]
+            for c in order:
+                real = run_real_cell(
+                    c,
+                    s.target_dir,
+                    s.drafter_dir,
+                    prompts[c.prompts],
+                    out / "real" / c.label / f"run{r}",
+                    s.mtp_dir,
+                )
+                real["round"] = r
+                runs[c.label].append(real)
+                say(
+                    f"  {c.label}: {real['tokens_per_s']:.1f} tok/s, lap p50 "
+                    f"{real['lap_ms_p50']:.1f} ms, load {real['load_avg_1min'][0]:.1f}-"
+                    f"{real['load_avg_1min'][1]:.1f}, {time.perf_counter() - t0:.0f} s"
+                )
+                checkpoint("predict-cell", sum(map(len, runs.values())))
+        say("closing re-profile")
+        measure_load(s.rounds)
+    except (PipelineError, KeyboardInterrupt) as err:
+        failed = err  # keep the finished cells: predicted and reported below, then re-raised
+        say(f"stopped: {err or type(err).__name__}; predicting the finished cells")
     rounds_info = []
-    for r in range(s.rounds):
-        f = bracket(Factors(**profiles[r]["factors"]), Factors(**profiles[r + 1]["factors"]))
+    for r in range(min(s.rounds, len(profiles))):
+        after = profiles[r + 1] if r + 1 < len(profiles) else profiles[r]  # stopped: no closing
+        f = bracket(Factors(**profiles[r]["factors"]), Factors(**after["factors"]))
         rounds_info.append({"round": r, "factors": f.as_dict(), "reprofiles": profiles[r : r + 2]})
     say("predicting every cell (DES and analytical) ...")
     predictions = {}
     for c in cells:
         cdir = out / "cells" / c.label
         per_round = []
+        ran = {run["round"] for run in runs.get(c.label, [])}
         if c.runnable:
             for r, info in enumerate(rounds_info):
+                if r not in ran:  # stopped before this cell's run of round r
+                    continue
                 f = Factors(**info["factors"])
                 cell_scenario(c, bundle, cdir / f"round{r}", f, s.des_requests, s.seed)
                 pred = engines(cdir / f"round{r}" / "scenario.yaml")
@@ -537,6 +552,31 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
     result = build_result(
         cells, runs, predictions, rounds_info, bundle, s, time.perf_counter() - t0
     )
+    if failed is not None:
+        done = sorted(label for label, r in runs.items() if r)
+        result["summary"]["complete"] = False
+        result["summary"]["failed"] = f"{type(failed).__name__}: {failed}"
+        result["summary"]["finished_cells"] = done
+        (out / "predict.json").write_text(_dumps(result))
+        say(f"kept {len(done)} finished cell(s) in {out / 'predict.json'}")
+        raise PredictStopped(str(failed), result) from failed
+    result["summary"]["complete"] = True
     write_outputs(result, out)
     say(f"wrote {out / 'predict.json'} and the plots in {time.perf_counter() - t0:.0f} s")
     return result
+
+
+class PredictStopped(RuntimeError):
+    """A stage crashed (or Ctrl-C) mid-run: ``result`` holds the finished cells (real runs and
+    both engines' predictions), also written to ``OUT/predict.json`` with ``complete: false``;
+    the message is the pipeline's named error."""
+
+    def __init__(self, message: str, result: dict):
+        super().__init__(message)
+        self.result = result
+
+
+def _dumps(result: dict) -> str:
+    from wansim.calibrate.report import dumps
+
+    return dumps(result)

@@ -104,11 +104,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
         des_requests=_int("--des-requests", args.des_requests),
     )
     prepare(s)  # every input check before any process starts (run_predict repeats it: cheap)
-    from wansim.real.errors import PipelineError
+    from wansim.calibrate.predict import PredictStopped
 
     try:
         result = run_predict(s, None if args.quiet else _say)
-    except PipelineError as err:
+    except PredictStopped as err:  # a stage crash or Ctrl-C: the finished cells are kept
+        if err.result["cells"]:
+            print(dumps(err.result) if args.json else format_table(err.result), flush=True)
+        if isinstance(err.__cause__, KeyboardInterrupt):
+            print("interrupted", file=sys.stderr)
+            return 130
         print(f"calibrate predict failed: {err}", file=sys.stderr)
         return 1
     print(dumps(result) if args.json else format_table(result))

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from wansim.calibrate.bundle import FILES, ROLES, config_sha256, write_bundle
-from wansim.stage_cost import stage_role
+from wansim.stages.profiled_cost import stage_role
 
 PROFILE_SEED = 1000
 LATENCY_MS = 5.0
@@ -224,7 +224,7 @@ def fit_mtp_fixed(rows: pd.DataFrame, cost: dict) -> dict:
     verify pass's service time minus the bundle's layer, token and codec parts (``cost``, fitted
     on the draft model's pipelines). Stage 0 does no drafting bookkeeping there and the last
     stage sends the drafts ahead of its verdict, so both differ from the draft model's."""
-    from wansim.stage_cost import verify_ms
+    from wansim.stages.profiled_cost import verify_ms
 
     v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
     out = {}

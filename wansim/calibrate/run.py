@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from wansim import strict_json
 from wansim.calibrate.cells import DRAFTER_KINDS, PLACEMENT
 from wansim.data import models_dir
 from wansim.errors import WansimInputError
-from wansim.hold import checkpoint
 from wansim.real.config import MTP_FILES  # no torch there (settings only)
+from wansim.results import strict_json
+from wansim.support.hold import checkpoint
 
 
 def tiny_model(name: str) -> str:
@@ -218,8 +218,8 @@ def _check_mtp(path: str, target: dict) -> None:
 def predict(scenario_path: Path) -> dict:
     """DES and analytical metrics of a cell's scenario file (as ``wansim run`` loads it)."""
     from wansim.analytical import analyze
-    from wansim.result import jsonable
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
+    from wansim.results.result import jsonable
     from wansim.sim import simulate
 
     sc = load_scenario(scenario_path)
@@ -320,7 +320,7 @@ def evaluate_cell(
             **{**cell_args, "links": "configured", "name": f"{cell_args['name']}-configured"},
         )
         from wansim.analytical import analyze
-        from wansim.scenario import load_scenario
+        from wansim.config.scenario import load_scenario
 
         conf = analyze(load_scenario(cell_dir / "configured_links" / "scenario.yaml")).metrics
         cell["analytical"]["configured_links"] = {

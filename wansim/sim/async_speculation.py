@@ -66,7 +66,7 @@ from collections import deque
 import numpy as np
 from simpy.events import Timeout
 
-from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE
+from wansim.config.scenario import FLUSH_ON_FULL_ACCEPTANCE
 from wansim.sim.messages import VERIFY, Pass
 
 QUEUED = object()  # RequestState.drafting while the request waits for the drafter device

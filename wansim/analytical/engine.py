@@ -9,7 +9,7 @@ import numpy as np
 
 from wansim.analytical import batched as batching
 from wansim.analytical.batched import batched, batched_metrics
-from wansim.analytical.blocks import block_schedule, block_schedule_metrics, flush, uses_blocks
+from wansim.analytical.blocks import block_schedule, block_schedule_metrics
 from wansim.analytical.concurrent import WAIT_PARTS, concurrent_metrics
 from wansim.analytical.distribution import (
     lap_distribution,
@@ -35,12 +35,13 @@ from wansim.analytical.sync import (
 )
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import tcp_equivalent
+from wansim.config.scenario import Scenario
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
-from wansim.metrics import stage_utilization
-from wansim.micro_batching import micro_batched
-from wansim.result import Result
-from wansim.scenario import Scenario
+from wansim.results.metric_names import stage_utilization
+from wansim.results.result import Result
+from wansim.serving.micro_batching import micro_batched
+from wansim.speculation.block_schedule import flushes, uses_blocks
 
 
 def check_supported(scenario: Scenario) -> None:
@@ -440,7 +441,7 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     """Per-stage busy ms of one request under the block schedule (its passes, its stale
     blocks at S0 and forwarded ones in the middle, drafting where it occupies a stage) and the
     request's duration."""
-    from wansim.compute import stage_ms_each
+    from wansim.stages.compute import stage_ms_each
 
     p = int(scenario.stages)
     duration = means["prefill_ms"] + means["decode_ms"]
@@ -454,7 +455,7 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     first = scenario.drafter.placement == "first_stage"
     busy[0 if first else p - 1] += passes * draft
     busy[0] += s0 * (ver[0] + (draft if first else 0.0))
-    for i in range(1, p if flush(scenario) else p - 1):  # (flush: the last computes them too)
+    for i in range(1, p if flushes(scenario) else p - 1):  # (flush: the last computes them too)
         busy[i] += fwd * ver[i]
     return busy, duration
 

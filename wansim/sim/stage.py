@@ -103,7 +103,7 @@ class Stage:
         self.hooks = hooks
         # micro-batches (wansim.sim.micro_batches): the mailbox holds whole micro-batches
         self.micro = micro
-        # compute noise and stragglers (wansim.slowdown.StageSlowdown), None when off
+        # compute noise and stragglers (wansim.stages.slowdown.StageSlowdown), None when off
         self.slowdown = slowdown
         self.slowdowns: list | None = None  # (stage, start, end, factor) when kept (Perfetto)
         self.mailbox: deque[Pass] = deque()

@@ -26,10 +26,10 @@ import numpy as np
 
 from wansim import speculation
 from wansim.acceptance.trees import sample_survival
-from wansim.scenario import Scenario
+from wansim.config.scenario import Scenario
+from wansim.serving.workload import RequestPlan
 from wansim.sim.messages import Pass
 from wansim.sim.request import Request
-from wansim.workload import RequestPlan
 
 CHUNK_REQUESTS = 256
 MAX_BLOCK = 4096

@@ -201,7 +201,7 @@ def _points(group: str, fast: bool) -> list[dict]:
             (25.0, 1.0),  # latency-bound, then bottleneck-bound
         )
         from wansim.analytical.regime import approximation
-        from wansim.scenario import load_scenario
+        from wansim.config.scenario import load_scenario
 
         for stages, k, n, batches, chunk, latency in grid:
             point = {
@@ -219,7 +219,7 @@ def _points(group: str, fast: bool) -> list[dict]:
             if approximation(load_scenario(REFERENCE, point)).validated:
                 pts.append(point)
     elif group == "KV admission":
-        from wansim.scenario import load_scenario
+        from wansim.config.scenario import load_scenario
 
         grid = itertools.product(
             (4, 10),
@@ -282,7 +282,7 @@ def points(groups=None, *, fast: bool = False) -> list[tuple[str, dict]]:
 def evaluate(task: tuple[str, dict]) -> dict:
     """Both engines on one point: the metrics and the errors."""
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
     from wansim.sim import simulate
 
     group, over = task
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--hunt",
         help="append the agreement hunt's section from its table (python -m"
-        " wansim.agreement_hunt --out CSV)",
+        " wansim.studies.agreement_hunt --out CSV)",
     )
     ap.add_argument(
         "--hunt-before", help="one line comparing the hunt with the code before, verbatim"
@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     text = markdown(table, float(table["des_s"].sum()), args.fast)
     if args.hunt:
-        from wansim import agreement_hunt
+        from wansim.studies import agreement_hunt
 
         hunt = pd.read_csv(args.hunt, keep_default_na=False, na_values=[""])
         hunt["refused"] = hunt["refused"].fillna("")

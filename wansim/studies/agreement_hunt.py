@@ -11,7 +11,7 @@ on tokens/s, with ``band`` the analytical result's own ``approximation.error_ban
 unvalidated point carries the band measured over the unvalidated points). *Silent* errors are
 out-of-band points whose result said ``validated: true``: the target is none.
 
-    python -m wansim.agreement_hunt [--points N] [--seed S] [--workers W] [--out CSV]
+    python -m wansim.studies.agreement_hunt [--points N] [--seed S] [--workers W] [--out CSV]
 
 ``tests/agreement/test_agreement_hunt.py`` runs a slice in the default suite and a few hundred points
 in the slow run; ``docs/approximations.md`` is rendered from the table this writes.
@@ -171,7 +171,7 @@ def _serving(data: dict, seed: int) -> dict:
         elif kind == "lognormal":
             need = wl["lengths"]["max_prompt_tokens"] + wl["lengths"]["max_output_tokens"]
         else:  # the trace's largest prompt + output (every row must fit)
-            from wansim.workload import read_trace
+            from wansim.serving.workload import read_trace
 
             trace = read_trace(TRACE)
             need = int((trace.prompt_tokens + trace.output_tokens).max())
@@ -210,8 +210,8 @@ def mechanisms(data: dict) -> str:
 def evaluate(seed: int) -> dict:
     """Both engines on the scenario drawn from ``seed``: metrics, errors, the verdict."""
     from wansim.analytical import analyze
+    from wansim.config.scenario import load_scenario
     from wansim.errors import WansimInputError
-    from wansim.scenario import load_scenario
     from wansim.sim import simulate
 
     data = draw_scenario(seed)
@@ -301,7 +301,7 @@ def markdown(table, before=None) -> str:
     """The hunt's section of ``docs/approximations.md``: the verdict, per regime, the worst
     points named (seed, mechanisms) with why each lies outside its measured domain."""
     from wansim.analytical.regime import REGIMES, approximation
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     s = summary(table)
     ran = table[table["refused"] == ""].copy()
@@ -319,8 +319,8 @@ def markdown(table, before=None) -> str:
     lines = [
         "## The agreement hunt: random scenarios across every mechanism",
         "",
-        f"`python -m wansim.agreement_hunt --points {s['points']}`: {s['ran']} random valid"
-        " scenarios (`wansim.agreement_hunt.draw_scenario`: 1-10 stages, per-hop links, every"
+        f"`python -m wansim.studies.agreement_hunt --points {s['points']}`: {s['ran']} random valid"
+        " scenarios (`wansim.studies.agreement_hunt.draw_scenario`: 1-10 stages, per-hop links, every"
         " jitter kind, 0-4% loss, placement, overlap, chains, trees and no speculation, sync and"
         " async, 1-16 requests with and without continuous batching, 2-8 micro-batches with"
         " chunked prefill and batch caps, lognormal, empirical and trace lengths (the shipped"
@@ -364,7 +364,7 @@ def markdown(table, before=None) -> str:
     lines += [f"- *{head}*: {text}" for head, text in EXPLAINED.items()]
     lines += [
         "",
-        "Rebuild a point: `wansim.agreement_hunt.draw_scenario(seed)` gives its scenario.",
+        "Rebuild a point: `wansim.studies.agreement_hunt.draw_scenario(seed)` gives its scenario.",
         "",
     ]
     return "\n".join(lines)
@@ -406,7 +406,7 @@ EXPLAINED = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m wansim.agreement_hunt")
+    ap = argparse.ArgumentParser(prog="python -m wansim.studies.agreement_hunt")
     ap.add_argument("--points", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0, help="first seed; points use seed..seed+N-1")
     ap.add_argument("--workers", type=int, default=None)

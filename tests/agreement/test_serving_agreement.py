@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import REFERENCE
 from wansim.analytical import analyze
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.studies.approximation_error import BOUNDS, TRACE
 

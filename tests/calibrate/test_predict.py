@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -73,7 +74,9 @@ def synthetic_rows(noise_sd: float = 0.0, seed: int = 0) -> pd.DataFrame:
                             "bits": bits,
                             "service_ms": ms,
                             "compute_ms": 0.7 * layers,
-                            "codec_ms": ENCODE_FIRST_MS if role == "first" else 0.1,
+                            # the stage's own codec time: +0.3 ms per op at 8 bits
+                            "codec_ms": (ENCODE_FIRST_MS if role == "first" else 0.1)
+                            + (TRUE["q8"] if bits == 8 else 0.0),
                             "verify_ms": VERIFY_LAST_MS if role == "last" else 0.0,
                         }
                     )
@@ -213,6 +216,7 @@ def make_bundle(
             "name": "tiny-mtp",
             "mtp_config_sha256": hashlib.sha256((MTP / "mtp_config.json").read_bytes()).hexdigest(),
             "drafter": fit_drafter(mtp_rows),
+            "fixed_ms": {"first": 1.5, "last": 2.2},  # vs the draft model's 2.5 / 2.0
         }
         mtp_files = (mtp_rows, profile_text(prof))
     write_bundle(
@@ -304,7 +308,11 @@ def test_bundle_round_trip(tmp_path):
         ),
         (
             lambda p: (p / MANIFEST).write_text(
-                (p / MANIFEST).read_text().replace("per_layer_ms: 0.7", "per_layer_ms: fast")
+                re.sub(
+                    r"\n  per_layer_ms: [^\n]+",
+                    "\n  per_layer_ms: fast",
+                    (p / MANIFEST).read_text(),
+                )
             ),
             "stage_cost.per_layer_ms: must be a finite number",
         ),
@@ -567,6 +575,7 @@ def test_mtp_cells_use_the_bundles_head(tmp_path):
         b.stage_cost.verify_ms(r, lay, 5)
         for r, lay in zip(("first", "middle", "middle", "last"), even_split(6, 4), strict=True)
     )
+    stage += (1.5 - 2.5) + (2.2 - 2.0)  # the MTP pipeline's own first/last fixed costs
     fwd_bytes = 56 + (56 + 4 * 4) + 5 * 128 * 4  # activation frame, draft ids, fp32 x n
     ser = (3 * fwd_bytes + raw["payload"]["return_bytes"]) * 8 / 1e6  # ms at 1000 Mbit/s
     hops = 4 * 20.0 + 3 * 0.4 + 0.3 + ser
@@ -835,3 +844,32 @@ def test_quality_table_from_wire_quality_rows():
     assert t["bits"][4]["acceptance_factor_greedy"] == 0.9 and 32 not in t["bits"]
     q = table_from_mapping(t, "test")
     assert q.at(4).factor("greedy") == 0.9 and q.at(8).factor("lossless") == 0.97
+
+
+def test_stage_cost_fit_never_goes_negative():
+    """Costs per pass, layer and token are >= 0: on rows whose service does not grow with n
+    (true per-token cost 0) plus preemption-like spikes at small n, the unconstrained fit gives
+    a negative per-token cost; the bundle's fit gives 0 and keeps the others >= 0."""
+    rows = synthetic_rows()
+    rows = rows.assign(
+        service_ms=np.where(
+            (rows["kind"] == "verify") & (rows["n_tokens"] == 3), rows["service_ms"] + 30.0, 2.0
+        )
+        + np.where(rows["kind"] == "verify", 0.0, rows["service_ms"])
+    )
+    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
+    x = np.column_stack(
+        [
+            (v["role"] == "first").to_numpy(float),
+            (v["role"] == "last").to_numpy(float),
+            v["layers"].to_numpy(float),
+            v["n_tokens"].to_numpy(float),
+            (v["layers"] * v["n_tokens"]).to_numpy(float),
+        ]
+    )
+    free, *_ = np.linalg.lstsq(x, v["service_ms"].to_numpy(float), rcond=None)
+    assert free.min() < 0  # the unconstrained fit would price a longer pass cheaper
+    fit = fit_stage_cost(rows)
+    assert min(fit["fixed_ms"].values()) >= 0
+    assert fit["per_layer_ms"] >= 0 and fit["per_token_ms"] >= 0
+    assert fit["per_layer_token_ms"] >= 0

@@ -8,13 +8,8 @@ from hypothesis import strategies as st
 
 import wansim
 from tests.conftest import REFERENCE, strict_loads
-<<<<<<< HEAD
-from wansim.config.scenario import load_scenario
-from wansim.studies.capacity import search_index
-=======
 from wansim.config.scenario import load_scenario
 from wansim.studies.capacity import DES_ROUNDS, RANGE_RATIO, metric_band, search_index, widened
->>>>>>> main
 from wansim.studies.constraints import BOUNDABLE, parse_bound
 
 SMALL = ["--set", "workload.output_tokens=48", "--set", "workload.requests=24"]

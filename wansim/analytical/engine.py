@@ -9,7 +9,7 @@ import numpy as np
 
 from wansim.analytical import batched as batching
 from wansim.analytical.batched import batched, batched_metrics
-from wansim.analytical.blocks import block_schedule, block_schedule_metrics, flush, uses_blocks
+from wansim.analytical.blocks import block_schedule, block_schedule_metrics
 from wansim.analytical.concurrent import WAIT_PARTS, concurrent_metrics
 from wansim.analytical.distribution import (
     lap_distribution,
@@ -41,6 +41,7 @@ from wansim.links.nonstationary import network_modulation
 from wansim.results.metric_names import stage_utilization
 from wansim.results.result import Result
 from wansim.serving.micro_batching import micro_batched
+from wansim.speculation.block_schedule import flushes, uses_blocks
 
 
 def check_supported(scenario: Scenario) -> None:
@@ -454,7 +455,7 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     first = scenario.drafter.placement == "first_stage"
     busy[0 if first else p - 1] += passes * draft
     busy[0] += s0 * (ver[0] + (draft if first else 0.0))
-    for i in range(1, p if flush(scenario) else p - 1):  # (flush: the last computes them too)
+    for i in range(1, p if flushes(scenario) else p - 1):  # (flush: the last computes them too)
         busy[i] += fwd * ver[i]
     return busy, duration
 

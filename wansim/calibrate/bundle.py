@@ -26,7 +26,8 @@ every field with its unit):
     (T=1 and greedy) and exactness (``activation_quality.yaml``,
     ``wansim-activation-quality/1``), so compressed cells are predicted with their cost;
   * ``mtp`` (optional): the MTP head's K drafts at the last stage (``intercept_ms +
-    per_draft_ms * K``, ``mtp_drafter.csv``), its config hash and its acceptance profile
+    per_draft_ms * K``, ``mtp_drafter.csv``), the fixed cost per pass of the first and last
+    stage of its pipeline (``fixed_ms``), its config hash and its acceptance profile
     (``acceptance_profile_mtp.yaml``, in-process decoding of the head);
   * ``drafter.width_ms``: each tree candidate beyond one per depth (the engines'
     ``drafter.width_ms``); ``dimensions``: what the bundle covers and what it does not
@@ -125,6 +126,7 @@ class Bundle:
     draft_width_ms: float = 0.0  # per tree candidate beyond one per depth
     mtp_intercept_ms: float | None = None  # the MTP head's K drafts at the last stage, if profiled
     mtp_per_draft_ms: float | None = None
+    mtp_fixed_ms: dict | None = None  # the MTP pipeline's first/last fixed cost per pass
 
     @property
     def model(self) -> dict:
@@ -328,6 +330,7 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         mtp = {
             "mtp_intercept_ms": _num(man, "mtp.drafter.intercept_ms", where),
             "mtp_per_draft_ms": _num(man, "mtp.drafter.per_draft_ms", where),
+            "mtp_fixed_ms": {r: _num(man, f"mtp.fixed_ms.{r}", where) for r in ("first", "last")},
         }
         _csv(p / MTP_FILES["mtp_drafter"], ("k", "draft_ms"), flag)
         f = p / MTP_FILES["acceptance_mtp"]

@@ -66,8 +66,8 @@ from collections import deque
 import numpy as np
 from simpy.events import Timeout
 
-from wansim.config.scenario import FLUSH_ON_FULL_ACCEPTANCE
 from wansim.sim.messages import VERIFY, Pass
+from wansim.speculation.block_schedule import flushes
 
 QUEUED = object()  # RequestState.drafting while the request waits for the drafter device
 VERDICT = 2  # control messages: ``kind`` values after PREFILL, VERIFY
@@ -182,7 +182,7 @@ class Scheduler:
         self.tokens = self.k + 1
         # flush_on_full_acceptance: the verifier draws committed - 1 (0 or K - 1: commit
         # survival), the bet wins on K - 1; stale blocks go on to the last stage, no Cancel
-        self.flush = scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
+        self.flush = flushes(scenario)
         self.full = self.k - 1 if self.flush else self.k
         self.draft_ms = float(draft_ms)
         self.cancel_bytes = float(cancel_bytes)

@@ -55,6 +55,7 @@ from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import LastStage, RelayStage, Stage
 from wansim.sim.verifier import Verifier
 from wansim.speculation import return_message_bytes
+from wansim.speculation.block_schedule import uses_blocks
 from wansim.stages.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.stages.slowdown import StageSlowdown, stage_rng
 
@@ -125,11 +126,6 @@ def check_supported(scenario: Scenario) -> None:
             "bets on a chain's drafts; hedge branches are not simulated with it by the DES",
             value,
         )
-
-
-def uses_blocks(scenario: Scenario) -> bool:
-    """Whether the run needs the block schedule (async, or a drafter that overlaps)."""
-    return scenario.schedule.kind == "async" or (scenario.drafter.overlap and scenario.k > 0)
 
 
 def _hop_forward_bytes(payload, hidden_size: int, hop: int, stages: int, n: int) -> float:

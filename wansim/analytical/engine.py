@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from wansim.acceptance.hybrid import check_tree_rounds, is_hybrid
 from wansim.analytical import batched as batching
 from wansim.analytical.batched import batched, batched_metrics
 from wansim.analytical.blocks import block_schedule, block_schedule_metrics, flush, uses_blocks
@@ -21,6 +22,7 @@ from wansim.analytical.distribution import (
     with_waits,
 )
 from wansim.analytical.faults import fault_run
+from wansim.analytical.hybrid import analyze_hybrid
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces
@@ -83,6 +85,16 @@ def check_supported(scenario: Scenario) -> None:
             "async / an overlapped drafter with continuous batching is",
         ),
     ]
+    if is_hybrid(scenario):
+        check_tree_rounds(scenario)
+        unsupported.append(
+            (
+                "workload.concurrency",
+                scenario.workload.concurrency,
+                not concurrent(scenario),
+                "the per-round hybrid with concurrent requests is",
+            )
+        )
     net = scenario.network
     if net.transport == "tcp":
         one = not (blocks or batched(scenario) or concurrent(scenario))
@@ -145,6 +157,12 @@ def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
             "faults.events",
             "a faulty ring is evaluated one scenario at a time (wansim run), not on a grid",
             f"{len(scenario.faults.events)} events",
+        )
+    if is_hybrid(scenario):
+        raise ScenarioError(
+            "schedule.hybrid_confident_fraction",
+            "the per-round hybrid is evaluated one scenario at a time (wansim run), not on a grid",
+            scenario.schedule.hybrid_confident_fraction,
         )
     blocks = uses_blocks(scenario)
     out = block_schedule_metrics(scenario) if blocks else sync_metrics(scenario)
@@ -216,6 +234,8 @@ def analyze(scenario: Scenario) -> Result:
         return analyze_pieces(scenario, analyze)
     if varies(scenario):
         return _over_nodes(scenario)
+    if is_hybrid(scenario):  # two schedules mixed per round (wansim.analytical.hybrid)
+        return analyze_hybrid(scenario, analyze)
     requested = scenario
     scenario = kv_admitted(scenario)
     if scenario.network.transport == "tcp":  # the sync lap under the window, then ideal forms

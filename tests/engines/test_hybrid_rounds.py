@@ -7,6 +7,8 @@ and at their limits (p = 1: the async schedule; p = 0: the sync tree schedule)."
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wansim.acceptance.hybrid import async_scenario, round_mix, tree_scenario
 from wansim.analytical import analyze
@@ -197,3 +199,76 @@ def test_concurrent_hybrid_is_refused_by_the_analytical_engine_only():
     assert str(info.value).startswith("workload.concurrency:")
     res = simulate(sc)
     assert res.details["blocks"]["tree_rounds"] > 0
+
+
+@st.composite
+def hybrid_scenarios(draw) -> dict:
+    """Random hybrid rings: depth, links, window, K, the confident fraction, the protocol and
+    the tree of the unconfident rounds."""
+    k = draw(st.integers(2, 6))
+    tree = draw(
+        st.sampled_from(
+            [
+                {"kind": "static", "branching": [2, 2, 1]},
+                {"kind": "static", "branching": [3, 1]},
+                {"kind": "sequoia", "budget_nodes": 8},
+            ]
+        )
+    )
+    return {
+        "name": "hybrid-agreement",
+        "seed": draw(st.integers(0, 10_000)),
+        "stages": draw(st.integers(2, 8)),
+        "model": {
+            "hidden_size": 1024,
+            "compute": {"kind": "linear", "base_ms": 3.0, "per_token_ms": 0.05},
+        },
+        "network": {
+            "latency_ms": draw(st.sampled_from([0.5, 5.0, 25.0])),
+            "bandwidth_mbps": draw(st.sampled_from([1000.0, 10000.0])),
+            "jitter": draw(st.sampled_from([{"kind": "none"}, {"kind": "normal", "std_ms": 1}])),
+        },
+        "drafter": {
+            "placement": "first_stage",
+            "kind": "ngram",
+            "draft_ms": draw(st.sampled_from([0.5, 4.0])),
+            "acceptance": {
+                "alpha": draw(st.sampled_from([0.5, 0.7, 0.9])),
+                "sibling_logit_offsets": [1.0, 2.0],
+                "extrapolate": True,
+            },
+        },
+        "speculation": {"policy": "chain", "k": k, "tree": tree},
+        "schedule": {
+            "kind": "async",
+            "max_inflight_blocks": draw(st.integers(1, 8)),
+            "hybrid_confident_fraction": draw(st.sampled_from([0.2, 0.5, 0.8])),
+            "async_protocol": draw(
+                st.sampled_from(["cancel_on_divergence", "flush_on_full_acceptance"])
+            ),
+        },
+        "workload": {"requests": 16, "prompt_tokens": 32, "output_tokens": 301},
+    }
+
+
+def _agree(data: dict) -> None:
+    """tokens/s within the hybrid's checked 10% plus the DES's 95% half-width; tau 5%."""
+    sc = load_scenario(data=data)
+    des, ana = simulate(sc).metrics, analyze(sc).metrics
+    low, high = des["tokens_per_s_ci95"]
+    half = (high - low) / 2
+    assert abs(ana["tokens_per_s"] - des["tokens_per_s"]) <= 0.10 * des["tokens_per_s"] + half
+    assert ana["tau"] == pytest.approx(des["tau"], rel=0.05)
+
+
+@settings(max_examples=6, deadline=None)
+@given(data=hybrid_scenarios())
+def test_hybrid_agreement_property(data):
+    _agree(data)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, derandomize=False)
+@given(data=hybrid_scenarios())
+def test_hybrid_agreement_property_fresh(data):
+    _agree(data)

@@ -26,6 +26,7 @@ import numpy as np
 
 from wansim.acceptance.hybrid import async_scenario, confident_fraction, round_mix, tree_scenario
 from wansim.analytical.distribution import mixture_normal_quantiles
+from wansim.analytical.regime import approximation
 from wansim.compute import stage_ms_each
 from wansim.result import Result
 from wansim.scenario import Scenario
@@ -119,15 +120,7 @@ def analyze_hybrid(scenario: Scenario, analyze: Callable[[Scenario], Result]) ->
         "chains_per_request_async_alone": chains,
         "bet_win_rate": win,
     }
-    trust = dict(chain_res.approximation or {})
-    trust.update(
-        {
-            "regime": f"hybrid rounds (p {p:g}): " + str(trust.get("regime", "async")),
-            "validated": False,
-            "why": "per-round hybrid: a renewal-reward mix of two models, checked against the DES"
-            " in tests/engines/test_hybrid_rounds.py, not on the approximation-error grid",
-        }
-    )
+    trust = approximation(scenario).to_json()  # validated: false (regime.outside says why)
     return Result(
         scenario=scenario,
         engine="analytical",

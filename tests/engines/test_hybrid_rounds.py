@@ -88,7 +88,6 @@ def test_round_mix_hand_worked():
     R (0.5 x 100 + 0.5 x 60) = 3200 / 7 ms."""
     mix = round_mix(
         0.5,
-        40,
         {"rounds": 4, "decode_ms": 400, "passes": 8, "bytes": 4000},
         {"rounds": 10, "decode_ms": 600, "passes": 10, "bytes": 1000},
     )

@@ -110,19 +110,14 @@ class RoundMix:
     extra: dict[str, float]
 
 
-def round_mix(
-    p: float,
-    decode_tokens: float,
-    chain: dict[str, float],
-    tree: dict[str, float],
-) -> RoundMix:
+def round_mix(p: float, chain: dict[str, float], tree: dict[str, float]) -> RoundMix:
     """Renewal-reward mix of the two round kinds (module docstring).
 
     ``chain``: the pure async schedule per request: ``rounds`` (chains C), ``decode_ms``,
     ``passes`` and other additive totals; ``tree``: the sync tree schedule per request:
     ``rounds`` = ``passes`` = N_t, ``decode_ms`` and the same totals. Every total is mixed as
-    R (p X_a / C + (1 - p) X_t / N_t)."""
-    m = float(decode_tokens)
+    R (p X_a / C + (1 - p) X_t / N_t), R = 1 / (p / C + (1 - p) / N_t) (the rounds that
+    commit a request's tokens: t_c = M / C, t_t = M / N_t)."""
     c, n_t = float(chain["rounds"]), float(tree["rounds"])
     rounds = 1.0 / (p / c + (1.0 - p) / n_t)
     per_c, per_t = p * rounds / c, (1.0 - p) * rounds / n_t
@@ -131,7 +126,6 @@ def round_mix(
         return per_c * float(chain[key]) + per_t * float(tree[key])
 
     keys = (set(chain) & set(tree)) - {"rounds", "decode_ms", "passes"}
-    assert m > 0
     return RoundMix(
         rounds=rounds,
         confident_rounds=p * rounds,

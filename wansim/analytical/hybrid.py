@@ -65,7 +65,7 @@ def analyze_hybrid(scenario: Scenario, analyze: Callable[[Scenario], Result]) ->
     chains = max(passes_a * (1.0 - win) + win, 1.0)
     chain = _per_request(chain_sc, chain_res, chains)
     tree = _per_request(tree_sc, tree_res, float(tree_res.details["passes_per_request"]))
-    mix = round_mix(p, m, chain, tree)
+    mix = round_mix(p, chain, tree)
     decode, passes = mix.decode_ms, mix.passes
     ttft = chain_res.metrics["ttft_ms_mean"]
     duration = ttft + decode

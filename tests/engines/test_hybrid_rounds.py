@@ -271,3 +271,19 @@ def test_hybrid_agreement_property(data):
 @given(data=hybrid_scenarios())
 def test_hybrid_agreement_property_fresh(data):
     _agree(data)
+
+
+def test_what_if_scenario_runs_in_both_engines():
+    """scenarios/hybrid-ngram-tree-ring.yaml (code: 80% of rounds confident): tokens/s rises
+    with the confident fraction from the all-tree ring to the all-async one (analytical: at
+    every step; the DES at 0.8 within 10% of the analytical)."""
+    path = "scenarios/hybrid-ngram-tree-ring.yaml"
+    rates = [
+        analyze(load_scenario(path, [f"schedule.hybrid_confident_fraction={p}"])).metrics[
+            "tokens_per_s"
+        ]
+        for p in (0.0, 0.3, 0.8, 1.0)
+    ]
+    assert rates == sorted(rates) and rates[0] < rates[-1]
+    des = simulate(load_scenario(path)).metrics["tokens_per_s"]
+    assert des == pytest.approx(rates[2], rel=0.10)

@@ -1081,6 +1081,7 @@ def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict | None:
 
 
 MAX_NESTING = 32  # levels of mappings/lists in a scenario (the schema needs 5)
+_LEAVES = frozenset({str, int, float, bool, type(None)})  # neither containers nor dataclasses
 
 
 def to_plain(obj: Any) -> Any:
@@ -1089,6 +1090,8 @@ def to_plain(obj: Any) -> Any:
     trail: list[str | int] = []  # the path to the current value (joined only for the error)
 
     def plain(obj: Any) -> Any:
+        if type(obj) in _LEAVES:  # the common case, without the checks below
+            return obj
         if len(trail) > MAX_NESTING:
             raise ScenarioError(
                 join_path(trail[:4]) + "...",

@@ -36,7 +36,10 @@ from pathlib import Path
 REFERENCE = "scenarios/v4pro-dspark-10stage-wan.yaml"
 WORKER = r"""
 import json, sys, time
-from wansim.scenario import load_scenario
+try:
+    from wansim.config.scenario import load_scenario
+except ImportError:  # the baseline, before the layout move
+    from wansim.scenario import load_scenario
 from wansim.sim import simulate
 for line in sys.stdin:
     over = json.loads(line)

@@ -1,4 +1,4 @@
-"""The agreement hunt (``wansim.agreement_hunt``): random valid scenarios across every
+"""The agreement hunt (``wansim.studies.agreement_hunt``): random valid scenarios across every
 mechanism, both engines. A point whose analytical tokens/s lies beyond its own error band plus
 twice the DES's 95% half-width must say ``validated: false`` (no silent error); properties
 over concurrency > 1: more bandwidth or less latency never lowers tokens/s (analytical: at
@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wansim import agreement_hunt as hunt
 from wansim.analytical import analyze
+from wansim.config.scenario import load_scenario
 from wansim.errors import WansimInputError
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
+from wansim.studies import agreement_hunt as hunt
 
 # a slice across the mechanisms (sync, trees, loss, per-hop links, async, overlap, concurrency,
 # continuous batching; issue 13's per-message costs, payload per hop, noise, stragglers, drift,

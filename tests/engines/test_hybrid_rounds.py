@@ -1,4 +1,4 @@
-"""The per-round hybrid (``schedule.hybrid_confident_fraction``, wansim/acceptance/hybrid.py):
+"""The per-round hybrid (``schedule.hybrid_confident_fraction``, wansim/speculation/hybrid_rounds.py):
 confident rounds pipeline async chain blocks until a bet is lost, the others are one sync
 round of ``speculation.tree``. Both engines (wansim/sim/async_speculation.py,
 wansim/analytical/hybrid.py) against a hand-worked renewal-reward case, against each other,
@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wansim.acceptance.hybrid import async_scenario, round_mix, tree_scenario
 from wansim.analytical import analyze
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
+from wansim.speculation.hybrid_rounds import async_scenario, round_mix, tree_scenario
 
 ALPHA, K = 0.8, 3
 

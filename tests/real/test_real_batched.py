@@ -69,6 +69,37 @@ def test_batched_forward_equals_separate_passes(tiny_models):
         bat[0].forward_batch(torch.zeros(3, dtype=torch.long), [(1, 0, 2)])
 
 
+def test_batched_drafting_equals_drafting_alone(tiny_models):
+    """Drafter.draft_batch (one drafter forward per draft position for several requests) gives
+    each request the drafts and distributions of Drafter.draft with the same generator, over
+    consecutive calls with rollbacks (the cached prefix reused), greedy and sampled."""
+    from wansim.real.prompts import builtin_prompts
+
+    _, drafter_dir, load_lm = tiny_models
+    torch.set_num_threads(1)
+    alone = Drafter(load_lm(drafter_dir, field="drafter_dir"))
+    batch = Drafter(load_lm(drafter_dir, field="drafter_dir"))
+    prompts = [list(p.tokens[: 20 + 5 * j]) for j, p in enumerate(builtin_prompts("code", 3, 40))]
+    for temp in (0.0, 1.0):
+        gens_a = [torch.Generator().manual_seed(10 + j) for j in range(3)]
+        gens_b = [torch.Generator().manual_seed(10 + j) for j in range(3)]
+        committed = [list(p) for p in prompts]
+        for round_ in range(3):
+            ref = []
+            for j in range(3):
+                alone.select(j + 3 * int(temp))
+                ref.append(alone.draft(committed[j], 4, temp, gens_a[j]))
+            items = [(j + 3 * int(temp), committed[j], gens_b[j]) for j in range(3)]
+            got = batch.draft_batch(items, 4, temp)
+            for (d_ref, q_ref), (d, q) in zip(ref, got, strict=True):
+                assert d == d_ref
+                assert (q is None) == (q_ref is None)
+                if q is not None:
+                    assert torch.allclose(q, q_ref, atol=1e-5)
+            for j in range(3):  # keep 1 + round_ drafts and a correction: a rollback
+                committed[j] = committed[j] + ref[j][0][: 1 + round_] + [7 + j]
+
+
 def test_batched_pipeline_greedy_fast(tiny_models, tmp_path):
     """The default suite's real batched run: P = 2, 3 ragged prompts in 2 micro-batches, no
     added delay: greedy == plain greedy per prompt, and a pass carried two requests."""

@@ -7,10 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from wansim.acceptance.hybrid import check_tree_rounds, is_hybrid
 from wansim.analytical import batched as batching
 from wansim.analytical.batched import batched, batched_metrics
-from wansim.analytical.blocks import block_schedule, block_schedule_metrics, flush, uses_blocks
+from wansim.analytical.blocks import block_schedule, block_schedule_metrics
 from wansim.analytical.concurrent import WAIT_PARTS, concurrent_metrics
 from wansim.analytical.distribution import (
     lap_distribution,
@@ -37,12 +36,14 @@ from wansim.analytical.sync import (
 )
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import tcp_equivalent
+from wansim.config.scenario import Scenario
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
-from wansim.metrics import stage_utilization
-from wansim.micro_batching import micro_batched
-from wansim.result import Result
-from wansim.scenario import Scenario
+from wansim.results.metric_names import stage_utilization
+from wansim.results.result import Result
+from wansim.serving.micro_batching import micro_batched
+from wansim.speculation.block_schedule import flushes, uses_blocks
+from wansim.speculation.hybrid_rounds import check_tree_rounds, is_hybrid
 
 
 def check_supported(scenario: Scenario) -> None:
@@ -291,15 +292,16 @@ def kv_admitted(scenario: Scenario) -> Scenario:
 
 def _kv_queue(answer: Answer, users: int, slots: int, decode_tokens: int) -> Answer:
     """``users`` closed-loop users sharing the ``slots`` the KV cache admits: each waits in the
-    admission queue, then resides T (TTFT + decode); the slots stay busy, so the request
-    throughput X is that of ``slots`` requests, and Little's law over the users' cycle
-    (users = X (W + T)) gives the mean wait W = users / X - T, added to TTFT. Its spread is not
-    modelled: the queue's p99 is taken as W (the wait sums the services of about
-    (users - slots) / slots requests ahead)."""
+    admission queue, then resides T (TTFT + decode). With users > slots the queue never
+    empties in steady state, so the slots stay busy and Little's law over them gives the
+    request rate X = slots / T; over the users' cycle (users = X (W + T)) the mean wait is
+    W = users / X - T = (users / slots - 1) T, added to TTFT. (The run's throughput, which
+    counts the cold start and the drain in its makespan, would understate X in short runs:
+    +22% on TTFT at 4 requests per user.) Its spread is not modelled: the queue's p99 is taken
+    as W (the wait sums the services of about (users - slots) / slots requests ahead)."""
     m = dict(answer.means)
     residence = m["ttft_ms_mean"] + m["tpot_ms_mean"] * decode_tokens
-    requests_per_ms = m["throughput_tokens_per_s"] / 1e3 / (decode_tokens + 1.0)
-    wait = max(users / requests_per_ms - residence, 0.0)
+    wait = max((users / slots - 1.0) * residence, 0.0)
     m["ttft_ms_mean"] += wait
     m["queue_ms_mean"] = m["queue_ms_p99"] = wait
     details = {**answer.details, "kv_admission": {"users": users, "slots": slots, "wait_ms": wait}}
@@ -459,7 +461,7 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     """Per-stage busy ms of one request under the block schedule (its passes, its stale
     blocks at S0 and forwarded ones in the middle, drafting where it occupies a stage) and the
     request's duration."""
-    from wansim.compute import stage_ms_each
+    from wansim.stages.compute import stage_ms_each
 
     p = int(scenario.stages)
     duration = means["prefill_ms"] + means["decode_ms"]
@@ -473,7 +475,7 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     first = scenario.drafter.placement == "first_stage"
     busy[0 if first else p - 1] += passes * draft
     busy[0] += s0 * (ver[0] + (draft if first else 0.0))
-    for i in range(1, p if flush(scenario) else p - 1):  # (flush: the last computes them too)
+    for i in range(1, p if flushes(scenario) else p - 1):  # (flush: the last computes them too)
         busy[i] += fwd * ver[i]
     return busy, duration
 

@@ -1,5 +1,5 @@
 """The per-round hybrid (``schedule.hybrid_confident_fraction``), one request at a time: the
-renewal-reward mix of :func:`wansim.acceptance.hybrid.round_mix` over the two schedules it
+renewal-reward mix of :func:`wansim.speculation.hybrid_rounds.round_mix` over the two schedules it
 switches between, each answered by its own model (the block schedule for the confident
 rounds, the sync closed form with ``speculation.tree`` for the others).
 
@@ -24,12 +24,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from wansim.acceptance.hybrid import async_scenario, confident_fraction, round_mix, tree_scenario
 from wansim.analytical.distribution import mixture_normal_quantiles
 from wansim.analytical.regime import approximation
-from wansim.compute import stage_ms_each
-from wansim.result import Result
-from wansim.scenario import Scenario
+from wansim.config.scenario import Scenario
+from wansim.results.result import Result
+from wansim.speculation.hybrid_rounds import (
+    async_scenario,
+    confident_fraction,
+    round_mix,
+    tree_scenario,
+)
+from wansim.stages.compute import stage_ms_each
 
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 

@@ -148,7 +148,7 @@ def outside(scenario) -> str:
     """Why ``scenario`` lies outside its regime's measured domain ('' when inside).
 
     Besides combinations no grid measured, the corners where the agreement hunt
-    (``wansim.agreement_hunt``, docs/approximations.md) found a model beyond its band:
+    (``wansim.studies.agreement_hunt``, docs/approximations.md) found a model beyond its band:
     retransmissions (in-order links hold every message behind a lost one: modelled, but
     rougher than any band) with more than one message in flight, heavy jitter on a loaded
     ring (the same head-of-line blocking), several requests on slow links without batching

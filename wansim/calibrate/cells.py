@@ -43,8 +43,8 @@ import pandas as pd
 import yaml
 
 from wansim.calibrate.measure import draft_stage_of, verify_rows
+from wansim.links.wire_bytes import serialise_ms
 from wansim.real.config import DRAFTER_KINDS  # no torch there (settings only)
-from wansim.wire import serialise_ms
 
 FRAME_HEADER_BYTES = 56  # wansim.real.frames.HEADER_BYTES
 TOKEN_ID_BYTES = 4
@@ -156,7 +156,7 @@ def build_cell(
 ) -> dict:
     """Write the cell's scenario (and its sample files, the profile copy) and return the raw
     scenario mapping (module docstring: what comes from where)."""
-    from wansim.wire import activation_bytes_per_token
+    from wansim.links.wire_bytes import activation_bytes_per_token
 
     cell_dir.mkdir(parents=True, exist_ok=True)
     v = verify_rows(passes)

@@ -4,13 +4,14 @@ The requests in flight (``concurrency``, at most ``micro_batches x max_batch_siz
 into ``micro_batches`` micro-batches that circulate the ring at once, as pipeline-parallel
 serving engines keep one batch per stage busy. A micro-batch is one pass: stage 0 drafts a
 block for each member, packs the blocks (ragged: a member's K + 1 verify tokens, a new member's
-whole prompt) into one activation message with a ``BATCH`` frame that says whose rows are whose
+whole prompt; the drafter drafts every member's block in one forward per draft position,
+``Drafter.draft_batch``) into one activation message with a ``BATCH`` frame that says whose rows are whose
 (request, position, tokens, drafts), and every stage runs ONE forward over them
 (``StageShard.forward_batch``: each block on its own request's KV cache, a block-diagonal
 mask). The last stage verifies each block with its request's own streams and returns one
 verdict record per block. Stages serve micro-batches FIFO, one at a time.
 
-The rules are the engines' (``wansim.micro_batching``): an admitted request joins the
+The rules are the engines' (``wansim.serving.micro_batching``): an admitted request joins the
 micro-batch with the fewest members (ties: the one whose request just finished, then the lowest
 index); its prompt rides in that micro-batch's next pass beside the members' verify blocks
 (prefill shares the passes, whole prompts); a member that has its tokens leaves at its verdict.
@@ -55,7 +56,7 @@ class MicroBatch:
 
 
 def batch_slots(concurrency: int, micro_batches: int, max_batch_size: int | None) -> int:
-    """Requests in flight at once (``wansim.micro_batching.serving_slots``'s rule)."""
+    """Requests in flight at once (``wansim.serving.micro_batching.serving_slots``'s rule)."""
     return (
         concurrency if max_batch_size is None else min(concurrency, micro_batches * max_batch_size)
     )
@@ -102,11 +103,9 @@ def generate_batched(worker, job: dict) -> dict:
     def send(mb: MicroBatch) -> None:
         t_start = time.monotonic_ns()
         blocks, ids, drafts_all, qs, entries = [], [], [], [], []
-        for req in mb.members:
-            drafts, q = [], None
-            if k:
-                worker.drafter.select(req.index)
-                drafts, q = worker.drafter.draft(req.committed, k, temp, req.dgen)
+        items = [(req.index, req.committed, req.dgen) for req in mb.members]
+        drafted = worker.drafter.draft_batch(items, k, temp) if k else [([], None)] * len(items)
+        for req, (drafts, q) in zip(mb.members, drafted, strict=True):
             pos = len(req.committed) - 1
             blocks.append((req.index, pos, k + 1, k))
             ids += [req.committed[-1], *drafts]

@@ -56,7 +56,7 @@ aborted. first_stage: released blocks enter S0's mailbox (S0 computes only); las
 ride the return hop as the verdict + drafts message.
 
 Per-round hybrid (``schedule.hybrid_confident_fraction`` p; the rule and its model decisions:
-:mod:`wansim.acceptance.hybrid`). Wherever drafting restarts from a verified token with nothing
+:mod:`wansim.speculation.hybrid_rounds`). Wherever drafting restarts from a verified token with nothing
 of the request in flight (after the prefill, a lost bet or a tree round's verdict) S0 draws the
 next round's kind from the request's own stream (seed, request id, 1): confident (probability
 p) rounds issue chain blocks as above until a bet is lost; the others are one
@@ -76,10 +76,10 @@ from collections import deque
 import numpy as np
 from simpy.events import Timeout
 
-from wansim.acceptance.hybrid import confident, round_draws
 from wansim.acceptance.trees import sample_survival
-from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE
 from wansim.sim.messages import VERIFY, Pass
+from wansim.speculation.block_schedule import flushes
+from wansim.speculation.hybrid_rounds import confident, round_draws
 
 QUEUED = object()  # RequestState.drafting while the request waits for the drafter device
 VERDICT = 2  # control messages: ``kind`` values after PREFILL, VERIFY
@@ -231,7 +231,7 @@ class Scheduler:
         self.tokens = self.k + 1
         # flush_on_full_acceptance: the verifier draws committed - 1 (0 or K - 1: commit
         # survival), the bet wins on K - 1; stale blocks go on to the last stage, no Cancel
-        self.flush = scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
+        self.flush = flushes(scenario)
         self.full = self.k - 1 if self.flush else self.k
         self.draft_ms = float(draft_ms)
         self.cancel_bytes = float(cancel_bytes)
@@ -277,7 +277,7 @@ class Scheduler:
             )
 
     def _next_round(self, st: RequestState) -> int:
-        """Draw the kind of the round that starts now (wansim.acceptance.hybrid.confident)."""
+        """Draw the kind of the round that starts now (wansim.speculation.hybrid_rounds.confident)."""
         if not st.round_draws:
             st.round_draws = round_draws(st.round_rng, BET_DRAWS)[::-1]
         u = st.round_draws.pop()

@@ -28,20 +28,15 @@ import numpy as np
 import simpy
 
 from wansim import speculation
-from wansim.acceptance.hybrid import (
-    check_tree_rounds,
-    confident_fraction,
-    is_hybrid,
-    tree_scenario,
-)
-from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
+from wansim.config.scenario import Scenario, hop_name
 from wansim.errors import ScenarioError
 from wansim.links.draws import hop_streams, ring_seeds
 from wansim.links.nonstationary import network_modulation
 from wansim.links.tcp import tcp_params
-from wansim.micro_batching import micro_batched, serving_slots
-from wansim.result import Result
-from wansim.scenario import Scenario, hop_name
+from wansim.links.wire_bytes import forward_bytes, tree_mask_bytes
+from wansim.results.result import Result
+from wansim.serving.micro_batching import micro_batched, serving_slots
+from wansim.serving.workload import plan_requests
 from wansim.sim import lone_ring
 from wansim.sim.async_speculation import Scheduler, TreeRounds, guess_rates
 from wansim.sim.faults import FaultInjector, fault_seed
@@ -60,10 +55,16 @@ from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import LastStage, RelayStage, Stage
 from wansim.sim.verifier import Verifier
-from wansim.slowdown import StageSlowdown, stage_rng
 from wansim.speculation import return_message_bytes
-from wansim.wire import forward_bytes, tree_mask_bytes
-from wansim.workload import plan_requests
+from wansim.speculation.block_schedule import uses_blocks
+from wansim.speculation.hybrid_rounds import (
+    check_tree_rounds,
+    confident_fraction,
+    is_hybrid,
+    tree_scenario,
+)
+from wansim.stages.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
+from wansim.stages.slowdown import StageSlowdown, stage_rng
 
 # bounded work: a run simulates requests x output_tokens tokens (~1e5-1e6 a second)
 MAX_TOKENS = 100_000_000
@@ -101,7 +102,7 @@ def check_supported(scenario: Scenario) -> None:
             [r.workload for r in wl.mix],
         )
     if wl.lengths.kind in ("trace", "empirical"):
-        from wansim.workload import read_trace
+        from wansim.serving.workload import read_trace
 
         most = wl.requests * int(read_trace(wl.trace).output_tokens.max())
         if most > MAX_TOKENS:
@@ -133,11 +134,6 @@ def check_supported(scenario: Scenario) -> None:
             "bets on a chain's drafts; hedge branches are not simulated with it by the DES",
             value,
         )
-
-
-def uses_blocks(scenario: Scenario) -> bool:
-    """Whether the run needs the block schedule (async, or a drafter that overlaps)."""
-    return scenario.schedule.kind == "async" or (scenario.drafter.overlap and scenario.k > 0)
 
 
 def _hop_forward_bytes(payload, hidden_size: int, hop: int, stages: int, n: int) -> float:
@@ -206,7 +202,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
     ]
     # hop i's forward message of n tokens (per hop with payload.extra_tensors) and the return
-    # message per sequence (wansim.wire)
+    # message per sequence (wansim.links.wire_bytes)
     payload, hidden = scenario.payload, scenario.model.hidden_size
     if payload.extra_tensors:
         fwd_bytes = [
@@ -261,7 +257,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         )
     )
     micro = None
-    if micro_batched(scenario):  # several batches in flight (wansim.micro_batching)
+    if micro_batched(scenario):  # several batches in flight (wansim.serving.micro_batching)
         micro = MicroBatcher(
             scenario.schedule.micro_batches,
             scenario.schedule.prefill_chunk_tokens,
@@ -345,7 +341,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
 
 
 def _tree_rounds(scenario: Scenario, rng_difficulty: np.random.Generator) -> TreeRounds:
-    """The hybrid's tree rounds (:mod:`wansim.acceptance.hybrid`): the tree policy of
+    """The hybrid's tree rounds (:mod:`wansim.speculation.hybrid_rounds`): the tree policy of
     ``speculation.tree`` with each request's rates drawn from (a copy of) the difficulty
     stream, its survival under the sync commit rule and its verdict's bytes."""
     sc = tree_scenario(scenario)
@@ -361,7 +357,7 @@ def _tree_rounds(scenario: Scenario, rng_difficulty: np.random.Generator) -> Tre
 
 def _slots(scenario: Scenario) -> int:
     """Requests in flight at most: ``workload.concurrency``, fewer when micro-batches cap them
-    (:func:`wansim.micro_batching.serving_slots`; the warm-up wave is that many too)."""
+    (:func:`wansim.serving.micro_batching.serving_slots`; the warm-up wave is that many too)."""
     if not micro_batched(scenario):
         return scenario.workload.concurrency
     return max(int(serving_slots(scenario)), 1)
@@ -429,7 +425,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
         "events": record.events,
         "ci_method": method,
         "percentile_ci_method": PERCENTILE_CI_METHOD,
-        # metric -> why it is null in the JSON (wansim.result.Result.to_json)
+        # metric -> why it is null in the JSON (wansim.results.result.Result.to_json)
         "undefined": undefined,
         "warmup_requests": warmup_requests(_slots(scenario), wl.requests),
         "verify_passes": record.verify_passes,

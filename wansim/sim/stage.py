@@ -98,7 +98,7 @@ class Stage:
         # (trees, wansim.speculation) the drafter's width cost per sequence
         self.draft_before_ms = draft_before_ms
         self.draft_before_per_sequence_ms = draft_before_per_sequence_ms
-        # the per-round hybrid (wansim.acceptance.hybrid): S0 drafts a tree round's block at
+        # the per-round hybrid (wansim.speculation.hybrid_rounds): S0 drafts a tree round's block at
         # this cost instead (None: no tree rounds)
         self.tree_draft_ms: float | None = None
         self.timeline = timeline  # (stage, start, end, what, passes); labels made on export
@@ -106,7 +106,7 @@ class Stage:
         self.hooks = hooks
         # micro-batches (wansim.sim.micro_batches): the mailbox holds whole micro-batches
         self.micro = micro
-        # compute noise and stragglers (wansim.slowdown.StageSlowdown), None when off
+        # compute noise and stragglers (wansim.stages.slowdown.StageSlowdown), None when off
         self.slowdown = slowdown
         self.slowdowns: list | None = None  # (stage, start, end, factor) when kept (Perfetto)
         self.mailbox: deque[Pass] = deque()

@@ -26,10 +26,10 @@ import numpy as np
 
 from wansim import speculation
 from wansim.acceptance.trees import sample_survival
-from wansim.scenario import Scenario
+from wansim.config.scenario import Scenario
+from wansim.serving.workload import RequestPlan
 from wansim.sim.messages import Pass
 from wansim.sim.request import Request
-from wansim.workload import RequestPlan
 
 CHUNK_REQUESTS = 256
 MAX_BLOCK = 4096
@@ -134,7 +134,7 @@ class Verifier:
 
     def verify_drawn(self, p: Pass, now_ms: float, accepted: int) -> int:
         """Verify pass ``p`` whose accepted drafts were drawn elsewhere (a tree round of the
-        per-round hybrid, :mod:`wansim.acceptance.hybrid`): the same commit and counts."""
+        per-round hybrid, :mod:`wansim.speculation.hybrid_rounds`): the same commit and counts."""
         req = p.request
         remaining = req.decode_tokens - req.committed
         committed = accepted + 1 if accepted < remaining else remaining

@@ -4,7 +4,8 @@ The closed forms for the sync schedule with one request are exact in the limit (
 property tests check them). The approximations are not: the block schedule (async in-pipe
 speculation, the overlapped drafter: :mod:`wansim.analytical.blocks`) and N concurrent
 requests (:mod:`wansim.analytical.concurrent`), alone and mixed, plus the lockstep batch of
-continuous batching. This module runs both engines over a grid per approximation and writes
+continuous batching, micro-batches, and the serving workloads on top of them (KV admission,
+lengths that vary: lognormal and the shipped trace). This module runs both engines over a grid per approximation and writes
 the table of measured errors (``docs/approximations.md``): nothing in it is typed in.
 
     python -m wansim.studies.approximation_error [--fast] [--out docs/approximations.md] [--workers N]
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from wansim.analytical.regime import REGIMES
+from wansim.analytical.regime import REGIMES, UNVALIDATED_BAND
 from wansim.data import reference_scenario
 
 REFERENCE = reference_scenario()
@@ -46,16 +47,34 @@ METRICS = RELATIVE + ABSOLUTE
 BOUNDS: dict[str, dict[str, float]] = {
     name: dict(r.error_band) for name, r in REGIMES.items() if name != "sync"
 }
+ASSUMPTIONS = {name: r.model for name, r in REGIMES.items()}
+# the serving workloads (issue 15) answered on top of a regime: KV admission (the admitted
+# slots by the regime's model, the users' wait by Little's law: wansim.analytical.engine) keeps
+# the band of the regime it runs on; varied lengths (expectations over workload nodes:
+# wansim.analytical.mixture) are never validated, so they carry the unvalidated band
+BOUNDS["KV admission"] = dict(REGIMES["continuous batching"].error_band)
+ASSUMPTIONS["KV admission"] = (
+    "KV capacity below the users' need (continuous batching): the regime's model at the slots"
+    " the cache admits, floor(capacity / (prompt + output)), plus the users' mean admission"
+    " wait by Little's law over their cycle (wansim/analytical/engine.py: kv_admitted, _kv_queue)"
+)
+BOUNDS["varied lengths"] = dict(UNVALIDATED_BAND)
+ASSUMPTIONS["varied lengths"] = (
+    "prompt and output lengths from a lognormal distribution or the shipped request trace"
+    " (rows in order, or drawn: empirical): each node of the length distribution analysed as a"
+    " workload of like requests and the answers combined by expectation (validated: false;"
+    " wansim/analytical/mixture.py)"
+)
 # Issue 13's WAN physics: measured here too, reported without a bound (their results say
 # validated: false; each is checked against an independent computation in its own tests)
 WAN_PHYSICS: dict[str, str] = {
     "per-message costs": "per-message software cost and codec per hop, a fixed per-pass "
     "overhead per stage: constants added to the lap's hops and stages (exact in the sync "
-    "closed form; wansim/links/delivery.py, wansim/compute.py)",
+    "closed form; wansim/links/delivery.py, wansim/stages/compute.py)",
     "payload per hop": "auxiliary hidden states that accumulate along the ring (extra tensors "
-    "per hop) and a return message that lists the verified ids (wansim/wire.py)",
+    "per hop) and a return message that lists the verified ids (wansim/links/wire_bytes.py)",
     "compute noise and stragglers": "per-pass lognormal noise and per-pass stragglers: their "
-    "means in the lap (wansim/slowdown.py); the variability they add is not modelled",
+    "means in the lap (wansim/stages/slowdown.py); the variability they add is not modelled",
     "drift": "a 1.3x slowdown of every hop over the run: quasi-static pieces of the run at "
     "the links of their time (wansim/analytical/nonstationary.py)",
     "faults": "a stage failure with fail-over or failed requests: the run's expected value "
@@ -67,7 +86,7 @@ WAN_PHYSICS: dict[str, str] = {
     "hybrid": "the per-round hybrid: renewal-reward mix of the block schedule and the sync tree "
     "(wansim/analytical/hybrid.py)",
 }
-ASSUMPTIONS = {name: r.model for name, r in REGIMES.items()} | WAN_PHYSICS
+ASSUMPTIONS.update(WAN_PHYSICS)
 GROUPS = [*BOUNDS, *WAN_PHYSICS]
 
 
@@ -202,7 +221,7 @@ def _points(group: str, fast: bool) -> list[dict]:
             (25.0, 1.0),  # latency-bound, then bottleneck-bound
         )
         from wansim.analytical.regime import approximation
-        from wansim.scenario import load_scenario
+        from wansim.config.scenario import load_scenario
 
         for stages, k, n, batches, chunk, latency in grid:
             point = {
@@ -219,11 +238,63 @@ def _points(group: str, fast: bool) -> list[dict]:
             # the regime's validated domain only (outside it: regime.outside says why)
             if approximation(load_scenario(REFERENCE, point)).validated:
                 pts.append(point)
+    elif group == "KV admission":
+        from wansim.config.scenario import load_scenario
+
+        grid = itertools.product(
+            (4, 10),
+            (3, 7),
+            (16, 64) if fast else (16, 32, 64),
+            (0.25, 0.5) if fast else (0.25, 0.5, 0.75),
+        )
+        context = load_scenario(REFERENCE).workload.prompt_tokens + 128
+        for stages, k, n, admitted in grid:
+            pts.append(
+                {
+                    "stages": stages,
+                    "speculation.k": k,
+                    "workload.concurrency": n,
+                    "schedule.batching": "continuous",
+                    "workload.kv_capacity_tokens": int(admitted * n) * context,
+                    "workload.requests": max(4 * n, 32),
+                    "workload.output_tokens": 128,
+                }
+            )
+    elif group == "varied lengths":
+        kinds = (
+            {"workload.lengths.kind": "lognormal", "workload.lengths.output_cv": 0.5},
+            {
+                "workload.lengths.kind": "lognormal",
+                "workload.lengths.prompt_cv": 1.0,
+                "workload.lengths.output_cv": 1.0,
+            },
+            {"workload.lengths.kind": "trace", "workload.trace": TRACE},
+            {"workload.lengths.kind": "empirical", "workload.trace": TRACE},
+        )
+        grid = itertools.product(
+            (4, 10), kinds, (1, 16) if fast else (1, 8, 32), ("none", "continuous")
+        )
+        for stages, kind, n, batching in grid:
+            if n == 1 and batching == "continuous":
+                continue
+            pts.append(
+                {
+                    "stages": stages,
+                    **kind,
+                    "workload.concurrency": n,
+                    "schedule.batching": batching,
+                    "workload.requests": min(max(4 * n, 32), 96),
+                    "workload.output_tokens": 128,
+                }
+            )
     elif group in WAN_PHYSICS:
         pts = _wan_physics_points(group, fast)
     else:
         raise KeyError(group)
     return pts
+
+
+TRACE = "traces/requests/synthetic-chat-code.csv"  # the shipped request trace (300 rows)
 
 
 def _wan_physics_points(group: str, fast: bool) -> list[dict]:
@@ -313,7 +384,7 @@ def points(groups=None, *, fast: bool = False) -> list[tuple[str, dict]]:
 def evaluate(task: tuple[str, dict]) -> dict:
     """Both engines on one point: the metrics and the errors."""
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
     from wansim.sim import simulate
 
     group, over = task
@@ -478,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--hunt",
         help="append the agreement hunt's section from its table (python -m"
-        " wansim.agreement_hunt --out CSV)",
+        " wansim.studies.agreement_hunt --out CSV)",
     )
     ap.add_argument(
         "--hunt-before", help="one line comparing the hunt with the code before, verbatim"
@@ -499,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     text = markdown(table, float(table["des_s"].sum()), args.fast)
     if args.hunt:
-        from wansim import agreement_hunt
+        from wansim.studies import agreement_hunt
 
         hunt = pd.read_csv(args.hunt, keep_default_na=False, na_values=[""])
         hunt["refused"] = hunt["refused"].fillna("")

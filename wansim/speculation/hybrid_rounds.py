@@ -41,8 +41,8 @@ import dataclasses
 
 import numpy as np
 
+from wansim.config.scenario import CANCEL_ON_DIVERGENCE, Scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import CANCEL_ON_DIVERGENCE, Scenario
 
 
 def confident_fraction(scenario: Scenario) -> float | None:

@@ -13,7 +13,7 @@ on tokens/s, with ``band`` the analytical result's own ``approximation.error_ban
 unvalidated point carries the band measured over the unvalidated points). *Silent* errors are
 out-of-band points whose result said ``validated: true``: the target is none.
 
-    python -m wansim.agreement_hunt [--points N] [--seed S] [--workers W] [--out CSV]
+    python -m wansim.studies.agreement_hunt [--points N] [--seed S] [--workers W] [--out CSV]
 
 ``tests/agreement/test_agreement_hunt.py`` runs a slice in the default suite and a few hundred points
 in the slow run; ``docs/approximations.md`` is rendered from the table this writes.
@@ -104,7 +104,7 @@ def base_scenario(seed: int) -> dict:
     output = int(pick(4, 9, 32, 128, 256, p=[0.08, 0.08, 0.24, 0.4, 0.2]))
     requests = int(max(4 * concurrency, 16 if output > 32 else 48))
     requests = int(min(requests, max(4 * concurrency, 12_000 // output)))
-    return {
+    data = {
         "name": f"hunt-{seed}",
         "seed": int(seed),
         "stages": stages,
@@ -134,6 +134,61 @@ def base_scenario(seed: int) -> dict:
             "output_tokens": output,
         },
     }
+    return _serving(data, seed)
+
+
+TRACE = "traces/requests/synthetic-chat-code.csv"  # the shipped trace (300 rows)
+TRACE_MEAN_OUTPUT = 210  # its mean output length (tokens), for the DES's size cap
+
+
+def _serving(data: dict, seed: int) -> dict:
+    """The serving mechanisms (micro-batches with chunked prefill and a batch cap, length
+    distributions and trace workloads, KV capacity), drawn from a stream of their own
+    (``(seed, 15)``) so every draw of :func:`draw_scenario` before them is the one earlier
+    hunts made for the same seed. Lengths that vary are drawn for the sync schedule only: the
+    block schedule solved per length node takes minutes a point (the hunt's budget is about a
+    second)."""
+    rng = np.random.default_rng([seed, 15])
+    wl, sched = data["workload"], data["schedule"]
+    many = wl["concurrency"] > 1
+    blocks = sched["kind"] == "async" or data["drafter"]["overlap"]
+    draw_micro, draw_lengths, draw_kv = rng.random(3)
+    if many and not blocks and draw_micro < 0.25:
+        sched["batching"] = "continuous"
+        sched["micro_batches"] = int(rng.integers(2, 9))
+        if rng.random() < 0.7:
+            sched["prefill_chunk_tokens"] = int(rng.choice([64, 128, 256, 512]))
+        if rng.random() < 0.3:
+            sched["max_batch_size"] = int(rng.integers(1, 5))
+    kind = "fixed"
+    if draw_lengths < 0.25 and not blocks:  # the block schedule per length node: minutes
+        kind = str(rng.choice(["lognormal", "empirical", "trace"]))
+        lengths: dict = {"kind": kind}
+        if kind == "lognormal":
+            lengths["prompt_cv"] = float(rng.choice([0.0, 0.5, 1.0]))
+            lengths["output_cv"] = float(rng.choice([0.3, 0.6, 1.0]))
+            lengths["max_prompt_tokens"] = 8 * wl["prompt_tokens"]
+            lengths["max_output_tokens"] = 8 * wl["output_tokens"]
+        else:
+            wl["trace"] = TRACE
+            cap = max(2 * wl["concurrency"], 12_000 // TRACE_MEAN_OUTPUT)
+            wl["requests"] = int(min(wl["requests"], cap, 300))
+        wl["lengths"] = lengths
+    if many and draw_kv < 0.2:
+        if kind == "fixed":
+            need = wl["prompt_tokens"] + wl["output_tokens"]
+        elif kind == "lognormal":
+            need = wl["lengths"]["max_prompt_tokens"] + wl["lengths"]["max_output_tokens"]
+        else:  # the trace's largest prompt + output (every row must fit)
+            from wansim.serving.workload import read_trace
+
+            trace = read_trace(TRACE)
+            need = int((trace.prompt_tokens + trace.output_tokens).max())
+        slots = int(rng.integers(1, wl["concurrency"]))  # fewer than the users
+        wl["kv_capacity_tokens"] = int(
+            max(need, slots * (wl["prompt_tokens"] + wl["output_tokens"]))
+        )
+    return data
 
 
 def wan_physics(data: dict, seed: int) -> dict:
@@ -211,6 +266,12 @@ def mechanisms(data: dict) -> str:
         tags.append("loss")
     if n.get("hops"):
         tags.append("hops")
+    if s.get("micro_batches"):
+        tags.append("micro-batches")
+    if w.get("lengths"):
+        tags.append(f"lengths-{w['lengths']['kind']}")
+    if w.get("kv_capacity_tokens"):
+        tags.append("kv")
     model = data["model"]
     if n.get("per_message_ms"):
         tags.append("per-message")
@@ -236,8 +297,8 @@ def mechanisms(data: dict) -> str:
 def evaluate(seed: int) -> dict:
     """Both engines on the scenario drawn from ``seed``: metrics, errors, the verdict."""
     from wansim.analytical import analyze
+    from wansim.config.scenario import load_scenario
     from wansim.errors import WansimInputError
-    from wansim.scenario import load_scenario
     from wansim.sim import simulate
 
     data = draw_scenario(seed)
@@ -327,11 +388,14 @@ def markdown(table, before=None) -> str:
     """The hunt's section of ``docs/approximations.md``: the verdict, per regime, the worst
     points named (seed, mechanisms) with why each lies outside its measured domain."""
     from wansim.analytical.regime import REGIMES, approximation
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     s = summary(table)
     ran = table[table["refused"] == ""].copy()
     ran["abs"] = ran["err tokens_per_s"].abs()
+    ran["regime"] = ran["regime"].str.replace(
+        r"over \d+ workload nodes", "over workload nodes", regex=True
+    )
 
     def documented(regime: str) -> float:
         if regime in REGIMES:
@@ -342,12 +406,15 @@ def markdown(table, before=None) -> str:
     lines = [
         "## The agreement hunt: random scenarios across every mechanism",
         "",
-        f"`python -m wansim.agreement_hunt --points {s['points']}`: {s['ran']} random valid"
-        " scenarios (`wansim.agreement_hunt.draw_scenario`: 1-10 stages, per-hop links, every"
+        f"`python -m wansim.studies.agreement_hunt --points {s['points']}`: {s['ran']} random valid"
+        " scenarios (`wansim.studies.agreement_hunt.draw_scenario`: 1-10 stages, per-hop links, every"
         " jitter kind, 0-4% loss, placement, overlap, chains, trees and no speculation, sync and"
-        " async, 1-16 requests with and without continuous batching, 4-256 output tokens; on top,"
-        " issue 13's per-message costs, payload per hop, compute noise and stragglers, drift,"
-        " faults, tcp, the flush protocol and the per-round hybrid), both engines. A point is *beyond its band* when |analytical - DES| exceeds the documented"
+        " async, 1-16 requests with and without continuous batching, 2-8 micro-batches with"
+        " chunked prefill and batch caps, lognormal, empirical and trace lengths (the shipped"
+        " trace), KV capacity below the users' need, 4-256 output tokens; on top, issue 13's"
+        " per-message costs, payload per hop, compute noise and stragglers, drift, faults, tcp,"
+        " the flush protocol and the per-round hybrid), both"
+        " engines. A point is *beyond its band* when |analytical - DES| exceeds the documented"
         " band of its regime (the table above) plus twice the DES's 95% half-width.",
         "",
         f"- validated (inside a measured regime): {s['validated']} of {s['ran']};",
@@ -386,7 +453,7 @@ def markdown(table, before=None) -> str:
     lines += [f"- *{head}*: {text}" for head, text in EXPLAINED.items()]
     lines += [
         "",
-        "Rebuild a point: `wansim.agreement_hunt.draw_scenario(seed)` gives its scenario.",
+        "Rebuild a point: `wansim.studies.agreement_hunt.draw_scenario(seed)` gives its scenario.",
         "",
     ]
     return "\n".join(lines)
@@ -428,7 +495,7 @@ EXPLAINED = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m wansim.agreement_hunt")
+    ap = argparse.ArgumentParser(prog="python -m wansim.studies.agreement_hunt")
     ap.add_argument("--points", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0, help="first seed; points use seed..seed+N-1")
     ap.add_argument("--workers", type=int, default=None)

@@ -22,8 +22,20 @@ from wansim.sim import simulate
 from wansim.studies import agreement_hunt as hunt
 
 # a slice across the mechanisms (sync, trees, loss, per-hop links, async, overlap, concurrency,
-# continuous batching), each cheap for the DES
-FAST_SEEDS = (3, 20, 24, 33, 53, 70, 75, 83, 103, 137, 151, 152)
+# continuous batching; issue 13's per-message costs, payload per hop, noise, stragglers, drift,
+# faults, tcp, flush, hybrid), each cheap for the DES
+FAST_SEEDS = (3, 8, 10, 16, 20, 24, 25, 33, 53, 70, 75, 83, 103, 137, 151, 152)
+WAN_PHYSICS = {
+    "per-message",
+    "payload-hops",
+    "noise",
+    "stragglers",
+    "drift",
+    "faults",
+    "tcp",
+    "flush",
+    "hybrid",
+}
 
 
 def check(row: dict) -> None:
@@ -43,6 +55,7 @@ def test_hunt_slice_agrees_or_says_so(seed):
 def test_hunt_slice_covers_the_mechanisms():
     tags = {t for s in FAST_SEEDS for t in hunt.mechanisms(hunt.draw_scenario(s)).split("+")}
     assert {"async", "overlap", "concurrent", "batching", "tree", "loss", "hops"} <= tags
+    assert tags >= WAN_PHYSICS
 
 
 @pytest.mark.slow

@@ -47,6 +47,7 @@ from pathlib import Path
 import yaml
 
 from wansim.acceptance.activation_quality import QualityTable, table_ref
+from wansim.config.scenario import VERIFIERS
 from wansim.config.validation import parse, spec
 from wansim.data import on_disk_or_shipped
 from wansim.errors import ProfileError, ScenarioError, WansimInputError
@@ -86,9 +87,6 @@ class WorkloadProfile:
         import numpy as np  # only here: reading and validating a profile needs no numpy
 
         return float(1.0 + np.cumprod(self.per_position).sum())
-
-
-VERIFIERS = ("lossless", "greedy", "typical")
 
 
 @dataclasses.dataclass(frozen=True)

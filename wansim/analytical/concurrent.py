@@ -41,8 +41,8 @@ import functools
 import numpy as np
 
 from wansim.analytical.resequencing import delay_atoms, resequencing_wait_ms
-from wansim.config.scenario import FLUSH_ON_FULL_ACCEPTANCE
 from wansim.numerics import normal_functions as nf
+from wansim.speculation.block_schedule import flushes
 
 BISECTION_STEPS = 60
 CONVOY_SWEEPS = 30
@@ -294,7 +294,7 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
     stale_s0 = 0.0 if blocks is None else blocks["stale_blocks_s0_per_request"]
     stale_fwd = 0.0 if blocks is None else blocks["stale_blocks_forwarded_per_request"]
     win = 0.0 if blocks is None else blocks["bet_win_rate"]
-    flushing = blocks is not None and scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
+    flushing = blocks is not None and flushes(scenario)
     for i in range(pmax):
         live = stages > i
         last = stages - 1 == i

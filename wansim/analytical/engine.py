@@ -9,7 +9,7 @@ import numpy as np
 
 from wansim.analytical import batched as batching
 from wansim.analytical.batched import batched, batched_metrics
-from wansim.analytical.blocks import block_schedule, block_schedule_metrics, flush, uses_blocks
+from wansim.analytical.blocks import block_schedule, block_schedule_metrics
 from wansim.analytical.concurrent import WAIT_PARTS, concurrent_metrics
 from wansim.analytical.distribution import (
     lap_distribution,
@@ -21,6 +21,7 @@ from wansim.analytical.distribution import (
     with_waits,
 )
 from wansim.analytical.faults import fault_run
+from wansim.analytical.hybrid import analyze_hybrid
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces
@@ -41,6 +42,8 @@ from wansim.links.nonstationary import network_modulation
 from wansim.results.metric_names import stage_utilization
 from wansim.results.result import Result
 from wansim.serving.micro_batching import micro_batched
+from wansim.speculation.block_schedule import flushes, uses_blocks
+from wansim.speculation.hybrid_rounds import check_tree_rounds, is_hybrid
 
 
 def check_supported(scenario: Scenario) -> None:
@@ -83,6 +86,16 @@ def check_supported(scenario: Scenario) -> None:
             "async / an overlapped drafter with continuous batching is",
         ),
     ]
+    if is_hybrid(scenario):
+        check_tree_rounds(scenario)
+        unsupported.append(
+            (
+                "workload.concurrency",
+                scenario.workload.concurrency,
+                not concurrent(scenario),
+                "the per-round hybrid with concurrent requests is",
+            )
+        )
     net = scenario.network
     if net.transport == "tcp":
         one = not (blocks or batched(scenario) or concurrent(scenario))
@@ -145,6 +158,12 @@ def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
             "faults.events",
             "a faulty ring is evaluated one scenario at a time (wansim run), not on a grid",
             f"{len(scenario.faults.events)} events",
+        )
+    if is_hybrid(scenario):
+        raise ScenarioError(
+            "schedule.hybrid_confident_fraction",
+            "the per-round hybrid is evaluated one scenario at a time (wansim run), not on a grid",
+            scenario.schedule.hybrid_confident_fraction,
         )
     blocks = uses_blocks(scenario)
     out = block_schedule_metrics(scenario) if blocks else sync_metrics(scenario)
@@ -216,6 +235,8 @@ def analyze(scenario: Scenario) -> Result:
         return analyze_pieces(scenario, analyze)
     if varies(scenario):
         return _over_nodes(scenario)
+    if is_hybrid(scenario):  # two schedules mixed per round (wansim.analytical.hybrid)
+        return analyze_hybrid(scenario, analyze)
     requested = scenario
     scenario = kv_admitted(scenario)
     if scenario.network.transport == "tcp":  # the sync lap under the window, then ideal forms
@@ -454,7 +475,7 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     first = scenario.drafter.placement == "first_stage"
     busy[0 if first else p - 1] += passes * draft
     busy[0] += s0 * (ver[0] + (draft if first else 0.0))
-    for i in range(1, p if flush(scenario) else p - 1):  # (flush: the last computes them too)
+    for i in range(1, p if flushes(scenario) else p - 1):  # (flush: the last computes them too)
         busy[i] += fwd * ver[i]
     return busy, duration
 

@@ -126,6 +126,8 @@ def regime_name(scenario) -> str:
     parts = []
     if sched.kind == "async":
         parts.append("async")
+    if sched.hybrid_confident_fraction is not None:
+        parts.append("hybrid")
     if blocks and scenario.drafter.overlap:
         parts.append("overlap")
     if many:
@@ -158,6 +160,13 @@ def outside(scenario) -> str:
             "faults: an expected value (wansim/analytical/faults.py), checked against Monte Carlo"
             " over DES seeds (tests/physics/test_faults.py: within 2% + 5 standard errors), not"
             " on the approximation-error grid"
+        )
+    if scenario.schedule.hybrid_confident_fraction is not None:
+        return (
+            "per-round hybrid: a renewal-reward mix of the block schedule and the sync tree"
+            " (wansim/analytical/hybrid.py), checked against the DES in"
+            " tests/engines/test_hybrid_rounds.py (within 10%), not on the approximation-error"
+            " grid"
         )
     if scenario.schedule.async_protocol != "cancel_on_divergence":
         return (

@@ -63,8 +63,9 @@ def _coarsen(values: np.ndarray, pmf: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def decode_mixture(scenario, means: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, mean ms, sd ms) of a request's decode time over the difficulty nodes, scaled
     to the loaded TPOT (module docstring)."""
-    from wansim.analytical.blocks import block_schedule, uses_blocks
+    from wansim.analytical.blocks import block_schedule
     from wansim.analytical.sync import passes_per_node
+    from wansim.speculation.block_schedule import uses_blocks
 
     m = float(scenario.workload.output_tokens - 1)
     if uses_blocks(scenario):

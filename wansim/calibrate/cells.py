@@ -43,11 +43,10 @@ import pandas as pd
 import yaml
 
 from wansim.calibrate.measure import draft_stage_of, verify_rows
-from wansim.links.wire_bytes import serialise_ms
+from wansim.links.wire_bytes import TOKEN_ID_BYTES, serialise_ms
 from wansim.real.config import DRAFTER_KINDS  # no torch there (settings only)
+from wansim.real.frames import HEADER_BYTES as FRAME_HEADER_BYTES  # no torch there either
 
-FRAME_HEADER_BYTES = 56  # wansim.real.frames.HEADER_BYTES
-TOKEN_ID_BYTES = 4
 PROB_BYTES = 4  # fp32 per vocabulary entry
 VERDICT_BYTES = FRAME_HEADER_BYTES + 2 * 4  # header + [accepted, next token] int32
 LINK_MODES = ("measured", "configured")

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from wansim.calibrate.cells import DRAFTER_KINDS, PLACEMENT
+from wansim.config.scenario import REAL_VERIFIERS
 from wansim.data import models_dir
 from wansim.errors import WansimInputError
 from wansim.real.config import MTP_FILES  # no torch there (settings only)
@@ -44,7 +45,6 @@ def tiny_model(name: str) -> str:
     return str(found if found is not None else Path("models") / name)
 
 
-VERIFIERS = ("greedy", "lossless")
 LINK_MODES = ("measured", "configured")
 BITS = (32, 16, 8, 4, 3)
 MAX_K = 64
@@ -134,8 +134,10 @@ def check_settings(s: Settings) -> dict:
             "must be finite numbers >= 0 (one-way ms per hop)",
             ",".join(f"{x:g}" for x in s.latencies_ms),
         )
-    if s.verifier not in VERIFIERS:
-        raise WansimInputError("--verifier", f"must be one of {' | '.join(VERIFIERS)}", s.verifier)
+    if s.verifier not in REAL_VERIFIERS:
+        raise WansimInputError(
+            "--verifier", f"must be one of {' | '.join(REAL_VERIFIERS)}", s.verifier
+        )
     if s.prompts < 1:
         raise WansimInputError("--prompts", "must be an integer >= 1", s.prompts)
     if s.tokens < 2:

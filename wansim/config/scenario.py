@@ -30,7 +30,9 @@ HIDDEN_STATE_DRAFTERS = ("mtp", "dspark", "dflash", "eagle")
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
 TRANSPORTS = ("ideal", "tcp")
 POLICIES = ("none", "chain", "tree")
+# verifier rules the engines model; the real path implements REAL_VERIFIERS (no typical)
 VERIFIERS = ("lossless", "greedy", "typical")
+REAL_VERIFIERS = ("greedy", "lossless")
 TREE_KINDS = ("static", "sequoia", "dynamic")
 SCHEDULES = ("sync", "async")
 CANCEL_ON_DIVERGENCE = "cancel_on_divergence"
@@ -502,7 +504,9 @@ class Schedule:
     it, with cancellation messages) or ``flush_on_full_acceptance`` (a block's K drafts count
     only when all are accepted, without a bonus token; else the block commits only the
     target's token at the divergence; stale blocks are computed by every stage they reach and
-    dropped at the last, no cancellation travels).
+    dropped at the last, no cancellation travels). ``hybrid_confident_fraction`` p: the
+    per-round hybrid (:mod:`wansim.speculation.hybrid_rounds`): each round is pipelined chain blocks
+    with probability p, else one synchronous round of the tree ``speculation.tree``.
 
     ``batching: continuous`` shares passes between the requests in flight: by default one batch
     circulates; ``micro_batches: N`` keeps N batches in flight at once, each of at most
@@ -522,6 +526,14 @@ class Schedule:
     )
     prefill_chunk_tokens: int | None = spec(
         None, ge=1, le=10_000_000, doc="prompt tokens a pass carries at most; null: whole"
+    )
+    hybrid_confident_fraction: float | None = spec(
+        None,
+        ge=0,
+        le=1,
+        doc="async only: share of rounds the drafter is confident (pipelined chain blocks);"
+        " the others are one synchronous round of speculation.tree"
+        " (:mod:`wansim.speculation.hybrid_rounds`); null: every round async",
     )
 
 
@@ -749,6 +761,7 @@ class Scenario:
                 sched.async_protocol,
             )
         self._check_micro_batches()
+        self._check_hybrid()
         if sched.kind != "async":
             return
         if sched.async_protocol == FLUSH_ON_FULL_ACCEPTANCE and self.k < 2:
@@ -778,6 +791,50 @@ class Scenario:
                 "reads the last stage's hidden state, which S0 does not have for drafts still in"
                 " flight: async at first_stage needs a drafter of token ids (draft_model | ngram)",
                 self.drafter.kind,
+            )
+
+    def _check_hybrid(self) -> None:
+        """The per-round hybrid mixes async chain rounds with sync tree rounds
+        (:mod:`wansim.speculation.hybrid_rounds`): it needs the async schedule with a chain, one
+        request's blocks per message (no continuous batching) and S0 drafting."""
+        sched = self.schedule
+        p = sched.hybrid_confident_fraction
+        if p is None:
+            return
+        field = "schedule.hybrid_confident_fraction"
+        if sched.kind != "async":
+            raise ScenarioError(
+                field,
+                f"mixes async chain rounds with tree rounds: needs schedule.kind: async"
+                f" (is {sched.kind})",
+                p,
+            )
+        if self.speculation.policy != "chain":
+            raise ScenarioError(
+                "speculation.policy",
+                "the hybrid's confident rounds are chains (its other rounds verify"
+                " speculation.tree): needs policy chain",
+                self.speculation.policy,
+            )
+        if sched.batching != "none":
+            raise ScenarioError(
+                "schedule.batching",
+                "the hybrid's rounds are per request: needs batching: none",
+                sched.batching,
+            )
+        if self.drafter.overlap:
+            raise ScenarioError(
+                "drafter.overlap",
+                "the hybrid drafts on S0 between its rounds (an overlapped drafter is not"
+                " modelled with it): needs overlap: false",
+                True,
+            )
+        if sched.hedge_branches:
+            raise ScenarioError(
+                "schedule.hedge_branches",
+                "hedge branches are a sync chain's; the hybrid's rounds are async chains or"
+                " trees: needs 0",
+                sched.hedge_branches,
             )
 
     def _check_micro_batches(self) -> None:
@@ -903,6 +960,9 @@ def load_scenario(
     scenario = parse(Scenario, raw, "")
     scenario = _resolve_files(scenario, base_dir)
     _check_acceptance(scenario)
+    if scenario.schedule.hybrid_confident_fraction is not None:  # its tree rounds' depth
+        tree = dataclasses.replace(scenario.speculation, policy="tree")
+        _check_acceptance(dataclasses.replace(scenario, speculation=tree))
     return scenario
 
 

@@ -164,10 +164,10 @@ def solve(n_customers, alone, stations, *, chain_blocks=None, scv=1.0, convoy_sh
     slower = (np.maximum(s_p - s_d, 0.0) * ppath).sum(axis=1)
     messages = (v_d * ppath).max(axis=1)  # verify messages per request on the forward path
     eg = None if chain_blocks is None else np.maximum(chain_blocks, 1.0)
-    # in-order links: the messages offered to a hop are the other requests' (one message of
-    # the request's own in flight under sync) or all of them (a request's own blocks follow
-    # each other under the block schedule)
-    own = np.ones_like(n) if chain_blocks is not None else (n - 1.0) / n
+    # in-order links: the messages offered to a hop that can hold a request's pass are the
+    # other requests' (its own in flight: one under sync; under the block schedule its own
+    # blocks' holds are the stalls of the schedule alone, wansim.analytical.blocks.loss_stalls)
+    own = (n - 1.0) / n
     hol = _hol_groups(stations.get("delay_atoms", ()), v_d + v_p)
 
     def waits(x):
@@ -415,10 +415,41 @@ def concurrent_metrics(scenario, alone: dict, parts: dict, blocks: bool) -> dict
         lo, hi = np.where(f > mid, mid, lo), np.where(f > mid, hi, mid)
     stale = stale_at(0.5 * (lo + hi))
     out = _concurrent(scenario, alone, parts, stale)
+    if overlap and scenario.schedule.kind == "sync":
+        out = _drafter_saturated(scenario, alone, parts, out, block_schedule_metrics)
     # the wire and the waste follow the stale blocks actually computed under load
     for key in ("wasted_token_fraction", "bytes_per_token"):
         out[key] = np.where(np.asarray(scenario.workload.concurrency) > 1, stale[key], alone[key])
     return out
+
+
+def _drafter_saturated(scenario, alone, parts, out, block_schedule_metrics) -> dict:
+    """The overlapped drafter (sync schedule: one block per request in flight) as the ring's
+    bottleneck: its FIFO queue holds one draft of every request (queued when the request's previous block is released, while that block's
+    pass travels), so a draft waits for the N - 1 ahead of it, (N - 1) d. Once that covers
+    the pass's travel (release to verdict, T), every draft starts after its bet is settled and
+    drafts from the correction: none is stale, and the drafter runs back to back (a lap of
+    N d). The M/D/1 wait of the fixed point averages over visits and misses this state (hunt
+    seed 297: 16 requests on a 4 ms drafter, -34% on tokens/s); where (N - 1) d >= T the
+    answer is the ring without stale drafts."""
+    fresh = block_schedule_metrics(scenario, draft_wait=1e12)  # every draft after its verdict
+    cand = _concurrent(scenario, alone, parts, fresh)
+    n = np.minimum(
+        np.asarray(scenario.workload.concurrency, dtype=float),
+        np.asarray(scenario.workload.requests, dtype=float),
+    )
+    d = np.asarray(parts["draft_ms"], dtype=float)
+    travel = np.asarray(cand["lap_ms_mean"]) - d - np.asarray(cand["draft_wait_ms"])
+    saturated = (n > 1) & ((n - 1.0) * d >= travel)
+    if not np.any(saturated):
+        return out
+    merged = dict(out)
+    for key, value in cand.items():
+        if key in out and np.shape(value) == np.shape(out[key]):
+            merged[key] = np.where(saturated, value, out[key])
+    for key in ("wasted_token_fraction", "bytes_per_token"):
+        merged[key] = np.where(saturated, fresh[key], out[key])
+    return merged
 
 
 def _concurrent(scenario, alone: dict, parts: dict, stale: dict | None) -> dict:

@@ -277,7 +277,12 @@ def block_metrics(
     lost = (loss[k] for k in ("count_mean", "count_var", "delay_mean_ms", "delay_var_ms2"))
     lost = tuple(lost)
     shape = np.broadcast_shapes(
-        shape, np.shape(s0_wait), np.shape(draft_wait), np.shape(slack), np.shape(in_flight), *map(np.shape, lost)
+        shape,
+        np.shape(s0_wait),
+        np.shape(draft_wait),
+        np.shape(slack),
+        np.shape(in_flight),
+        *map(np.shape, lost),
     )
     flat = [
         np.broadcast_to(x, shape).ravel()
@@ -382,9 +387,7 @@ def block_metrics(
     }
 
 
-def loss_stalls(
-    r, n_mean, n_var, stale_fwd, g, g_var, delay, delay_var, slack, in_flight
-) -> dict:
+def loss_stalls(r, n_mean, n_var, stale_fwd, g, g_var, delay, delay_var, slack, in_flight) -> dict:
     """The retransmissions of a request under the block schedule (per point, per difficulty
     node): K lost transmissions of mean cost ``jump`` (spread ``v``) on top of the lossless
     decode time.

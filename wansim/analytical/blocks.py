@@ -57,6 +57,7 @@ from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE, Scenario
 
 MAX_CHAIN = 256  # blocks per chain considered (a chain longer than a request is cut there)
 JITTER_NODES = 5
+ABSORBED = 0.5  # share of the in-flight blocks' crossings that fall inside a stall (loss_stalls)
 BIG = 1e12
 
 
@@ -416,7 +417,7 @@ def loss_stalls(r, n_mean, n_var, stale_fwd, g, g_var, delay, delay_var, slack, 
     # stalls overlap: while the ring is held by one loss, the blocks in flight (``in_flight``
     # of them in a lap) keep crossing the hops ahead of and behind the held one, and a loss
     # among them, half of those crossings on average, is repaired inside the same stall
-    share = 1.0 / (1.0 + 0.5 * g * (np.asarray(in_flight, dtype=float)[:, None] - 1.0))
+    share = 1.0 / (1.0 + ABSORBED * g * (np.asarray(in_flight, dtype=float)[:, None] - 1.0))
     sent = n_mean + stale_fwd
     jump = (1.0 - r) * c + r * np.maximum(c - np.asarray(slack)[:, None], 0.0)
     return {

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import copy
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wansim import agreement_hunt as hunt
 from wansim.analytical import analyze
-from wansim.analytical.regime import REGIMES
 from wansim.errors import WansimInputError
 from wansim.scenario import load_scenario
 from wansim.sim import simulate
 
 # a slice across the mechanisms (sync, trees, loss, per-hop links, async, overlap, concurrency,
-# continuous batching), each cheap for the DES
-FAST_SEEDS = (3, 20, 24, 33, 53, 70, 75, 83, 103, 137, 151, 152)
+# continuous batching), each cheap for the DES; 26 and 43: validated TTFT on deterministic rings
+FAST_SEEDS = (3, 20, 24, 26, 33, 43, 53, 70, 75, 83, 103, 137, 151, 152)
 
 
 def check(row: dict) -> None:
@@ -33,13 +33,9 @@ def check(row: dict) -> None:
         return
     if row["out_of_band"]:
         assert not row["validated"], (row["seed"], row["mechanisms"], row["err tokens_per_s"])
-    if row["validated"]:  # the mean TTFT within its band too (twice the DES's half-width)
-        band = REGIMES[row["regime"]].error_band["ttft_ms_mean"]
-        assert abs(row["err ttft_ms_mean"]) <= band + 2 * row["des_ttft_half_rel"], (
-            row["seed"],
-            row["regime"],
-            row["err ttft_ms_mean"],
-        )
+    # validated: the mean TTFT within its band too (plus twice the DES's half-width on it)
+    ttft_beyond = bool(hunt.ttft_beyond(pd.DataFrame([row])).iloc[0])
+    assert not (row["validated"] and ttft_beyond), (row["seed"], row["err ttft_ms_mean"])
     assert row["ana max_utilization"] <= 1.0 + 1e-9, row
 
 

@@ -5,6 +5,8 @@ of racing it.
 (e.g. ``sweep-part:1``: after the sweep wrote its first shard) and wait there until a signal
 ends the wait (SIGINT raises :class:`KeyboardInterrupt` inside it). A safety limit
 (``WANSIM_HOLD_MAX_S``, default 300 s) lets a forgotten hold continue instead of hanging.
+``WANSIM_HOLD_PIDFILE=PATH``: the holding process writes its pid there first (a test that kills
+a stage process mid-run finds it so: the labels ``stage{i}-pass`` count stage i's passes).
 Unset (every normal run), a checkpoint costs one environment lookup.
 """
 
@@ -24,6 +26,11 @@ def checkpoint(label: str, count: int) -> None:
     name, _, n = spec.partition(":")
     if name != label or count != int(n or 1):
         return
+    pidfile = os.environ.get("WANSIM_HOLD_PIDFILE")
+    if pidfile:
+        with open(pidfile + ".tmp", "w") as fh:
+            fh.write(str(os.getpid()))
+        os.replace(pidfile + ".tmp", pidfile)  # whole, never half written
     deadline = time.monotonic() + float(os.environ.get("WANSIM_HOLD_MAX_S", "300"))
     while time.monotonic() < deadline:
         time.sleep(0.05)

@@ -802,8 +802,10 @@ class Scenario:
         if sched.kind == "async" or (self.drafter.overlap and self.speculation.policy != "none"):
             raise ScenarioError(
                 "schedule.micro_batches",
-                "run the sync schedule (async and an overlapped drafter keep their own blocks"
-                " in flight): needs schedule.kind: sync and drafter.overlap: false",
+                "run the sync schedule (async and an overlapped drafter keep several blocks of"
+                " one sequence in flight, so it cannot belong to one micro-batch: README,"
+                " 'Scheduling levers'; use batching: continuous without micro_batches): needs"
+                " schedule.kind: sync and drafter.overlap: false",
                 sched.micro_batches,
             )
         if self.faults.events:
@@ -1023,6 +1025,7 @@ def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict | None:
 
 
 MAX_NESTING = 32  # levels of mappings/lists in a scenario (the schema needs 5)
+_LEAVES = frozenset({str, int, float, bool, type(None)})  # neither containers nor dataclasses
 
 
 def to_plain(obj: Any) -> Any:
@@ -1031,6 +1034,8 @@ def to_plain(obj: Any) -> Any:
     trail: list[str | int] = []  # the path to the current value (joined only for the error)
 
     def plain(obj: Any) -> Any:
+        if type(obj) in _LEAVES:  # the common case, without the checks below
+            return obj
         if len(trail) > MAX_NESTING:
             raise ScenarioError(
                 join_path(trail[:4]) + "...",

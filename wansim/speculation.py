@@ -510,13 +510,24 @@ def policy_terms(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
     )
     out = {n: np.empty(len(rows)) for n in names}
     per_node: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for i, (k, budget, shift, alpha, m, bits) in enumerate(rows):
+    pols, nodes = [], []
+    for k, budget, shift, alpha, _m, bits in rows:
         pol = policy(point_scenario(scenario, k, budget, shift, alpha, bits))
         w, surv = pol.difficulty_nodes()
-        surv = commit_survival(scenario, surv)
+        pols.append(pol)
+        nodes.append((w, commit_survival(scenario, surv)))
+    # every row's pass-count recurrences at once (the same values as one row at a time)
+    chains = [i for i, (_, surv) in enumerate(nodes) if surv.shape[1]]
+    moments = closed_form.passes_moments_many(
+        [nodes[i][1] for i in chains], [rows[i][4] for i in chains]
+    )
+    moments_of = dict(zip(chains, moments, strict=True))
+    for i, (_k, _budget, _shift, _alpha, m, _bits) in enumerate(rows):
+        pol = pols[i]
+        w, surv = nodes[i]
         depth = surv.shape[1]
         if depth:
-            n_mean, n_var = closed_form.passes_moments(surv, m)
+            n_mean, n_var = moments_of[i]
         else:
             n_mean, n_var = np.full(len(w), float(m)), np.zeros(len(w))
         out["tokens"][i] = pol.tokens_per_pass()

@@ -25,7 +25,7 @@ from wansim.errors import WansimInputError
 
 CODEC_OPS = {"first": 1, "middle": 2, "last": 1}
 BUNDLE_FORMAT = "wansim-profile-bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2
 
 
 def stage_role(i: int, stages: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wansim.acceptance import closed_form as cf
@@ -106,3 +106,31 @@ def test_all_pole_filter_is_lfilter_to_the_bit():
             ref = lfilter([1.0], a[r], x[r])
             assert np.array_equal(e[r], ref)
             assert np.array_equal(s2[r], lfilter([1.0], a[r], 2.0 * ref - 1.0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 12),  # depth (0: no drafts)
+            st.integers(1, 4),  # rows (difficulty nodes)
+            st.sampled_from([1, 2, 7, 40, 255, 5000, 200_000]),  # M: exact, lfilter, asymptotic
+            st.integers(0, 2**32 - 1),  # seed of the survival values
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_passes_moments_many_is_each_table_alone_to_the_bit(tables):
+    """Tables of different depths sharing one padded filter (and those that cannot) give what
+    passes_moments gives each alone, bit for bit: a 1-row grid and a 64-row grid agree."""
+    survs, ms = [], []
+    for depth, rows, m, seed in tables:
+        rng = np.random.default_rng(seed)
+        survs.append(np.sort(rng.uniform(0, 1, (rows, depth)), axis=1)[:, ::-1])
+        ms.append(m)
+    many = cf.passes_moments_many(survs, ms)
+    for surv, m, (mean, var) in zip(survs, ms, many, strict=True):
+        ref_mean, ref_var = cf.passes_moments(surv, m)
+        assert mean.shape == ref_mean.shape and mean.flags.c_contiguous
+        assert np.array_equal(mean, ref_mean) and np.array_equal(var, ref_var)

@@ -7,6 +7,7 @@ The real held-out subset (profile once, predict cells the profile did not see) i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
@@ -26,7 +27,13 @@ from wansim.calibrate.bundle import (
     load_bundle,
     write_bundle,
 )
-from wansim.calibrate.matrix import REAL_PATH_MECHANISMS, Cell, load_matrix, shipped_matrix
+from wansim.calibrate.matrix import (
+    REAL_PATH_EXCLUSIVE,
+    REAL_PATH_MECHANISMS,
+    Cell,
+    load_matrix,
+    shipped_matrix,
+)
 from wansim.calibrate.predict import Factors, cell_scenario, check_cells, even_split
 from wansim.calibrate.profiling import fit_drafter, fit_messages, fit_stage_cost
 from wansim.calibrate.report import dumps, spread, strict, summarize
@@ -129,7 +136,12 @@ def test_drafter_and_message_fits():
 
 
 # ----------------------------------------------------------------------------- the bundle
-def make_bundle(out: Path, target=TARGET, drafter=DRAFTER, max_k: int = 7) -> Path:
+MTP = ROOT / "models" / "tiny-mtp"
+
+
+def make_bundle(
+    out: Path, target=TARGET, drafter=DRAFTER, max_k: int = 7, mtp: bool = False
+) -> Path:
     """A synthetic bundle with the fits of :func:`synthetic_rows` (and a fitted profile)."""
     from wansim.acceptance.profile import profile_to_mapping
     from wansim.acceptance.trace import fit_profile
@@ -145,6 +157,16 @@ def make_bundle(out: Path, target=TARGET, drafter=DRAFTER, max_k: int = 7) -> Pa
                     a += 1
                 trace.append({"workload": "code", "prompt_id": p, "step": s, "k": k, "accepted": a})
     prof = fit_profile(pd.DataFrame(trace), temperature=0.0, verifier="greedy")
+    tree_prof = fit_profile(synthetic_tree_trace(max_k), temperature=0.0, verifier="greedy")
+    quality = {
+        "format": "wansim-activation-quality/1",
+        "source": "measured",
+        "target": "tiny-target",
+        "provenance": "synthetic (tests)",
+        "bits": {
+            8: {"acceptance_factor": 0.9, "acceptance_factor_greedy": 0.95, "target_exact": False}
+        },
+    }
     errors = pd.DataFrame(
         {
             "role": ["forward"] * 3 + ["return"] * 3,
@@ -152,7 +174,14 @@ def make_bundle(out: Path, target=TARGET, drafter=DRAFTER, max_k: int = 7) -> Pa
             "error_ms": [0.2, 0.4, 0.6, 0.1, 0.3, 0.5],
         }
     )
-    draft = pd.DataFrame({"k": [2, 4, 7], "draft_ms": [2.9, 5.3, 8.9]})
+    # chains: K drafts; trees of 2K nodes: + 0.25 ms per extra node
+    draft = pd.DataFrame(
+        {
+            "k": [2, 4, 7, 2, 4, 7],
+            "nodes": [2, 4, 7, 4, 8, 14],
+            "draft_ms": [2.9, 5.3, 8.9, 3.4, 6.3, 10.65],
+        }
+    )
     manifest = {
         "model": {
             "target": target.name,
@@ -169,19 +198,74 @@ def make_bundle(out: Path, target=TARGET, drafter=DRAFTER, max_k: int = 7) -> Pa
         "drafter": fit_drafter(draft),
         "message": fit_messages(errors),
         "acceptance": {"ks": [2, 4, max_k], "max_k": max_k},
+        "activation_quality": {"k": 4, "bits": quality["bits"]},
     }
+
+    def profile_text(p) -> str:
+        mapping = profile_to_mapping(p)
+        mapping["activation_quality"] = FILES["activation_quality"]
+        return yaml.safe_dump(mapping, sort_keys=False)
+
+    mtp_files = None
+    if mtp:  # the head: 0.3 + 0.4 K ms at the last stage
+        mtp_rows = pd.DataFrame({"k": [2, 4, 7], "draft_ms": [1.1, 1.9, 3.1]})
+        manifest["mtp"] = {
+            "name": "tiny-mtp",
+            "mtp_config_sha256": hashlib.sha256((MTP / "mtp_config.json").read_bytes()).hexdigest(),
+            "drafter": fit_drafter(mtp_rows),
+        }
+        mtp_files = (mtp_rows, profile_text(prof))
     write_bundle(
         out,
         manifest,
         {"stage_passes": rows, "drafter": draft, "emulator_error": errors},
-        yaml.safe_dump(profile_to_mapping(prof), sort_keys=False),
+        profile_text(prof),
+        tree_text=profile_text(tree_prof),
+        quality_text=yaml.safe_dump(quality, sort_keys=False),
+        mtp=mtp_files,
     )
     return out
 
 
+TREE_RANK1, TREE_RANK2, TREE_DEEPER = 0.7, 0.4, 0.6
+
+
+def synthetic_tree_trace(max_k: int, seed: int = 1) -> pd.DataFrame:
+    """Walks of static trees (2 candidates at depth 1, then chains) with known rates: rank 1 at
+    depth 1 accepted w.p. 0.7, rank 2 (after rank 1 failed) 0.4, every deeper node 0.6."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in (2, 4, max_k):
+        for p in range(8):
+            for s in range(40):
+                ranks, children = [], [2]
+                if rng.random() < TREE_RANK1:
+                    ranks.append(1)
+                elif rng.random() < TREE_RANK2:
+                    ranks.append(2)
+                if ranks:
+                    while True:
+                        children.append(1 if len(ranks) < k else 0)
+                        if len(ranks) == k or rng.random() >= TREE_DEEPER:
+                            break
+                        ranks.append(1)
+                rows.append(
+                    {
+                        "workload": "code",
+                        "prompt_id": p,
+                        "step": s,
+                        "k": k,
+                        "accepted": len(ranks),
+                        "accepted_ranks": ";".join(map(str, ranks)),
+                        "walk_children": ";".join(map(str, children)),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
 def test_bundle_round_trip(tmp_path):
     b = load_bundle(make_bundle(tmp_path / "b"))
-    assert b.manifest["format"] == "wansim-profile-bundle" and b.manifest["version"] == 1
+    assert b.manifest["format"] == "wansim-profile-bundle" and b.manifest["version"] == 2
     assert b.max_k == 7 and b.prompt_tokens == 64
     # hand-worked: a middle stage of 2 layers at K=4 (n=5), 8-bit (2 codec ops)
     want = (2.0 - 0.4 + 0.15) + 0.7 * 2 + 0.1 * 5 + 0.02 * 2 * 5 + 2 * 0.3
@@ -205,10 +289,18 @@ def test_bundle_round_trip(tmp_path):
             "acceptance_profile.yaml is not a valid acceptance profile",
         ),
         (
+            lambda p: (p / FILES["acceptance_tree"]).unlink(),
+            "acceptance_profile_tree.yaml is missing",
+        ),
+        (
+            lambda p: (p / FILES["activation_quality"]).write_text("bits: 3\n"),
+            "activation_quality.yaml is not a valid activation-quality table",
+        ),
+        (
             lambda p: (p / MANIFEST).write_text(
-                (p / MANIFEST).read_text().replace("version: 1", "version: 99")
+                (p / MANIFEST).read_text().replace("version: 2", "version: 99")
             ),
-            "version: must be 1",
+            "version: must be 2",
         ),
         (
             lambda p: (p / MANIFEST).write_text(
@@ -252,12 +344,29 @@ def test_shipped_matrix_spans_the_held_out_space():
     # held out: every runnable cell differs from the 2-stage, 5 ms profile in stages or latency
     assert all(c.stages > 2 or c.latency_ms != 5 for c in runnable)
     assert sum(c.stages > 2 for c in runnable) >= 6
-    # pending = exactly the cells with a mechanism the real path lacks; none dropped
+    # pending = exactly the cells with a mechanism (or pair) the real path lacks; none dropped
     for c in cells:
-        assert c.runnable == (set(c.mechanisms) <= REAL_PATH_MECHANISMS)
+        alone = set(c.mechanisms) <= REAL_PATH_MECHANISMS
+        together = not any(pair <= set(c.mechanisms) for pair in REAL_PATH_EXCLUSIVE)
+        assert c.runnable == (alone and together)
+    pending = [c for c in cells if not c.runnable]
+    assert {c.mechanism for c in pending} == {"tree+concurrent", "chain+concurrent+async"}
+    assert "does not combine concurrent and tree" in pending[0].pending_reason
+    assert "does not combine async and concurrent" in pending[1].pending_reason
+    assert {m for c in runnable for m in c.mechanisms} == {
+        "chain",
+        "tree",
+        "mtp",
+        "concurrent",
+        "batched",
+        "async",
+        "compressed",
+    }
+    assert len(runnable) >= 20
     assert len({c.label for c in cells}) == len(cells)
     quick = load_matrix(None, quick=True)
     assert 2 <= len(quick) <= 6 and all(c.runnable for c in quick)
+    assert {m for c in quick for m in c.mechanisms} >= {"tree", "concurrent", "async"}
     assert quick[0].prompts == 3 and quick[0].tokens == 32
 
 
@@ -296,7 +405,8 @@ def test_cells_the_bundle_cannot_support(tmp_path):
         check_cells([Cell(4, 5, 8)], b)
     with pytest.raises(WansimInputError, match=r"profiled widths 8 \| 32"):
         check_cells([Cell(4, 5, 2, bits=4)], b)
-    check_cells(load_matrix(None), b)
+    check_cells([c for c in load_matrix(None) if c.drafter != "mtp"], b)
+    check_cells(load_matrix(None), load_bundle(make_bundle(tmp_path / "m", mtp=True)))
 
 
 # ----------------------------------------------------------------------------- the scenario
@@ -331,14 +441,154 @@ def test_scenario_mean_lap_is_the_hand_sum(tmp_path, stages, k, bits):
     assert got == pytest.approx(want, rel=1e-9)
 
 
-def test_pending_cells_are_predicted(tmp_path):
+def test_every_mechanism_is_predicted_from_the_bundle(tmp_path):
     from wansim.calibrate.predict import engines
 
     b = load_bundle(make_bundle(tmp_path / "b"))
-    for cell in (Cell(4, 5, 4, concurrency=4), Cell(4, 20, 4, schedule="async")):
+    for cell in (
+        Cell(4, 5, 4, concurrency=4),
+        Cell(4, 20, 4, schedule="async"),
+        Cell(4, 20, 4, policy="tree"),
+        Cell(4, 5, 4, policy="tree", concurrency=4),
+        Cell(4, 50, 2, concurrency=4, batching="continuous"),
+    ):
         cell_scenario(cell, b, tmp_path / cell.label, des_requests=40)
         m = engines(tmp_path / cell.label / "scenario.yaml", des=False)["analytical"]
         assert m["tokens_per_s"] > 0
+
+
+def test_mechanisms_matrix_one_cell_each_run_and_predicted_alike(tmp_path):
+    """The shipped one-cell-per-mechanism matrix: every cell runnable and differing from the
+    4-stage 20 ms K=4 chain in its mechanism alone; a micro-batched cell's scenario keeps as
+    many batches in flight as its real run (prompts riding the passes), and both engines
+    predict every cell."""
+    from wansim.calibrate.predict import engines
+
+    b = load_bundle(make_bundle(tmp_path / "b"))
+    cells = load_matrix("mechanisms")
+    assert [c.mechanism for c in cells] == [
+        "chain",
+        "tree",
+        "chain+concurrent",
+        "chain+concurrent+batched",
+        "chain+concurrent+batched",
+        "chain+async",
+        "chain+compressed",
+        "chain+lossy",
+    ]
+    assert all(c.runnable and (c.stages, c.latency_ms) == (4, 20) for c in cells)
+    assert [c.micro_batches for c in cells if c.batching == "continuous"] == [1, 2]
+    assert cells[4].label == "P4-L20-K4-concurrent-batched-mb2"
+    for cell in cells:
+        raw = cell_scenario(cell, b, tmp_path / cell.label, des_requests=40)
+        if cell.batching == "continuous":
+            assert raw["schedule"]["micro_batches"] == cell.micro_batches
+        m = engines(tmp_path / cell.label / "scenario.yaml")
+        assert m["analytical"]["tokens_per_s"] > 0 and m["des"]["tokens_per_s"] > 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cells: [{stages: 4, latency_ms: 5, k: 2, concurrency: 4, micro_batches: 2}]")
+    with pytest.raises(WansimInputError, match=r"cells\[0\]\.micro_batches: needs batching"):
+        load_matrix(bad)
+
+
+def test_fixed_costs_reach_the_engines_through_scenario_fields(tmp_path):
+    """The bundle's fixed cost per pass is each stage's ``model.stage_overhead_ms`` (scaled by
+    ``host_cpu_factor``, the load factor) and its per-message cost each hop's
+    ``per_message_ms``; the tables and the jitter keep only the rest (jitter mean 0)."""
+    b = load_bundle(make_bundle(tmp_path / "b"))
+    f = Factors(compute=1.5, draft=1.5, forward=2.0, back=3.0)
+    raw = cell_scenario(Cell(4, 20, 4), b, tmp_path / "c", f, des_requests=10)
+    fixed = b.stage_cost.fixed_ms
+    assert raw["model"]["stage_overhead_ms"] == pytest.approx(
+        [fixed["first"], fixed["middle"], fixed["middle"], fixed["last"]]
+    )
+    assert raw["model"]["host_cpu_factor"] == 1.5
+    hops = raw["network"]["hops"]
+    assert [h["per_message_ms"] for h in hops] == pytest.approx([0.8, 0.8, 0.8, 0.9])
+    for h in hops:
+        resid = np.loadtxt(tmp_path / "c" / h["jitter"]["samples_file"])
+        assert resid.mean() == pytest.approx(0.0, abs=1e-12)
+    # the table holds the rest: layers, tokens and codec (x the load factor)
+    table = dict(map(tuple, raw["model"]["stage_compute"][0]["points"]))
+    want = (b.stage_cost.verify_ms("first", 2, 5) - fixed["first"]) * 1.5
+    assert table[5.0] == pytest.approx(want)
+
+
+def test_tree_cell_scenario_is_the_bundles_tree(tmp_path):
+    """A tree cell: the static tree of 2K nodes, the bundle's tree profile (rank-1 rates and the
+    sibling rate fitted from tree walks), drafting K passes + width_ms per extra node, every
+    stage at n = 2K + 1. The closed-form mean lap = those parts by hand (the bytes differ from
+    a chain's by < 0.2 ms of serialisation at 1000 Mbit/s over the lap: tolerance)."""
+    from wansim.acceptance.profile import load_profile
+    from wansim.analytical import analyze
+    from wansim.scenario import load_scenario
+
+    b = load_bundle(make_bundle(tmp_path / "b"))
+    assert b.draft_width_ms == pytest.approx(0.25, abs=1e-9)
+    wp = next(iter(load_profile(b.tree_acceptance_profile).workloads.values()))
+    assert wp.per_position[0] == pytest.approx(TREE_RANK1, abs=0.06)
+    assert wp.siblings[0] == pytest.approx(TREE_RANK2, abs=0.1)
+    assert wp.per_position[1] == pytest.approx(TREE_DEEPER, abs=0.06)
+    cell = Cell(4, 20, 4, policy="tree")
+    raw = cell_scenario(cell, b, tmp_path / "t", des_requests=10)
+    assert raw["speculation"]["tree"] == {"kind": "static", "branching": [2, 1, 1, 1]}
+    assert raw["drafter"]["acceptance"]["profile"].endswith("acceptance_profile_tree.yaml")
+    got = analyze(load_scenario(tmp_path / "t" / "scenario.yaml")).metrics["lap_ms_mean"]
+    n = 9
+    stage = sum(
+        b.stage_cost.verify_ms(r, lay, n)
+        for r, lay in zip(("first", "middle", "middle", "last"), even_split(6, 4), strict=True)
+    )
+    draft = b.draft_ms(4) + 0.25 * 4
+    hops = 4 * 20.0 + 3 * 0.4 + 0.3
+    assert got == pytest.approx(stage + draft + hops, abs=0.2)
+
+
+def test_mtp_cells_use_the_bundles_head(tmp_path):
+    """``drafter: mtp`` cells: the head drafts at the last stage for the bundle's K-draft time,
+    its drafts ride the verdict back; a bundle without the head refuses the cell (one line)."""
+    from wansim.analytical import analyze
+    from wansim.scenario import load_scenario
+
+    with pytest.raises(WansimInputError, match=r"drafter: must be draft_model"):
+        check_cells([Cell(4, 20, 4, drafter="mtp")], load_bundle(make_bundle(tmp_path / "a")))
+    b = load_bundle(make_bundle(tmp_path / "b", mtp=True))
+    assert b.mtp_draft_ms(4) == pytest.approx(0.3 + 0.4 * 4, abs=1e-9)
+    cell = Cell(4, 20, 4, drafter="mtp")
+    assert cell.mechanism == "chain+mtp" and cell.label == "P4-L20-K4-mtp" and cell.runnable
+    assert not Cell(4, 20, 4, drafter="mtp", concurrency=4).runnable
+    check_cells([cell], b)
+    raw = cell_scenario(cell, b, tmp_path / "m", des_requests=10)
+    assert raw["drafter"]["kind"] == "mtp" and raw["drafter"]["placement"] == "last_stage"
+    assert raw["drafter"]["draft_ms"] * 4 == pytest.approx(b.mtp_draft_ms(4))
+    assert raw["payload"]["return_bytes"] > 64  # the drafts ride the verdict
+    got = analyze(load_scenario(tmp_path / "m" / "scenario.yaml")).metrics["lap_ms_mean"]
+    stage = sum(
+        b.stage_cost.verify_ms(r, lay, 5)
+        for r, lay in zip(("first", "middle", "middle", "last"), even_split(6, 4), strict=True)
+    )
+    fwd_bytes = 56 + (56 + 4 * 4) + 5 * 128 * 4  # activation frame, draft ids, fp32 x n
+    ser = (3 * fwd_bytes + raw["payload"]["return_bytes"]) * 8 / 1e6  # ms at 1000 Mbit/s
+    hops = 4 * 20.0 + 3 * 0.4 + 0.3 + ser
+    assert raw["payload"]["return_bytes"] == 64 + 56 + 4 * 4
+    assert got == pytest.approx(stage + b.mtp_draft_ms(4) + hops, rel=1e-9)
+
+
+def test_compressed_cells_use_the_bundles_quality_table(tmp_path):
+    """8-bit cells: the bundle's measured acceptance factor applies (greedy 0.95 here) and the
+    analytical result is validated (it was not without a table)."""
+    from wansim.analytical import analyze
+    from wansim.scenario import load_scenario
+
+    b = load_bundle(make_bundle(tmp_path / "b"))
+    out = {}
+    for bits in (32, 8):
+        cell_scenario(Cell(4, 20, 4, bits=bits), b, tmp_path / f"b{bits}", des_requests=10)
+        out[bits] = analyze(load_scenario(tmp_path / f"b{bits}" / "scenario.yaml"))
+    assert out[8].approximation["validated"] is True
+    assert out[8].metrics["target_exact"] is False
+    assert out[8].metrics["tau"] < out[32].metrics["tau"]
+    assert b.quality_bits == {32, 8}
 
 
 # ----------------------------------------------------------------------------- the report
@@ -448,9 +698,9 @@ def test_in_sample_mode_is_labelled():
 
 
 def test_shipped_matrix_is_package_data():
-    assert shipped_matrix().is_file()
+    assert shipped_matrix().is_file() and shipped_matrix("mechanisms.yaml").is_file()
     text = (ROOT / "pyproject.toml").read_text()
-    assert "heldout.yaml" in text
+    assert "heldout.yaml" in text and "mechanisms.yaml" in text
 
 
 def test_load_factors_like_for_like(tmp_path):
@@ -540,3 +790,48 @@ def test_scenario_compute_from_a_bundle(tmp_path):
         sc_path.write_text(yaml.safe_dump({**base, **bad}))
         with pytest.raises(WansimInputError, match=message):
             load_scenario(sc_path)
+
+
+def test_quality_table_from_wire_quality_rows():
+    """Hand case: factors are min(1, ratio to fp32); below 16 bits never exact; the table loads
+    as a ``wansim-activation-quality/1`` file."""
+    from wansim.acceptance.activation_quality import table_from_mapping
+    from wansim.calibrate.profiling import quality_table
+
+    rows = [
+        {
+            "activation_bits": 32,
+            "acceptance_ratio": 1.0,
+            "acceptance_lossless_ratio": 1.0,
+            "target_exact": True,
+            "kl_mean": 0.0,
+            "token_agreement": 1.0,
+        },
+        {
+            "activation_bits": 8,
+            "acceptance_ratio": 1.05,
+            "acceptance_lossless_ratio": 0.97,
+            "target_exact": True,
+            "kl_mean": 1.9e-5,
+            "token_agreement": 1.0,
+        },
+        {
+            "activation_bits": 4,
+            "acceptance_ratio": 0.9,
+            "acceptance_lossless_ratio": 0.8,
+            "target_exact": False,
+            "kl_mean": 5.8e-3,
+            "token_agreement": 0.55,
+        },
+    ]
+    t = quality_table(rows, "tiny", "test")
+    assert t["bits"][8] == {
+        "acceptance_factor": 0.97,
+        "acceptance_factor_greedy": 1.0,
+        "target_exact": False,
+        "kl_mean": 1.9e-5,
+        "token_agreement": 1.0,
+    }
+    assert t["bits"][4]["acceptance_factor_greedy"] == 0.9 and 32 not in t["bits"]
+    q = table_from_mapping(t, "test")
+    assert q.at(4).factor("greedy") == 0.9 and q.at(8).factor("lossless") == 0.97

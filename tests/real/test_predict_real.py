@@ -48,7 +48,16 @@ def held_out(tmp_path_factory, tiny_dirs):
         drafter_dir=drafter,
         plans=((((0, 1), (1, 6)), 32), (((0, 5), (5, 6)), 32)),
         ks=(2, 4),
-        size={"prompts": 2, "tokens": 24, "acceptance_prompts": 8, "acceptance_tokens": 32},
+        size={
+            "prompts": 2,
+            "tokens": 24,
+            "acceptance_prompts": 8,
+            "acceptance_tokens": 32,
+            "tree_prompts": 4,
+            "tree_tokens": 24,
+            "quality_prompts": 2,
+            "quality_tokens": 16,
+        },
     )
     matrix = root / "matrix.yaml"
     matrix.write_text(yaml.safe_dump({"defaults": {"prompts": 2, "tokens": 24}, "cells": CELLS}))

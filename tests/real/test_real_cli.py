@@ -41,9 +41,64 @@ pytestmark = pytest.mark.real
             "error: tree.kind: dynamic trees need the greedy verifier (a shape chosen from the"
             " drafted tokens would bias rejection sampling); use static or sequoia, got 'dynamic'",
         ),
+        (
+            [
+                "run",
+                "--concurrency",
+                "64",
+                "--prompts",
+                "64",
+                "--max-new-tokens",
+                "1000",
+                "--kv-capacity-tokens",
+                "20000",
+            ],
+            "error: concurrency: 64 request(s) in flight x (prompt 64 + max_new_tokens 1000 + 4"
+            " drafted + 1) = 68416 KV positions exceed kv_capacity_tokens 20000; at most 18 fit,"
+            " got 64",
+        ),
+        (
+            [
+                "run",
+                "--batching",
+                "continuous",
+                "--concurrency",
+                "8",
+                "--micro-batches",
+                "2",
+                "--prompts",
+                "8",
+                "--kv-capacity-tokens",
+                "1000",
+            ],
+            "error: concurrency: 8 request(s) in flight x (prompt 64 + max_new_tokens 64 + 4"
+            " drafted + 1) = 1064 KV positions exceed kv_capacity_tokens 1000; at most 7 fit,"
+            " got 8",
+        ),
+        (
+            ["run", "--tree", "static:16,8", "--kv-capacity-tokens", "200"],
+            "error: tree.budget: 1 request(s) in flight x (prompt 64 + max_new_tokens 64 + 144"
+            " drafted + 1) = 273 KV positions exceed kv_capacity_tokens 200, got 144",
+        ),
+        (
+            ["run", "--batching", "continuous", "--tree", "static:2"],
+            "error: batching: continuous batches chains with the sync schedule (no tree, no"
+            " async), got 'continuous'",
+        ),
+        (
+            ["run", "--kv-capacity-tokens", "0"],
+            "error: kv_capacity_tokens: must be an integer >= 1, got 0",
+        ),
     ],
 )
-def test_bad_input_exit_2(capsys, argv, line):
+def test_bad_input_exit_2(capsys, argv, line, monkeypatch):
+    """One line, exit 2, and no stage process was started for any of them."""
+    from wansim.real import runner
+
+    def no_start(self):
+        raise AssertionError("a stage process was started for bad input")
+
+    monkeypatch.setattr(runner.Pipeline, "start", no_start)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.strip() == line

@@ -111,15 +111,23 @@ def all_pole_filter(a: np.ndarray, x: np.ndarray) -> np.ndarray:
 
         return np.array([lfilter([1.0], a_r, x_r) for a_r, x_r in zip(a, x, strict=True)])
     rows, order = a.shape
-    z = np.zeros((rows, order - 1))
-    y = np.empty(x.shape)
+    # state and output stored time/coefficient-major (rows contiguous): the same elementwise
+    # operations, written into preallocated arrays
+    a_t = np.ascontiguousarray(a.T)
+    a_mid, a_last = a_t[1:-1], a_t[-1]
+    x_t = np.ascontiguousarray(x.T)
+    z = np.zeros((order - 1, rows))
+    y = np.empty((x.shape[-1], rows))
+    scratch = np.empty((max(order - 2, 0), rows))
     for t in range(x.shape[-1]):
-        yt = z[:, 0] + x[:, t]
-        y[:, t] = yt
+        yt = y[t]
+        np.add(z[0], x_t[t], out=yt)
         if order > 2:
-            z[:, :-1] = z[:, 1:] - yt[:, None] * a[:, 1:-1]
-        z[:, -1] = 0.0 - yt * a[:, -1]
-    return y
+            np.multiply(yt, a_mid, out=scratch)
+            np.subtract(z[1:], scratch, out=z[:-1])
+        np.multiply(yt, a_last, out=z[-1])
+        np.subtract(0.0, z[-1], out=z[-1])
+    return np.ascontiguousarray(y.T)
 
 
 def passes_moments(surv: np.ndarray, m_tokens: float) -> tuple[np.ndarray, np.ndarray]:
@@ -149,6 +157,58 @@ def passes_moments(surv: np.ndarray, m_tokens: float) -> tuple[np.ndarray, np.nd
     mean = e[:, -1].copy()  # contiguous, as callers' reductions expect (summation order)
     var = np.maximum(s2[:, -1] - mean**2, 0.0)
     return mean.reshape(lead), var.reshape(lead)
+
+
+def passes_moments_many(
+    survs: list[np.ndarray], m_tokens: list[float]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`passes_moments` of each (survival table, M) pair, the same values to the bit.
+
+    The exact recurrences of every table with the same M (up to ``NUMPY_FILTER_MAX_STEPS``) run
+    as one :func:`all_pole_filter` over all their rows: a table of depth D padded with zero
+    survival to the group's depth has zero filter coefficients beyond D + 1, whose state stays
+    exactly 0.0 (0.0 - y * 0.0 is 0.0 for any finite y), so each row's operations and roundings
+    are its own table's (elementwise, no reduction across rows). The rest run one by one."""
+    out: list = [None] * len(survs)
+    groups: dict[int, list[int]] = {}
+    for i, (surv, m_tok) in enumerate(zip(survs, m_tokens, strict=True)):
+        surv = np.asarray(surv, dtype=float)
+        m = round(float(m_tok))
+        exact = 0 < m <= min(EXACT_PASSES_MAX_TOKENS, NUMPY_FILTER_MAX_STEPS)
+        if exact and surv.ndim == 2 and surv.shape[1] > 0:
+            groups.setdefault(m, []).append(i)
+        else:
+            out[i] = passes_moments(surv, m_tok)
+    for m, members in groups.items():
+        # identical tables (e.g. grid points differing only in activation width) once
+        first: dict[tuple, int] = {}
+        for i in members:
+            surv = np.asarray(survs[i], dtype=float)
+            first.setdefault((surv.shape, surv.tobytes()), i)
+        unique = list(dict.fromkeys(first.values()))
+        tables = [np.asarray(survs[i], dtype=float) for i in unique]
+        depth = max(t.shape[1] for t in tables)
+        rows = np.zeros((sum(len(t) for t in tables), depth))
+        at = 0
+        for t in tables:
+            rows[at : at + len(t), : t.shape[1]] = t
+            at += len(t)
+        ones = np.ones((len(rows), 1))
+        pmf_x = -np.diff(np.concatenate([ones, rows, 0.0 * ones], axis=1), axis=1)
+        a = np.concatenate([ones, -pmf_x], axis=1)
+        e = all_pole_filter(a, np.ones((len(rows), m)))
+        s2 = all_pole_filter(a, 2.0 * e - 1.0)
+        at, done = 0, {}
+        for i, t in zip(unique, tables, strict=True):
+            mean = e[at : at + len(t), -1].copy()  # contiguous, as passes_moments returns it
+            var = np.maximum(s2[at : at + len(t), -1] - mean**2, 0.0)
+            done[i] = (mean, var)
+            at += len(t)
+        for i in members:
+            surv = np.asarray(survs[i], dtype=float)
+            mean, var = done[first[(surv.shape, surv.tobytes())]]
+            out[i] = (mean.copy(), var.copy())
+    return out
 
 
 EXACT_INVERSE_MAX_TOKENS = (

@@ -19,11 +19,22 @@ every field with its unit):
     receiver has the frame, minus the link's scheduled delay: framing, the loopback legs, the
     relay's wake-up), mean per hop role; its distribution in ``emulator_error_ms.csv``;
   * ``acceptance``: the profile fitted from the traces of every profiled K pooled
-    (``acceptance_profile.yaml``; per-position rates up to ``max_k``).
+    (``acceptance_profile.yaml``; per-position rates up to ``max_k``); ``tree``: the same for
+    static trees of 2K nodes (``acceptance_profile_tree.yaml``: rank-1 rates per depth and the
+    rank-2 sibling rate at depth 1); both name ``activation_quality.yaml``;
+  * ``activation_quality``: per activation width below 32 bits its measured acceptance factor
+    (T=1 and greedy) and exactness (``activation_quality.yaml``,
+    ``wansim-activation-quality/1``), so compressed cells are predicted with their cost;
+  * ``mtp`` (optional): the MTP head's K drafts at the last stage (``intercept_ms +
+    per_draft_ms * K``, ``mtp_drafter.csv``), its config hash and its acceptance profile
+    (``acceptance_profile_mtp.yaml``, in-process decoding of the head);
+  * ``drafter.width_ms``: each tree candidate beyond one per depth (the engines'
+    ``drafter.width_ms``); ``dimensions``: what the bundle covers and what it does not
+    (concurrency, batches, the MTP head).
 
 - ``stage_passes.csv``: the verify and prefill passes the costs were fitted from (one row per
   stage per pass: role, layers, n, bits, service, compute, codec and verify ms);
-- ``drafter.csv``: K, draft ms per verify pass; ``emulator_error_ms.csv``: role, bytes,
+- ``drafter.csv``: K, draft nodes (K for a chain, 2K for a tree), draft ms per verify pass; ``emulator_error_ms.csv``: role, bytes,
   error ms per frame.
 
 :func:`load_bundle` checks everything a prediction reads before anything runs; a missing or
@@ -55,7 +66,11 @@ FILES = {
     "drafter": "drafter.csv",
     "emulator_error": "emulator_error_ms.csv",
     "acceptance": "acceptance_profile.yaml",
+    "acceptance_tree": "acceptance_profile_tree.yaml",
+    "activation_quality": "activation_quality.yaml",
 }
+# present when the MTP head was profiled (``mtp`` in bundle.yaml)
+MTP_FILES = {"mtp_drafter": "mtp_drafter.csv", "acceptance_mtp": "acceptance_profile_mtp.yaml"}
 
 
 def config_sha256(checkpoint_dir: str | Path) -> str:
@@ -106,7 +121,10 @@ class Bundle:
     per_message_ms: dict  # hop role -> mean ms
     emulator_error: pd.DataFrame  # role, bytes, error_ms
     stage_passes: pd.DataFrame  # the rows stage_cost was fitted from
-    drafter_rows: pd.DataFrame  # k, draft_ms
+    drafter_rows: pd.DataFrame  # k, nodes, draft_ms
+    draft_width_ms: float = 0.0  # per tree candidate beyond one per depth
+    mtp_intercept_ms: float | None = None  # the MTP head's K drafts at the last stage, if profiled
+    mtp_per_draft_ms: float | None = None
 
     @property
     def model(self) -> dict:
@@ -124,6 +142,29 @@ class Bundle:
     def acceptance_profile(self) -> Path:
         return self.path / FILES["acceptance"]
 
+    @property
+    def tree_acceptance_profile(self) -> Path:
+        return self.path / FILES["acceptance_tree"]
+
+    @property
+    def has_mtp(self) -> bool:
+        return self.mtp_intercept_ms is not None
+
+    @property
+    def mtp_acceptance_profile(self) -> Path:
+        return self.path / MTP_FILES["acceptance_mtp"]
+
+    def mtp_draft_ms(self, k: int) -> float:
+        """The MTP head's K drafts at the last stage, total ms (0 for K = 0)."""
+        if k == 0 or not self.has_mtp:
+            return 0.0
+        return max(0.0, self.mtp_intercept_ms + self.mtp_per_draft_ms * k)
+
+    @property
+    def quality_bits(self) -> set[int]:
+        """Activation widths whose acceptance cost the bundle measured (32: the reference)."""
+        return {32, *(int(b) for b in self.manifest["activation_quality"]["bits"])}
+
     def draft_ms(self, k: int) -> float:
         """K drafts' total ms at stage 0 (0 for K = 0)."""
         return 0.0 if k == 0 else max(0.0, self.draft_intercept_ms + self.draft_per_draft_ms * k)
@@ -134,12 +175,28 @@ class Bundle:
 
 
 # ----------------------------------------------------------------------------- writing
-def write_bundle(out: Path, manifest: dict, tables: dict[str, pd.DataFrame], profile_text: str):
+def write_bundle(
+    out: Path,
+    manifest: dict,
+    tables: dict[str, pd.DataFrame],
+    profile_text: str,
+    tree_text: str,
+    quality_text: str,
+    mtp: tuple[pd.DataFrame, str] | None = None,
+):
+    """``mtp``: the MTP head's drafting rows and its acceptance profile text, if profiled."""
     out.mkdir(parents=True, exist_ok=True)
+    files = dict(FILES)
+    if mtp is not None:
+        files.update(MTP_FILES)
+        mtp[0].to_csv(out / MTP_FILES["mtp_drafter"], index=False)
+        (out / MTP_FILES["acceptance_mtp"]).write_text(mtp[1])
     for key, frame in tables.items():
         frame.to_csv(out / FILES[key], index=False)
     (out / FILES["acceptance"]).write_text(profile_text)
-    manifest = {"format": FORMAT, "version": VERSION, **manifest, "files": dict(FILES)}
+    (out / FILES["acceptance_tree"]).write_text(tree_text)
+    (out / FILES["activation_quality"]).write_text(quality_text)
+    manifest = {"format": FORMAT, "version": VERSION, **manifest, "files": files}
     head = (
         "# wansim profile bundle (docs/calibrate.md, 'The profile bundle'): measured once by\n"
         "# `wansim calibrate profile`; read by `wansim calibrate predict --profile DIR`.\n"
@@ -249,18 +306,43 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         flag,
     )
     drafter_rows = _csv(p / FILES["drafter"], ("k", "draft_ms"), flag)
-    prof = p / FILES["acceptance"]
-    if not prof.is_file():
-        raise _bad(flag, f"{FILES['acceptance']} is missing from the bundle", str(path))
+    from wansim.acceptance.activation_quality import load_table
     from wansim.acceptance.profile import load_profile
     from wansim.errors import ProfileError
 
-    try:
-        load_profile(prof)
-    except (ProfileError, WansimInputError, ValueError, yaml.YAMLError):
-        raise _bad(
-            flag, f"{FILES['acceptance']} is not a valid acceptance profile", str(prof)
-        ) from None
+    for key, loader, what in (
+        ("activation_quality", load_table, "activation-quality table"),
+        ("acceptance", load_profile, "acceptance profile"),
+        ("acceptance_tree", load_profile, "acceptance profile"),
+    ):
+        f = p / FILES[key]
+        if not f.is_file():
+            raise _bad(flag, f"{FILES[key]} is missing from the bundle", str(path))
+        try:
+            loader(f)
+        except (ProfileError, WansimInputError, ValueError, TypeError, yaml.YAMLError):
+            raise _bad(flag, f"{FILES[key]} is not a valid {what}", str(f)) from None
+    mtp = {}
+    if "mtp" in man:
+        _get(man, "mtp.mtp_config_sha256", where)
+        mtp = {
+            "mtp_intercept_ms": _num(man, "mtp.drafter.intercept_ms", where),
+            "mtp_per_draft_ms": _num(man, "mtp.drafter.per_draft_ms", where),
+        }
+        _csv(p / MTP_FILES["mtp_drafter"], ("k", "draft_ms"), flag)
+        f = p / MTP_FILES["acceptance_mtp"]
+        if not f.is_file():
+            raise _bad(flag, f"{MTP_FILES['acceptance_mtp']} is missing from the bundle", path)
+        try:
+            load_profile(f)
+        except (ProfileError, WansimInputError, ValueError, TypeError, yaml.YAMLError):
+            raise _bad(
+                flag, f"{MTP_FILES['acceptance_mtp']} is not a valid acceptance profile", str(f)
+            ) from None
+    q = _get(man, "activation_quality.bits", where)
+    if not isinstance(q, dict):
+        raise _bad(f"{where}: activation_quality.bits", "must map bits to their cost", q)
+    width = _num(man, "drafter.width_ms", where)
     return Bundle(
         path=p,
         manifest=man,
@@ -271,6 +353,8 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         emulator_error=errors,
         stage_passes=passes,
         drafter_rows=drafter_rows,
+        draft_width_ms=width,
+        **mtp,
     )
 
 
@@ -278,8 +362,15 @@ def _short(man, key):
     return man.get(key) if isinstance(man, dict) else type(man).__name__
 
 
-def check_model(bundle: Bundle, target_dir: str | Path, drafter_dir: str | Path, flag: str):
-    """The bundle was measured on these checkpoints (their config.json hashes)."""
+def check_model(
+    bundle: Bundle,
+    target_dir: str | Path,
+    drafter_dir: str | Path,
+    flag: str,
+    mtp_dir: str | Path | None = None,
+):
+    """The bundle was measured on these checkpoints (their config.json hashes; the MTP head's
+    ``mtp_config.json`` when the bundle profiled one and ``mtp_dir`` is given)."""
     m = bundle.model
     if config_sha256(target_dir) != m["target_config_sha256"]:
         raise _bad(
@@ -289,6 +380,15 @@ def check_model(bundle: Bundle, target_dir: str | Path, drafter_dir: str | Path,
             "profile`",
             str(bundle.path),
         )
+    if mtp_dir is not None and bundle.has_mtp:
+        got = hashlib.sha256((Path(mtp_dir) / "mtp_config.json").read_bytes()).hexdigest()
+        if got != bundle.manifest["mtp"]["mtp_config_sha256"]:
+            raise _bad(
+                flag,
+                f"was profiled with another MTP head ({bundle.manifest['mtp'].get('name')}); "
+                "profile this one",
+                str(bundle.path),
+            )
     if config_sha256(drafter_dir) != m["drafter_config_sha256"]:
         raise _bad(
             flag,

@@ -12,7 +12,8 @@ File (YAML)::
       - {stages: 2, latency_ms: 50, k: 4, concurrency: 4, quick: true}
 
 A cell's ``mechanism`` is what it exercises beyond one synchronous chain request, joined by
-``+``: ``chain`` or ``tree``, then ``concurrent`` (concurrency > 1), ``batched`` (continuous
+``+``: ``chain`` or ``tree``, then ``mtp`` (``drafter: mtp``: the MTP head drafts at the last
+stage), ``concurrent`` (concurrency > 1), ``batched`` (continuous
 batching), ``async`` (in-pipe speculation), ``compressed`` (activations below 32 bits),
 ``lossy`` (loss_rate > 0). A cell whose mechanisms the real path does not run yet
 (:data:`REAL_PATH_MECHANISMS`) is ``pending``: predicted, listed, not run. ``quick: true``
@@ -30,11 +31,34 @@ import yaml
 
 from wansim.errors import WansimInputError
 
-MECHANISMS = ("chain", "tree", "concurrent", "batched", "async", "compressed", "lossy")
-# What the real runner executes today (sync, one request, chain; any activation bits; the link
-# emulator's loss). Extend when the real path gains a mechanism.
-REAL_PATH_MECHANISMS = frozenset({"chain", "compressed", "lossy"})
+MECHANISMS = ("chain", "tree", "mtp", "concurrent", "batched", "async", "compressed", "lossy")
+# What the real runner executes today: chains and draft trees, the MTP head, several requests
+# in flight (``DecodeSpec.concurrency``), continuous batching (``DecodeSpec.batching``: the
+# requests in flight share every pass), async in-pipe speculation, any activation bits, the
+# link emulator's loss. Extend when the real path gains a mechanism.
+REAL_PATH_MECHANISMS = frozenset(
+    {"chain", "tree", "mtp", "concurrent", "batched", "async", "compressed", "lossy"}
+)
+# Mechanisms the real path runs alone but not together (``wansim.real.config.DecodeSpec`` and
+# the runner refuse them: concurrency and batching run sync chains of the draft model; async
+# runs chains of the draft model; trees need the draft model).
+REAL_PATH_EXCLUSIVE = tuple(
+    frozenset(pair)
+    for pair in (
+        ("concurrent", "tree"),
+        ("concurrent", "async"),
+        ("concurrent", "mtp"),
+        ("batched", "tree"),
+        ("batched", "async"),
+        ("batched", "mtp"),
+        ("tree", "async"),
+        ("mtp", "tree"),
+        ("mtp", "async"),
+    )
+)
+DRAFTERS = ("draft_model", "mtp")  # the draft model at stage 0 | the MTP head at the last
 POLICIES = ("chain", "tree")
+ASYNC_INFLIGHT_BLOCKS = 2  # an async cell's blocks in flight, real run and engines alike
 SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
 BITS = (32, 16, 8, 4, 3)
@@ -47,6 +71,8 @@ CELL_KEYS = {
     "concurrency",
     "schedule",
     "batching",
+    "micro_batches",
+    "drafter",
     "bandwidth_mbps",
     "loss_rate",
     "prompts",
@@ -63,6 +89,8 @@ DEFAULTS = {
     "concurrency": 1,
     "schedule": "sync",
     "batching": "none",
+    "micro_batches": 1,
+    "drafter": "draft_model",
     "loss_rate": 0.0,
 }
 
@@ -77,6 +105,8 @@ class Cell:
     concurrency: int = 1
     schedule: str = "sync"
     batching: str = "none"
+    micro_batches: int = 1
+    drafter: str = "draft_model"
     bandwidth_mbps: float = 1000.0
     loss_rate: float = 0.0
     prompts: int = 4
@@ -87,6 +117,8 @@ class Cell:
     @property
     def mechanisms(self) -> tuple[str, ...]:
         m = [self.policy]
+        if self.drafter == "mtp":
+            m.append("mtp")
         if self.concurrency > 1:
             m.append("concurrent")
         if self.batching != "none":
@@ -104,9 +136,32 @@ class Cell:
         return "+".join(self.mechanisms)
 
     @property
+    def tree_branching(self) -> tuple[int, ...]:
+        """A tree cell's static draft tree, the same in the real run and the engines: two
+        candidates at depth 1, then one child per node down to depth K (2K draft nodes)."""
+        return (2,) + (1,) * (self.k - 1) if self.policy == "tree" and self.k > 0 else ()
+
+    @property
+    def max_inflight_blocks(self) -> int:
+        """Blocks in flight per request (async: :data:`ASYNC_INFLIGHT_BLOCKS`)."""
+        return ASYNC_INFLIGHT_BLOCKS if self.schedule == "async" else 1
+
+    @property
+    def pending_reason(self) -> str | None:
+        """Why the real path cannot run the cell yet (None: it can)."""
+        mech = set(self.mechanisms)
+        missing = sorted(mech - REAL_PATH_MECHANISMS)
+        if missing:
+            return f"the real path has no {' / '.join(missing)} mode yet"
+        for pair in REAL_PATH_EXCLUSIVE:
+            if pair <= mech:
+                return f"the real path does not combine {' and '.join(sorted(pair))} yet"
+        return None
+
+    @property
     def runnable(self) -> bool:
-        """The real path runs every mechanism of the cell."""
-        return set(self.mechanisms) <= REAL_PATH_MECHANISMS
+        """The real path runs every mechanism of the cell, together."""
+        return self.pending_reason is None
 
     @property
     def label(self) -> str:
@@ -117,12 +172,16 @@ class Cell:
             for m in self.mechanisms
             if m != "chain"
         )
+        if self.micro_batches > 1:
+            extra += f"-mb{self.micro_batches}"
+        if self.loss_rate > 0:
+            extra += f"{self.loss_rate:g}"
         return f"P{self.stages}-L{self.latency_ms:g}-K{self.k}{extra}"
 
 
-def shipped_matrix() -> Path:
-    """The held-out matrix shipped with wansim (package data)."""
-    return Path(str(resources.files("wansim.calibrate") / "heldout.yaml"))
+def shipped_matrix(name: str = "heldout.yaml") -> Path:
+    """A matrix shipped with wansim (package data): ``heldout.yaml`` or ``mechanisms.yaml``."""
+    return Path(str(resources.files("wansim.calibrate") / name))
 
 
 def _field(where: str, what: str, value) -> WansimInputError:
@@ -159,7 +218,13 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
         if key not in raw:
             raise _field(f"{where}.{key}", "is required", None)
     merged = {**defaults, **raw}
-    choices = {"policy": POLICIES, "schedule": SCHEDULES, "batching": BATCHING, "bits": BITS}
+    choices = {
+        "policy": POLICIES,
+        "schedule": SCHEDULES,
+        "batching": BATCHING,
+        "bits": BITS,
+        "drafter": DRAFTERS,
+    }
     for key, allowed in choices.items():
         if merged[key] not in allowed:
             raise _field(
@@ -168,6 +233,11 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
     loss = _float(merged, "loss_rate", where, 0.0)
     if loss >= 1:
         raise _field(f"{where}.loss_rate", "must be < 1", loss)
+    micro = _int(merged, "micro_batches", where, 1, 64)
+    if micro > 1 and merged["batching"] != "continuous":
+        raise _field(f"{where}.micro_batches", "needs batching: continuous", micro)
+    if micro > _int(merged, "concurrency", where, 1, 64):
+        raise _field(f"{where}.micro_batches", "must be <= concurrency", micro)
     quick = merged.get("quick", False)
     if not isinstance(quick, bool):
         raise _field(f"{where}.quick", "must be true or false", quick)
@@ -180,6 +250,8 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
         concurrency=_int(merged, "concurrency", where, 1, 64),
         schedule=merged["schedule"],
         batching=merged["batching"],
+        micro_batches=micro,
+        drafter=merged["drafter"],
         bandwidth_mbps=_float(merged, "bandwidth_mbps", where, 0.0, strict=True),
         loss_rate=loss,
         prompts=_int(merged, "prompts", where, 1, 64),
@@ -192,6 +264,8 @@ def parse_cell(raw: dict, defaults: dict, where: str) -> Cell:
 def load_matrix(path: str | Path | None, quick: bool = False, flag: str = "--matrix") -> list[Cell]:
     """The matrix's cells (``--quick``: the ``quick: true`` cells with ``quick_defaults``)."""
     p = Path(path) if path is not None else shipped_matrix()
+    if not p.is_file() and path is not None and str(path) in ("heldout", "mechanisms"):
+        p = shipped_matrix(f"{path}.yaml")  # a shipped matrix by name
     if not p.is_file():
         raise _field(flag, "file not found", str(p))
     try:

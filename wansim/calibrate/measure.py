@@ -232,8 +232,10 @@ def real_metrics(passes: pd.DataFrame, stages: int, max_new_tokens: int) -> dict
     acc = v["accepted"].to_numpy(float)
     pre = passes[passes["kind"] == "prefill"]
     makespan = (float(passes["end_ns"].max()) - float(passes["start_ns"].min())) / 1e6
-    busy = np.array(passes[[f"service{i}_ms" for i in range(stages)]].sum(), dtype=float)
-    busy[draft_stage_of(passes)] += float(passes["draft_ms"].sum())
+    # a batched pass has one row per block but was served (and drafted) once
+    once = passes.drop_duplicates("pass") if "pass" in passes.columns else passes
+    busy = np.array(once[[f"service{i}_ms" for i in range(stages)]].sum(), dtype=float)
+    busy[draft_stage_of(passes)] += float(once["draft_ms"].sum())
     util = busy / makespan
     wire = float(v[[f"hop{h}_bytes" for h in range(stages)]].to_numpy(float).sum())
     lap_p50, lap_p99 = np.quantile(laps, [0.5, 0.99])

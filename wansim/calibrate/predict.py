@@ -39,6 +39,8 @@ from wansim.calibrate.bundle import Bundle, check_model, load_bundle
 from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
 from wansim.calibrate.matrix import Cell, load_matrix
 from wansim.errors import WansimInputError
+from wansim.hold import checkpoint
+from wansim.real.errors import PipelineError  # no torch there
 from wansim.stage_cost import even_split, stage_role
 
 METRICS = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p99")
@@ -63,7 +65,7 @@ class Factors:
 def check_cells(cells: list[Cell], bundle: Bundle, where: str = "--matrix") -> None:
     """Cells the bundle cannot support: one line, before anything runs."""
     layers = int(bundle.model["layers"])
-    bits = set(bundle.stage_cost.codec_ms_per_op)
+    bits = set(bundle.stage_cost.codec_ms_per_op) & bundle.quality_bits
     for i, c in enumerate(cells):
         at = f"{where}: cells[{i}] ({c.label})"
         if c.stages > layers:
@@ -79,6 +81,13 @@ def check_cells(cells: list[Cell], bundle: Bundle, where: str = "--matrix") -> N
                 f"must be <= {bundle.max_k}: the bundle's drafter and acceptance were profiled "
                 f"up to K={bundle.max_k}",
                 c.k,
+            )
+        if c.drafter == "mtp" and not bundle.has_mtp:
+            raise WansimInputError(
+                f"{at}.drafter",
+                "must be draft_model: the bundle did not profile an MTP head (run `wansim "
+                "calibrate profile` with --mtp)",
+                c.drafter,
             )
         if c.bits not in bits:
             raise WansimInputError(
@@ -104,29 +113,47 @@ def cell_scenario(
     cell_dir.mkdir(parents=True, exist_ok=True)
     m = bundle.model
     vocab = int(m["vocab_size"])
-    n = cell.k + 1
+    n = pass_tokens(cell)
     cost = bundle.stage_cost
     per_stage = even_split(int(m["layers"]), cell.stages)
-    tables = []
+    tables, overhead = [], []
     for i, layers in enumerate(per_stage):
         role = stage_role(i, cell.stages)
-        verify = cost.verify_ms(role, layers, n, cell.bits) * factors.compute
-        prefill = cost.prefill_ms(role, layers) * factors.compute
-        pts = {float(n): max(verify, 0.0), float(bundle.prompt_tokens): max(prefill, 0.0)}
+        fixed = cost.fixed_ms[role]
+        # every pass size the cell runs (a chain K + 1 tokens, a tree of 2K nodes 2K + 1),
+        # each from the bundle's formula, and the prefill at the bundle's prompt length
+        pts = {
+            float(x): (cost.verify_ms(role, layers, x, cell.bits) - fixed) * factors.compute
+            for x in range(1, n + 1)
+        }
+        pts[float(bundle.prompt_tokens)] = (cost.prefill_ms(role, layers) - fixed) * factors.compute
+        # the engines never see a pass below 0 ms: the fixed part absorbs a negative remainder
+        low = min(0.0, *pts.values())
+        overhead.append(max(0.0, fixed + low / factors.compute))
+        pts = {k: v - low for k, v in pts.items()}
         tables.append({"kind": "table", "points": [[k, v] for k, v in sorted(pts.items())]})
     hops = []
+    per_message = {}
     for role, scale, fname in (
         ("forward", factors.forward, "forward_jitter_ms.txt"),
         ("return", factors.back, "return_jitter_ms.txt"),
     ):
         samples = bundle.error_samples(role) * scale
+        per_message[role] = max(0.0, float(np.mean(samples)))
+        resid = samples - per_message[role]
         (cell_dir / fname).write_text(
             f"# {role} hops: the bundle's per-message cost samples (achieved - scheduled ms)"
-            f" x {scale:.4f} (load factor)\n" + "\n".join(repr(float(x)) for x in samples) + "\n"
+            f" x {scale:.4f} (load factor), minus their mean {per_message[role]:.6f} ms (the"
+            " hop's per_message_ms)\n" + "\n".join(repr(float(x)) for x in resid) + "\n"
         )
     for h in range(cell.stages):
-        fname = "return_jitter_ms.txt" if h == cell.stages - 1 else "forward_jitter_ms.txt"
-        hops.append({"jitter": {"kind": "empirical", "samples_file": fname}})
+        role = "return" if h == cell.stages - 1 else "forward"
+        hops.append(
+            {
+                "per_message_ms": per_message[role],
+                "jitter": {"kind": "empirical", "samples_file": f"{role}_jitter_ms.txt"},
+            }
+        )
     raw: dict = {
         "name": f"predict-{cell.label}",
         "seed": int(seed),
@@ -135,6 +162,8 @@ def cell_scenario(
             "hidden_size": int(m["hidden_size"]),
             "compute": dict(tables[0]),
             "stage_compute": tables,
+            "stage_overhead_ms": overhead,
+            "host_cpu_factor": factors.compute,
         },
         "network": {
             "latency_ms": cell.latency_ms,
@@ -146,7 +175,7 @@ def cell_scenario(
         "payload": {
             "activation_bits": cell.bits,
             "header_bytes": forward_header_bytes(cell.k, "greedy", vocab),
-            "return_bytes": return_message_bytes(cell.k, "greedy", vocab, "draft_model"),
+            "return_bytes": return_message_bytes(cell.k, "greedy", vocab, cell.drafter),
         },
         "workload": {
             "requests": int(des_requests),
@@ -158,18 +187,38 @@ def cell_scenario(
         "schedule": {"kind": cell.schedule, "batching": cell.batching},
     }
     if cell.schedule == "async":
-        raw["schedule"]["max_inflight_blocks"] = 2
-    if cell.k > 0:
+        raw["schedule"]["max_inflight_blocks"] = cell.max_inflight_blocks
+    if cell.batching == "continuous":  # prompts ride the micro-batch's passes, as in the real run
+        raw["schedule"]["micro_batches"] = cell.micro_batches
+    if cell.k > 0 and cell.drafter == "mtp":
+        raw["drafter"] = {
+            "kind": "mtp",
+            "placement": "last_stage",
+            "parallel": False,
+            "draft_ms": bundle.mtp_draft_ms(cell.k) * factors.draft / cell.k,
+            "acceptance": {"profile": str(bundle.mtp_acceptance_profile.resolve())},
+        }
+        raw["speculation"] = {"policy": "chain", "k": cell.k, "verifier": "greedy"}
+    elif cell.k > 0:
         raw["drafter"] = {
             "kind": "draft_model",
             "placement": "first_stage",
             "parallel": False,
             "draft_ms": bundle.draft_ms(cell.k) * factors.draft / cell.k,
-            "acceptance": {"profile": str(bundle.acceptance_profile.resolve())},
+            "width_ms": max(0.0, bundle.draft_width_ms * factors.draft),
+            "acceptance": {
+                "profile": str(
+                    (
+                        bundle.tree_acceptance_profile
+                        if cell.tree_branching
+                        else bundle.acceptance_profile
+                    ).resolve()
+                )
+            },
         }
         spec = {"policy": cell.policy, "k": cell.k, "verifier": "greedy"}
-        if cell.policy == "tree":
-            spec["tree"] = {"kind": "sequoia", "budget_nodes": 2 * cell.k, "max_depth": cell.k}
+        if cell.tree_branching:
+            spec["tree"] = {"kind": "static", "branching": list(cell.tree_branching)}
         raw["speculation"] = spec
     else:
         raw["drafter"] = {"kind": "draft_model", "placement": "first_stage", "draft_ms": 0.0}
@@ -183,17 +232,40 @@ def cell_scenario(
     return raw
 
 
+def draft_nodes(cell: Cell) -> int:
+    """Draft nodes per pass: K for a chain, a static tree's nodes (children per node per
+    depth, multiplied down the levels)."""
+    if not cell.tree_branching:
+        return cell.k
+    nodes, width = 0, 1
+    for b in cell.tree_branching:
+        width *= b
+        nodes += width
+    return nodes
+
+
+def pass_tokens(cell: Cell) -> int:
+    """Tokens a verify pass carries: the drafts + the last committed token."""
+    return draft_nodes(cell) + 1
+
+
 def predicted_components(cell: Cell, bundle: Bundle, factors: Factors) -> dict:
     """The parts of a predicted mean lap, as :func:`cell_scenario` sets them (ms): per-stage
     service at n = K + 1, the K drafts, the mean per-message cost by hop role."""
     per_stage = even_split(int(bundle.model["layers"]), cell.stages)
     return {
         "stage_service_ms": [
-            bundle.stage_cost.verify_ms(stage_role(i, cell.stages), lay, cell.k + 1, cell.bits)
+            bundle.stage_cost.verify_ms(
+                stage_role(i, cell.stages), lay, pass_tokens(cell), cell.bits
+            )
             * factors.compute
             for i, lay in enumerate(per_stage)
         ],
-        "draft_ms": bundle.draft_ms(cell.k) * factors.draft,
+        "draft_ms": (
+            (bundle.mtp_draft_ms(cell.k) if cell.drafter == "mtp" else bundle.draft_ms(cell.k))
+            + max(0.0, bundle.draft_width_ms) * (draft_nodes(cell) - cell.k)
+        )
+        * factors.draft,
         "per_message_ms": {
             "forward": float(np.mean(bundle.error_samples("forward"))) * factors.forward,
             "return": float(np.mean(bundle.error_samples("return"))) * factors.back,
@@ -221,19 +293,33 @@ def _target_layers(target_dir: str) -> int:
     return int(json.loads((Path(target_dir) / "config.json").read_text())["num_hidden_layers"])
 
 
-def run_real_cell(cell: Cell, target_dir: str, drafter_dir: str, prompts, run_dir: Path) -> dict:
+def run_real_cell(
+    cell: Cell, target_dir: str, drafter_dir: str, prompts, run_dir: Path, mtp_dir: str = ""
+) -> dict:
     """One real run of a runnable cell: the simulator-definition metrics, the per-stage service
     means, the per-message cost by hop role, and the machine's load before/after."""
     from wansim.calibrate.measure import decompose, real_metrics
     from wansim.calibrate.profiling import hop_error_rows
-    from wansim.real.config import DecodeSpec, PipelineSpec
+    from wansim.real.config import DecodeSpec, PipelineSpec, TreeSpec
     from wansim.real.link import LinkSpec
     from wansim.real.recording import read_raw
     from wansim.real.runner import Pipeline
 
+    decode = DecodeSpec(
+        k=cell.k,
+        max_new_tokens=cell.tokens,
+        tree=TreeSpec("static", branching=cell.tree_branching) if cell.tree_branching else None,
+        schedule=cell.schedule,
+        max_inflight_blocks=cell.max_inflight_blocks,
+        concurrency=cell.concurrency,
+        batching=cell.batching,
+        micro_batches=cell.micro_batches,
+    )
     spec = PipelineSpec(
         target_dir=target_dir,
-        drafter_dir=drafter_dir if cell.k > 0 else None,
+        drafter_dir=drafter_dir if cell.k > 0 and cell.drafter == "draft_model" else None,
+        drafter_kind=cell.drafter,
+        mtp_dir=mtp_dir if cell.drafter == "mtp" else None,
         stages=cell.stages,
         links=(
             LinkSpec(
@@ -247,7 +333,7 @@ def run_real_cell(cell: Cell, target_dir: str, drafter_dir: str, prompts, run_di
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with Pipeline(spec, run_dir) as pipe:
-        res = pipe.generate(prompts, DecodeSpec(k=cell.k, max_new_tokens=cell.tokens), name="job")
+        res = pipe.generate(prompts, decode, name="job")
     passes = decompose(res.steps, read_raw(run_dir / "raw", cell.stages), cell.stages)
     real = real_metrics(passes, cell.stages, cell.tokens)
     v = passes[passes["kind"] == "verify"]
@@ -273,7 +359,14 @@ def load_factors(bundle: Bundle, stage, draft, hops, k: int, split) -> Factors:
         x = x[np.isfinite(x)]
         return float(np.median(x)) if len(x) else math.nan
 
+    def chains(rows):
+        col = "tree_nodes" if "tree_nodes" in rows.columns else None
+        if col is None and "nodes" in rows.columns:
+            return rows[rows["nodes"] == rows["k"]]
+        return rows if col is None else rows[rows[col] == 0]
+
     def cpu_of(rows, drafts) -> float:
+        rows, drafts = chains(rows), chains(drafts)
         v = rows[(rows["kind"] == "verify") & (rows["n_tokens"] == k + 1)]
         total = 0.0
         for role, (lo, hi) in zip(("first", "last"), split, strict=True):
@@ -323,6 +416,7 @@ class PredictSettings:
     quick: bool = False
     target_dir: str = ""
     drafter_dir: str = ""
+    mtp_dir: str = ""
     out: str = "out/predict"
     rounds: int = 2
     des_requests: int = 1000
@@ -343,11 +437,16 @@ def prepare(s: PredictSettings) -> tuple[Bundle, list[Cell]]:
                 flag, "must be a local checkpoint directory holding config.json", d
             )
     bundle = load_bundle(s.profile)
-    check_model(bundle, s.target_dir, s.drafter_dir, "--profile")
+    mtp = s.mtp_dir if s.mtp_dir and (Path(s.mtp_dir) / "mtp_config.json").is_file() else None
+    check_model(bundle, s.target_dir, s.drafter_dir, "--profile", mtp)
     if _target_layers(s.target_dir) != int(bundle.model["layers"]):
         raise WansimInputError("--profile", "was profiled on a target with other layers", s.profile)
     cells = load_matrix(s.matrix, quick=s.quick)
     check_cells(cells, bundle, s.matrix or "heldout.yaml")
+    if any(c.drafter == "mtp" and c.runnable for c in cells) and mtp is None:
+        raise WansimInputError(
+            "--mtp", "must be an MTP head directory holding mtp_config.json", s.mtp_dir
+        )
     return bundle, cells
 
 
@@ -385,38 +484,49 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
             f"{factors.forward:.2f} (load average {info['load_avg_1min'][0]:.1f})"
         )
 
-    for r in range(s.rounds):
-        say(f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4), then every cell")
-        measure_load(r)
-        order = runnable if r % 2 == 0 else runnable[::-1]
-        for c in order:
-            real = run_real_cell(
-                c,
-                s.target_dir,
-                s.drafter_dir,
-                prompts[c.prompts],
-                out / "real" / c.label / f"run{r}",
-            )
-            real["round"] = r
-            runs[c.label].append(real)
-            say(
-                f"  {c.label}: {real['tokens_per_s']:.1f} tok/s, lap p50 {real['lap_ms_p50']:.1f} "
-                f"ms, load {real['load_avg_1min'][0]:.1f}-{real['load_avg_1min'][1]:.1f}, "
-                f"{time.perf_counter() - t0:.0f} s"
-            )
-    say("closing re-profile")
-    measure_load(s.rounds)
+    failed: BaseException | None = None
+    try:
+        for r in range(s.rounds):
+            say(f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4), then every cell")
+            measure_load(r)
+            order = runnable if r % 2 == 0 else runnable[::-1]
+            for c in order:
+                real = run_real_cell(
+                    c,
+                    s.target_dir,
+                    s.drafter_dir,
+                    prompts[c.prompts],
+                    out / "real" / c.label / f"run{r}",
+                    s.mtp_dir,
+                )
+                real["round"] = r
+                runs[c.label].append(real)
+                say(
+                    f"  {c.label}: {real['tokens_per_s']:.1f} tok/s, lap p50 "
+                    f"{real['lap_ms_p50']:.1f} ms, load {real['load_avg_1min'][0]:.1f}-"
+                    f"{real['load_avg_1min'][1]:.1f}, {time.perf_counter() - t0:.0f} s"
+                )
+                checkpoint("predict-cell", sum(map(len, runs.values())))
+        say("closing re-profile")
+        measure_load(s.rounds)
+    except (PipelineError, KeyboardInterrupt) as err:
+        failed = err  # keep the finished cells: predicted and reported below, then re-raised
+        say(f"stopped: {err or type(err).__name__}; predicting the finished cells")
     rounds_info = []
-    for r in range(s.rounds):
-        f = bracket(Factors(**profiles[r]["factors"]), Factors(**profiles[r + 1]["factors"]))
+    for r in range(min(s.rounds, len(profiles))):
+        after = profiles[r + 1] if r + 1 < len(profiles) else profiles[r]  # stopped: no closing
+        f = bracket(Factors(**profiles[r]["factors"]), Factors(**after["factors"]))
         rounds_info.append({"round": r, "factors": f.as_dict(), "reprofiles": profiles[r : r + 2]})
     say("predicting every cell (DES and analytical) ...")
     predictions = {}
     for c in cells:
         cdir = out / "cells" / c.label
         per_round = []
+        ran = {run["round"] for run in runs.get(c.label, [])}
         if c.runnable:
             for r, info in enumerate(rounds_info):
+                if r not in ran:  # stopped before this cell's run of round r
+                    continue
                 f = Factors(**info["factors"])
                 cell_scenario(c, bundle, cdir / f"round{r}", f, s.des_requests, s.seed)
                 pred = engines(cdir / f"round{r}" / "scenario.yaml")
@@ -431,6 +541,31 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
     result = build_result(
         cells, runs, predictions, rounds_info, bundle, s, time.perf_counter() - t0
     )
+    if failed is not None:
+        done = sorted(label for label, r in runs.items() if r)
+        result["summary"]["complete"] = False
+        result["summary"]["failed"] = f"{type(failed).__name__}: {failed}"
+        result["summary"]["finished_cells"] = done
+        (out / "predict.json").write_text(_dumps(result))
+        say(f"kept {len(done)} finished cell(s) in {out / 'predict.json'}")
+        raise PredictStopped(str(failed), result) from failed
+    result["summary"]["complete"] = True
     write_outputs(result, out)
     say(f"wrote {out / 'predict.json'} and the plots in {time.perf_counter() - t0:.0f} s")
     return result
+
+
+class PredictStopped(RuntimeError):
+    """A stage crashed (or Ctrl-C) mid-run: ``result`` holds the finished cells (real runs and
+    both engines' predictions), also written to ``OUT/predict.json`` with ``complete: false``;
+    the message is the pipeline's named error."""
+
+    def __init__(self, message: str, result: dict):
+        super().__init__(message)
+        self.result = result
+
+
+def _dumps(result: dict) -> str:
+    from wansim.calibrate.report import dumps
+
+    return dumps(result)

@@ -1,8 +1,8 @@
 """``wansim calibrate profile`` and ``wansim calibrate predict`` (sub-commands of calibrate).
 
-    wansim calibrate profile --out DIR [--quick] [--target DIR] [--drafter DIR]
+    wansim calibrate profile --out DIR [--quick] [--target DIR] [--drafter DIR] [--mtp DIR|none]
     wansim calibrate predict --profile DIR [--matrix MATRIX.yaml] [--quick] [--json]
-                             [--rounds 2] [--out DIR] [--des-requests 1000]
+                             [--rounds 2] [--out DIR] [--des-requests 1000] [--mtp DIR]
 
 Progress on stderr; ``predict`` prints the table (or with ``--json`` the strict JSON object of
 ``wansim.calibrate.report``) on stdout and writes ``OUT/predict.json``,
@@ -38,6 +38,12 @@ def _model_dirs(args) -> tuple[str, str]:
     return args.target or tiny_model("tiny-target"), args.drafter or tiny_model("tiny-drafter")
 
 
+def _mtp_dir(args) -> str:
+    from wansim.calibrate.run import tiny_model
+
+    return args.mtp or tiny_model("tiny-mtp")
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     target, drafter = _model_dirs(args)
     for flag, d in (("--target", target), ("--drafter", drafter)):
@@ -45,6 +51,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
             raise WansimInputError(
                 flag, "must be a local checkpoint directory holding config.json", d
             )
+    mtp = None if args.mtp == "none" else _mtp_dir(args)
+    if mtp is not None:
+        from wansim.real.config import check_mtp_dir
+
+        check_mtp_dir(mtp, "--mtp")  # a one-line input error (no torch imported)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise WansimInputError("--out", "must be a directory (or a path to create)", args.out)
@@ -57,6 +68,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             quick=args.quick,
             target_dir=target,
             drafter_dir=drafter,
+            mtp_dir=mtp,
             progress=None if args.quiet else _say,
         )
     except PipelineError as err:
@@ -86,16 +98,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
         quick=args.quick,
         target_dir=target,
         drafter_dir=drafter,
+        mtp_dir=_mtp_dir(args),
         out=args.out,
         rounds=_int("--rounds", args.rounds),
         des_requests=_int("--des-requests", args.des_requests),
     )
     prepare(s)  # every input check before any process starts (run_predict repeats it: cheap)
-    from wansim.real.errors import PipelineError
+    from wansim.calibrate.predict import PredictStopped
 
     try:
         result = run_predict(s, None if args.quiet else _say)
-    except PipelineError as err:
+    except PredictStopped as err:  # a stage crash or Ctrl-C: the finished cells are kept
+        if err.result["cells"]:
+            print(dumps(err.result) if args.json else format_table(err.result), flush=True)
+        if isinstance(err.__cause__, KeyboardInterrupt):
+            print("interrupted", file=sys.stderr)
+            return 130
         print(f"calibrate predict failed: {err}", file=sys.stderr)
         return 1
     print(dumps(result) if args.json else format_table(result))
@@ -113,6 +131,9 @@ def register_actions(calibrate: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="3 plans x 3 prompts x 32 tokens")
     p.add_argument("--target", default=None, help="target checkpoint dir (default tiny-target)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint dir (default tiny-drafter)")
+    p.add_argument(
+        "--mtp", default=None, help="MTP head dir to profile too (default tiny-mtp; 'none': skip)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_profile)
     q = sub.add_parser(
@@ -128,6 +149,7 @@ def register_actions(calibrate: argparse.ArgumentParser) -> None:
     q.add_argument("--out", default="out/predict", help="output dir (default out/predict)")
     q.add_argument("--target", default=None, help="target checkpoint dir (default tiny-target)")
     q.add_argument("--drafter", default=None, help="drafter checkpoint dir (default tiny-drafter)")
+    q.add_argument("--mtp", default=None, help="MTP head dir for drafter: mtp cells (tiny-mtp)")
     q.add_argument("--json", action="store_true", help="print one strict JSON object")
     q.add_argument("--quiet", action="store_true", help="no progress on stderr")
     q.set_defaults(func=cmd_predict)

@@ -3,9 +3,12 @@
 What runs (2-stage pipelines of the target, the draft model at stage 0, every hop an emulated
 link of ``LATENCY_MS`` at 1000 Mbit/s, greedy, one request at a time): one pipeline per layer
 split x activation bits in :data:`FULL_PLANS` (1+5, 3+3, 5+1 layers at fp32 and 3+3 at 8
-bits), all up at once, decoding the same prompts at every K of ``KS`` (2, 4, 7), the jobs
-alternating between the pipelines so that load drift does not align with a split or a K. The prompts are drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no
-cell's acceptance sample is in the bundle.
+bits), all up at once, decoding the same prompts at every K of ``KS`` (2, 4, 7), one prompt at a
+time at every K on every pipeline (orders rotating), so that load drift does not align with a
+split or a K; at every K the first fp32 pipeline also decodes a static tree of 2K nodes, and
+with ``mtp_dir`` a 3+3 pipeline drafts with the MTP head at the last stage. The prompts are
+drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no cell's acceptance sample
+is in the bundle.
 
 Fits (pure functions, tested on synthetic data; the bundle's model in
 :mod:`wansim.calibrate.bundle`): a stage's measured service time per pass (frame in -> frame
@@ -33,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from wansim.calibrate.bundle import ROLES, config_sha256, write_bundle
+from wansim.calibrate.bundle import FILES, ROLES, config_sha256, write_bundle
 from wansim.stage_cost import stage_role
 
 PROFILE_SEED = 1000
@@ -54,18 +57,39 @@ QUICK_PLANS = (
     (((0, 3), (3, 6)), 8),
 )
 SIZES = {
-    "full": {"prompts": 4, "tokens": 48, "acceptance_prompts": 32, "acceptance_tokens": 64},
-    "quick": {"prompts": 3, "tokens": 32, "acceptance_prompts": 16, "acceptance_tokens": 48},
+    "full": {
+        "prompts": 4,
+        "tokens": 48,
+        "acceptance_prompts": 32,
+        "acceptance_tokens": 64,
+        "tree_prompts": 16,
+        "tree_tokens": 48,
+        "quality_prompts": 8,
+        "quality_tokens": 32,
+    },
+    "quick": {
+        "prompts": 3,
+        "tokens": 32,
+        "acceptance_prompts": 16,
+        "acceptance_tokens": 48,
+        "tree_prompts": 8,
+        "tree_tokens": 32,
+        "quality_prompts": 4,
+        "quality_tokens": 32,
+    },
 }
+QUALITY_K = 4  # the drafts per pass at which the wire-quality acceptance ratios are measured
 REFERENCE_SPLIT = ((0, 3), (3, 6))  # the acceptance traces and the short re-profile
 
 
 # ----------------------------------------------------------------------------- per-pass rows
 def stage_pass_rows(
-    passes: pd.DataFrame, raw: dict, splits, bits: int, job: int | None
+    passes: pd.DataFrame, raw: dict, splits, bits: int, job: int | None, tree_nodes: int = 0
 ) -> pd.DataFrame:
     """One row per stage per pass: role, layers, n_tokens, bits, kind, service_ms and the
-    stage's own compute / codec / verify ms (``raw/stage{i}.csv``)."""
+    stage's own compute / codec / verify ms (``raw/stage{i}.csv``). ``tree_nodes`` > 0: the
+    job drafted trees of that many nodes, so a verify pass carries ``tree_nodes + 1`` tokens
+    (a chain's K + 1)."""
     stages = len(splits)
     rows = []
     for i, (lo, hi) in enumerate(splits):
@@ -82,8 +106,11 @@ def stage_pass_rows(
                     "stage": i,
                     "role": stage_role(i, stages),
                     "layers": hi - lo,
-                    "n_tokens": int(r["n_tokens"]),
+                    "n_tokens": tree_nodes + 1
+                    if tree_nodes and r["kind"] == "verify"
+                    else int(r["n_tokens"]),
                     "k": int(r["k"]),
+                    "tree_nodes": int(tree_nodes),
                     "bits": int(bits),
                     "service_ms": float(r[f"service{i}_ms"]),
                     "compute_ms": float(own.at[p, "compute_ms"]) if has else np.nan,
@@ -163,16 +190,31 @@ def _middle(fixed_last: float, rows: pd.DataFrame, kind: str) -> float:
 
 
 def fit_drafter(draft: pd.DataFrame) -> dict:
-    """K drafts' ms = intercept + per_draft * K (least squares over verify passes)."""
+    """Drafting ms per verify pass = intercept + per_draft * K + width_ms * (nodes - K)
+    (least squares over verify passes): a chain drafts K nodes in K passes; a tree of depth K
+    drafts ``nodes`` in K passes, each candidate beyond one per depth costing ``width_ms``
+    (the engines' ``drafter.width_ms``). Without tree rows (no ``nodes`` column, or nodes = K
+    everywhere) ``width_ms`` is absent."""
     k = draft["k"].to_numpy(float)
-    x = np.column_stack([np.ones_like(k), k])
-    coef, *_ = np.linalg.lstsq(x, draft["draft_ms"].to_numpy(float), rcond=None)
-    means = draft.groupby("k")["draft_ms"].mean()
-    return {
+    nodes = draft["nodes"].to_numpy(float) if "nodes" in draft.columns else k
+    extra = nodes - k
+    has_tree = bool(np.any(extra > 0))
+    cols = [np.ones_like(k), k] + ([extra] if has_tree else [])
+    coef, *_ = np.linalg.lstsq(np.column_stack(cols), draft["draft_ms"].to_numpy(float), rcond=None)
+    chain = draft[extra == 0] if has_tree else draft
+    means = chain.groupby("k")["draft_ms"].mean()
+    out = {
         "intercept_ms": float(coef[0]),
         "per_draft_ms": float(coef[1]),
         "mean_ms_by_k": {int(kk): float(v) for kk, v in means.items()},
     }
+    if has_tree:
+        out["width_ms"] = float(coef[2])
+        tree = draft[extra > 0]
+        out["tree_mean_ms_by_k"] = {
+            int(kk): float(v) for kk, v in tree.groupby("k")["draft_ms"].mean().items()
+        }
+    return out
 
 
 def fit_messages(errors: pd.DataFrame) -> dict:
@@ -217,6 +259,99 @@ def acceptance_trace(target_dir: str, drafter_dir: str, prompts, ks, tokens: int
     return pd.DataFrame(rows)
 
 
+def mtp_acceptance_trace(target_dir: str, mtp_dir: str, prompts, ks, tokens: int) -> pd.DataFrame:
+    """Greedy in-process decoding with the MTP head (:func:`wansim.real.mtp.
+    mtp_speculative_decode`, the pipeline's algorithm with the head at the last stage) of
+    ``prompts`` at every K: the trace frame."""
+    import torch
+
+    from wansim.real.model import load_lm
+    from wansim.real.mtp import load_mtp, mtp_speculative_decode
+
+    torch.set_num_threads(1)
+    target = load_lm(target_dir)
+    head = load_mtp(mtp_dir, target)
+    rows = []
+    for k in ks:
+        for j, p in enumerate(prompts):
+            _, acc = mtp_speculative_decode(target, head, list(p.tokens), tokens, k, prompt_index=j)
+            rows += [
+                {"workload": p.workload, "prompt_id": p.prompt_id, "step": s, "k": k, "accepted": a}
+                for s, a in enumerate(acc)
+            ]
+    return pd.DataFrame(rows)
+
+
+def tree_acceptance_trace(
+    target_dir: str, drafter_dir: str, prompts, ks, tokens: int
+) -> pd.DataFrame:
+    """Greedy in-process tree decoding (:func:`wansim.real.tree_speculative.
+    tree_speculative_decode`, the pipeline's tree algorithm) of ``prompts`` with the static
+    tree of :func:`tree_branching` at every K: a trace frame with the tree columns
+    (``accepted_ranks``, ``walk_children``) that :func:`wansim.acceptance.trace.fit_profile`
+    turns into rank-1 rates per depth and the sibling rates at depth 1."""
+    import torch
+
+    from wansim.real.config import TreeSpec
+    from wansim.real.model import load_lm
+    from wansim.real.speculative import Drafter
+    from wansim.real.tree_speculative import tree_speculative_decode
+
+    torch.set_num_threads(1)
+    target = load_lm(target_dir)
+    drafter = Drafter(load_lm(drafter_dir, field="drafter_dir"))
+    rows = []
+    for k in ks:
+        spec = TreeSpec("static", branching=tree_branching(k))
+        for j, p in enumerate(prompts):
+            _, walks = tree_speculative_decode(
+                target, drafter, list(p.tokens), tokens, spec, prompt_index=j
+            )
+            rows += [
+                {
+                    "workload": p.workload,
+                    "prompt_id": p.prompt_id,
+                    "step": s,
+                    "k": k,
+                    "accepted": w.accepted,
+                    "accepted_ranks": ";".join(map(str, w.ranks)),
+                    "walk_children": ";".join(map(str, w.children)),
+                }
+                for s, w in enumerate(walks)
+            ]
+    return pd.DataFrame(rows)
+
+
+def quality_table(rows: list[dict], target: str, provenance: str) -> dict:
+    """The activation-quality table (``wansim-activation-quality/1``,
+    :mod:`wansim.acceptance.activation_quality`) from :func:`wansim.real.wire_quality.
+    activation_quality` rows: per width below 32 bits ``acceptance_factor`` = min(1, T=1
+    acceptance against the compressed target / against fp32), ``acceptance_factor_greedy`` the
+    same for greedy (a ratio above 1 is within the sample's noise and not credited),
+    ``target_exact`` = every greedy token equal to fp32 and the width >= 16 bits."""
+    from wansim.acceptance.activation_quality import EXACT_MIN_BITS, FORMAT
+
+    bits = {}
+    for r in rows:
+        b = int(r["activation_bits"])
+        if b == 32:
+            continue
+        bits[b] = {
+            "acceptance_factor": round(min(1.0, float(r["acceptance_lossless_ratio"])), 4),
+            "acceptance_factor_greedy": round(min(1.0, float(r["acceptance_ratio"])), 4),
+            "target_exact": bool(r["target_exact"]) and b >= EXACT_MIN_BITS,
+            "kl_mean": float(f"{r['kl_mean']:.4g}"),
+            "token_agreement": round(float(r["token_agreement"]), 4),
+        }
+    return {
+        "format": FORMAT,
+        "source": "measured",
+        "target": target,
+        "provenance": provenance,
+        "bits": dict(sorted(bits.items(), reverse=True)),
+    }
+
+
 # ----------------------------------------------------------------------------- the real runs
 def open_pipeline(
     target_dir: str,
@@ -225,15 +360,19 @@ def open_pipeline(
     bits: int,
     run_dir: Path,
     latency_ms: float = LATENCY_MS,
+    mtp_dir: str | None = None,
 ):
-    """A started 2-stage profiling pipeline (close it when done)."""
+    """A started 2-stage profiling pipeline (close it when done); with ``mtp_dir`` the MTP
+    head drafts at the last stage instead of the draft model at stage 0."""
     from wansim.real.config import PipelineSpec
     from wansim.real.link import LinkSpec
     from wansim.real.runner import Pipeline
 
     spec = PipelineSpec(
         target_dir=target_dir,
-        drafter_dir=drafter_dir,
+        drafter_dir=None if mtp_dir else drafter_dir,
+        drafter_kind="mtp" if mtp_dir else "draft_model",
+        mtp_dir=mtp_dir,
         stages=len(splits),
         layer_splits=tuple(splits),
         links=(LinkSpec(latency_ms=latency_ms, bandwidth_mbps=BANDWIDTH_MBPS),),
@@ -242,21 +381,39 @@ def open_pipeline(
     return Pipeline(spec, run_dir).start()
 
 
-def measure_job(pipe, splits, bits: int, k: int, prompts, tokens: int) -> dict:
-    """One job on a profiling pipeline: per-stage rows, hop errors, drafting times, trace."""
+def tree_branching(k: int) -> tuple[int, ...]:
+    """The profiled draft tree of depth K (:attr:`wansim.calibrate.matrix.Cell.tree_branching`:
+    two candidates at depth 1, then chains; 2K nodes)."""
+    from wansim.calibrate.matrix import Cell
+
+    return Cell(2, 0.0, k, policy="tree").tree_branching
+
+
+def measure_job(
+    pipe, splits, bits: int, k: int, prompts, tokens: int, tree: bool = False, name: str = ""
+) -> dict:
+    """One job on a profiling pipeline: per-stage rows, hop errors, drafting times (a chain of
+    K, or with ``tree`` the static tree of :func:`tree_branching`)."""
     from wansim.calibrate.measure import decompose
-    from wansim.real.config import DecodeSpec
+    from wansim.real.config import DecodeSpec, TreeSpec
     from wansim.real.recording import read_raw
 
-    res = pipe.generate(prompts, DecodeSpec(k=k, max_new_tokens=tokens), name=f"k{k}")
+    branching = tree_branching(k) if tree else ()
+    spec = TreeSpec("static", branching=branching) if tree else None
+    res = pipe.generate(
+        prompts,
+        DecodeSpec(k=k, max_new_tokens=tokens, tree=spec),
+        name=f"{'tree' if tree else 'k'}{k}{name}",
+    )
     raw = read_raw(pipe.run_dir / "raw", len(splits))
     passes = decompose(res.steps, raw, len(splits))
     job = int(res.steps["job"].iloc[0]) if "job" in res.steps.columns else None
     v = passes[passes["kind"] == "verify"]
+    nodes = 2 * k if tree else k
     return {
-        "stage": stage_pass_rows(passes, raw, splits, bits, job),
+        "stage": stage_pass_rows(passes, raw, splits, bits, job, nodes if tree else 0),
         "hops": hop_error_rows(passes, len(splits)).assign(bits=bits),
-        "draft": pd.DataFrame({"k": v["k"], "draft_ms": v["draft_ms"]}),
+        "draft": pd.DataFrame({"k": v["k"], "nodes": nodes, "draft_ms": v["draft_ms"]}),
     }
 
 
@@ -287,12 +444,15 @@ def run_profile(
     quick: bool,
     target_dir: str,
     drafter_dir: str,
+    mtp_dir: str | None = None,
     progress: Callable[[str], None] | None = None,
     plans=None,
     ks: tuple[int, ...] = KS,
     size: dict | None = None,
 ) -> dict:
     """Run the profile and write the bundle to ``out``; returns the manifest written.
+    ``mtp_dir``: also profile that MTP head (a 2-stage pipeline, :data:`REFERENCE_SPLIT`,
+    drafting at the last stage: its drafting time per K and its acceptance).
     ``plans``, ``ks``, ``size``: smaller profiles for tests (default: :data:`FULL_PLANS` or
     :data:`QUICK_PLANS`, :data:`KS`, :data:`SIZES`)."""
     from wansim.acceptance.profile import profile_to_mapping
@@ -306,9 +466,9 @@ def run_profile(
     out = Path(out)
     prompts = builtin_prompts("code", size["prompts"], PROMPT_TOKENS, seed=PROFILE_SEED)
     t0 = time.perf_counter()
-    # every plan's pipeline stays up and the jobs alternate between them (K by K, the plan
-    # order rotating): load drift hits every layer split, bit width and K alike, so it does not
-    # masquerade as a cost per layer
+    # every plan's pipeline stays up and the jobs alternate between them (prompt by prompt,
+    # K and plan orders rotating): load drift hits every layer split, bit width and K alike,
+    # so it does not masquerade as a cost per layer or per token
     say(
         f"profile: {len(plans)} 2-stage pipelines (layers "
         + ", ".join(f"{s_[0][1]}+{s_[1][1] - s_[1][0]} {b}-bit" for s_, b in plans)
@@ -318,18 +478,57 @@ def run_profile(
     load0 = os.getloadavg()[0]
     pipes = []
     jobs: list[list[dict]] = [[] for _ in plans]
+    tree_plan = next(j for j, (_, b) in enumerate(plans) if b == 32)
+    mtp_draft: list[pd.DataFrame] = []
     try:
         for j, (splits, bits) in enumerate(plans):
             pipes.append(
                 open_pipeline(target_dir, drafter_dir, splits, bits, out / "runs" / f"plan{j}")
             )
+        if mtp_dir:
+            mtp_pipe = open_pipeline(
+                target_dir, drafter_dir, REFERENCE_SPLIT, 32, out / "runs" / "mtp", mtp_dir=mtp_dir
+            )
+            pipes.append(mtp_pipe)
+            measure_job(mtp_pipe, REFERENCE_SPLIT, 32, ks[0], prompts[:1], 8)
         for j, (splits, bits) in enumerate(plans):  # unmeasured warm-up jobs
             measure_job(pipes[j], splits, bits, ks[0], prompts[:1], 8)
-        for i, k in enumerate(ks):
-            for j in [(i + x) % len(plans) for x in range(len(plans))]:
-                splits, bits = plans[j]
-                jobs[j].append(measure_job(pipes[j], splits, bits, k, prompts, size["tokens"]))
-            say(f"  K={k} done on every pipeline ({time.perf_counter() - t0:.0f} s)")
+        # one prompt at a time, every K and every pipeline on it before the next prompt (the
+        # K order and the pipeline order rotating): a load burst lasting a few seconds hits
+        # every K, split, bit width, the tree and the head alike instead of lining up with one
+        # K (a run that did all of K=7 last fitted 100+ ms passes for K=7 under a burst)
+        for c in range(len(prompts)):
+            chunk = prompts[c : c + 1]
+            for i in range(len(ks)):
+                k = ks[(c + i) % len(ks)]
+                for j in [(c + i + x) % len(plans) for x in range(len(plans))]:
+                    splits, bits = plans[j]
+                    jobs[j].append(
+                        measure_job(pipes[j], splits, bits, k, chunk, size["tokens"], name=f"-p{c}")
+                    )
+                # the tree width: the same K as a static tree of 2K nodes (first fp32 plan)
+                splits, bits = plans[tree_plan]
+                jobs[tree_plan].append(
+                    measure_job(
+                        pipes[tree_plan],
+                        splits,
+                        bits,
+                        k,
+                        chunk,
+                        size["tokens"],
+                        tree=True,
+                        name=f"-p{c}",
+                    )
+                )
+                if mtp_dir:  # the MTP head's drafting at this K (the last stage's draft_ms)
+                    job = measure_job(
+                        mtp_pipe, REFERENCE_SPLIT, 32, k, chunk, size["tokens"], name=f"-p{c}"
+                    )
+                    mtp_draft.append(job["draft"][["k", "draft_ms"]])
+            say(
+                f"  prompt {c + 1}/{len(prompts)} done at every K on every pipeline, + trees"
+                f"{' + the MTP head' if mtp_dir else ''} ({time.perf_counter() - t0:.0f} s)"
+            )
     finally:
         for pipe in pipes:
             pipe.close()
@@ -350,17 +549,67 @@ def run_profile(
         "code", size["acceptance_prompts"], PROMPT_TOKENS, seed=PROFILE_SEED
     )
     trace = acceptance_trace(target_dir, drafter_dir, acc_prompts, ks, size["acceptance_tokens"])
+    say(
+        f"tree acceptance: {size['tree_prompts']} prompts x {size['tree_tokens']} tokens, "
+        f"static trees of 2K nodes at K {','.join(map(str, ks))}, in process"
+    )
+    tree_trace = tree_acceptance_trace(
+        target_dir, drafter_dir, acc_prompts[: size["tree_prompts"]], ks, size["tree_tokens"]
+    )
+    # the profiled widths, and 8 bits always (a table needs a width; in process, cheap)
+    quant = sorted({8} | {int(b) for _, b in plans if int(b) != 32}, reverse=True)
+    say(
+        f"wire quality: {size['quality_prompts']} prompts x {size['quality_tokens']} tokens at "
+        f"{', '.join(map(str, [32, *quant]))} bits, K={QUALITY_K}, in process"
+    )
+    from wansim.real.wire_quality import activation_quality
+
+    quality_rows = activation_quality(
+        target_dir,
+        drafter_dir,
+        acc_prompts[: size["quality_prompts"]],
+        bits=(32, *quant),
+        stages=2,
+        k=QUALITY_K,
+        max_new_tokens=size["quality_tokens"],
+    )
+    quality = quality_table(
+        quality_rows,
+        target=f"{Path(target_dir).name} with {Path(drafter_dir).name}, 2 stages",
+        provenance=(
+            f"wansim calibrate profile: wansim.real.wire_quality.activation_quality on "
+            f"{size['quality_prompts']} prompts x {size['quality_tokens']} tokens, K = "
+            f"{QUALITY_K}, against the fp32 target"
+        ),
+    )
     import yaml
 
-    profile = fit_profile(
-        trace,
-        drafter=Path(drafter_dir).name,
-        target=Path(target_dir).name,
-        temperature=0.0,
-        verifier="greedy",
-        provenance=f"wansim calibrate profile: traces at K {','.join(map(str, ks))} pooled",
-    )
-    profile_text = yaml.safe_dump(profile_to_mapping(profile), sort_keys=False)
+    def profile_yaml(frame: pd.DataFrame, what: str) -> str:
+        prof = fit_profile(
+            frame,
+            drafter=Path(drafter_dir).name,
+            target=Path(target_dir).name,
+            temperature=0.0,
+            verifier="greedy",
+            provenance=f"wansim calibrate profile: {what} at K {','.join(map(str, ks))} pooled",
+        )
+        mapping = profile_to_mapping(prof)
+        mapping["activation_quality"] = FILES["activation_quality"]
+        return yaml.safe_dump(mapping, sort_keys=False)
+
+    profile_text = profile_yaml(trace, "chain traces")
+    mtp_files = None
+    if mtp_dir:
+        say(
+            f"MTP head acceptance: {size['tree_prompts']} prompts x {size['tree_tokens']} tokens "
+            f"at K {','.join(map(str, ks))}, in process"
+        )
+        mtp_trace = mtp_acceptance_trace(
+            target_dir, mtp_dir, acc_prompts[: size["tree_prompts"]], ks, size["tree_tokens"]
+        )
+        mtp_rows = pd.concat(mtp_draft, ignore_index=True)
+        mtp_files = (mtp_rows, profile_yaml(mtp_trace, "MTP-head traces"))
+    tree_text = profile_yaml(tree_trace, "static-tree traces (2 candidates at depth 1)")
     import json
 
     tcfg = json.loads((Path(target_dir) / "config.json").read_text())
@@ -410,12 +659,58 @@ def run_profile(
             "tokens": size["acceptance_tokens"],
             "tau_by_k": {int(k): float((g["accepted"] + 1).mean()) for k, g in trace.groupby("k")},
         },
+        "tree": {
+            "shape": "static: 2 candidates at depth 1, then one child per node to depth K",
+            "nodes_by_k": {int(k): 2 * int(k) for k in ks},
+            "plan": [list(s_) for s_ in plans[tree_plan][0]],
+            "steps": len(tree_trace),
+            "prompts": size["tree_prompts"],
+            "tokens": size["tree_tokens"],
+            "tau_by_k": {
+                int(k): float((g["accepted"] + 1).mean()) for k, g in tree_trace.groupby("k")
+            },
+        },
+        "activation_quality": {
+            "k": QUALITY_K,
+            "prompts": size["quality_prompts"],
+            "tokens": size["quality_tokens"],
+            "bits": quality["bits"],
+        },
+        "dimensions": {
+            "tokens_per_pass": sorted(int(n) for n in stage["n_tokens"].unique()),
+            "drafter": "chain K drafts and static trees of 2K nodes (width_ms per extra node)",
+            "concurrency": "not profiled: the engines queue the profiled per-pass and "
+            "per-message costs of several requests (the real path keeps one KV cache per "
+            "request and serves passes one at a time)",
+            "batch": "not profiled: the real path has no batched mode yet",
+            "mtp": "profiled: the MTP head's drafting per K and acceptance (mtp)"
+            if mtp_dir
+            else "not profiled (profile with --mtp)",
+        },
     }
+    if mtp_dir:
+        import hashlib
+
+        manifest["mtp"] = {
+            "name": Path(mtp_dir).name,
+            "mtp_config_sha256": hashlib.sha256(
+                (Path(mtp_dir) / "mtp_config.json").read_bytes()
+            ).hexdigest(),
+            "plan": [list(s_) for s_ in REFERENCE_SPLIT],
+            "drafter": fit_drafter(mtp_files[0]),
+            "steps": len(mtp_trace),
+            "tau_by_k": {
+                int(k): float((g["accepted"] + 1).mean()) for k, g in mtp_trace.groupby("k")
+            },
+        }
     write_bundle(
         out,
         manifest,
         {"stage_passes": stage, "drafter": draft, "emulator_error": hops},
         profile_text,
+        tree_text=tree_text,
+        quality_text=yaml.safe_dump(quality, sort_keys=False),
+        mtp=mtp_files,
     )
     say(f"profile written to {out} in {time.perf_counter() - t0:.0f} s")
     return manifest

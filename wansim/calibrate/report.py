@@ -74,7 +74,7 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
                 else {"error": only.get("error")}
             )
         entry["pending_reason"] = (
-            f"the real path does not run {cell.mechanism} yet (predicted from the bundle only)"
+            f"{cell.pending_reason or 'not run'} (predicted from the bundle only)"
         )
         return entry
     real = {key: _mean(r.get(key) for r in runs) for key in (*METRICS, "tau", "lap_ms_mean")}

@@ -70,6 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--schedule", default="sync", help="sync | async (in-pipe speculation)")
     r.add_argument("--max-inflight-blocks", type=int, default=None, help="async window B")
     r.add_argument("--concurrency", type=int, default=1, help="requests in flight at once")
+    r.add_argument(
+        "--batching",
+        default="none",
+        help="none | continuous (the requests in flight share passes: one forward per stage)",
+    )
+    r.add_argument("--micro-batches", type=int, default=1, help="batches in flight (continuous)")
+    r.add_argument("--max-batch-size", type=int, default=None, help="requests per micro-batch")
+    r.add_argument(
+        "--kv-capacity-tokens",
+        type=int,
+        default=65536,
+        help="KV positions one stage may hold over the requests in flight (the memory limit)",
+    )
     la = sub.add_parser("link-accuracy", help="measure the link emulator")
     la.add_argument("--latency-ms", type=_floats, default=[0.0, 20.0])
     la.add_argument("--frames", type=int, default=1000)
@@ -143,6 +156,7 @@ def _dispatch(args):
             drafter_noise=args.drafter_noise,
             host=args.host,
             device=args.device,
+            kv_capacity_tokens=args.kv_capacity_tokens,
         )
         decode = DecodeSpec(
             k=args.k,
@@ -155,6 +169,9 @@ def _dispatch(args):
             max_inflight_blocks=args.max_inflight_blocks
             or (args.stages if args.schedule == "async" else 1),
             concurrency=args.concurrency,
+            batching=args.batching,
+            micro_batches=args.micro_batches,
+            max_batch_size=args.max_batch_size,
         )
         res = run_real(spec, prompts, decode, run_dir=args.out)
         return {

@@ -69,6 +69,12 @@ class PipelineSpec:
     the verdict back on the return hop: ``drafter.placement: last_stage``). ``device``: where
     every stage (and the drafter) computes: ``cpu``, or ``cuda``/``cuda:N`` (all stages share
     that GPU; checked for before any process starts); the wire and sampling stay on the CPU.
+    ``kv_capacity_tokens``: the KV-cache positions one stage may hold over all the requests in
+    flight (the memory limit, as the scenario's ``workload.kv_capacity_tokens``; the tiny
+    target's 2 x 4 heads x 32 x 4 bytes = 1 KiB per position per layer, so the default 65536
+    is 64 MiB per layer); a job whose requests in flight could need more (each: prompt +
+    ``max_new_tokens`` + the pass's drafted tokens or tree nodes + 1) is refused before any
+    process starts.
     """
 
     target_dir: str
@@ -88,9 +94,13 @@ class PipelineSpec:
     drafter_kind: str = "draft_model"
     mtp_dir: str | None = None
     device: str = "cpu"
+    kv_capacity_tokens: int = 65536
 
     def __post_init__(self):
         check_checkpoint_dir(self.target_dir, "target_dir")
+        kv = self.kv_capacity_tokens
+        if isinstance(kv, bool) or not isinstance(kv, numbers.Integral) or not kv >= 1:
+            raise RealConfigError("kv_capacity_tokens", "must be an integer >= 1", kv)
         if not isinstance(self.device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise RealConfigError("device", "must be cpu, cuda or cuda:N", self.device)
         check_checkpoint_dir(self.drafter_dir, "drafter_dir")
@@ -183,6 +193,7 @@ class PipelineSpec:
 
 TREE_KINDS = ("static", "sequoia", "dynamic")
 SCHEDULES = ("sync", "async")
+BATCHING = ("none", "continuous")
 MAX_TREE_NODES = 256  # draft nodes per pass (root excluded): the mask is nodes x context
 MAX_TREE_DEPTH = 64
 
@@ -314,7 +325,10 @@ class DecodeSpec:
     ``sync`` (one block in flight) or ``async`` (in-pipe speculation: up to
     ``max_inflight_blocks`` blocks in flight, later ones betting on the earlier; see
     ``wansim.real.async_schedule``). ``concurrency``: requests in flight at once (each stage
-    FIFO, one KV cache per request; ``wansim.real.concurrent_schedule``)."""
+    FIFO, one KV cache per request; ``wansim.real.concurrent_schedule``). ``batching``:
+    ``continuous`` = the requests in flight share passes: ``micro_batches`` micro-batches
+    circulate at once, each one forward per stage over its members' blocks, at most
+    ``max_batch_size`` members each (None: no cap; ``wansim.real.batched_schedule``)."""
 
     k: int = 4
     verifier: str = "greedy"
@@ -325,6 +339,9 @@ class DecodeSpec:
     schedule: str = "sync"
     max_inflight_blocks: int = 1
     concurrency: int = 1
+    batching: str = "none"
+    micro_batches: int = 1
+    max_batch_size: int | None = None
 
     def __post_init__(self):
         if self.verifier not in VERIFIERS:
@@ -341,6 +358,30 @@ class DecodeSpec:
         c = self.concurrency
         if not isinstance(c, numbers.Integral) or not 1 <= c <= 256:
             raise RealConfigError("concurrency", "must be an integer in 1..256", c)
+        if self.batching not in BATCHING:
+            raise RealConfigError("batching", f"must be one of {list(BATCHING)}", self.batching)
+        m = self.micro_batches
+        if not isinstance(m, numbers.Integral) or not 1 <= m <= 64:
+            raise RealConfigError("micro_batches", "must be an integer in 1..64", m)
+        mb = self.max_batch_size
+        if mb is not None and (not isinstance(mb, numbers.Integral) or not 1 <= mb <= 256):
+            raise RealConfigError("max_batch_size", "must be null or an integer in 1..256", mb)
+        if self.batching == "none" and (m != 1 or mb is not None):
+            raise RealConfigError(
+                "micro_batches" if m != 1 else "max_batch_size",
+                "needs batching: continuous",
+                m if m != 1 else mb,
+            )
+        if self.batching == "continuous" and (self.schedule != "sync" or self.tree is not None):
+            raise RealConfigError(
+                "batching",
+                "continuous batches chains with the sync schedule (no tree, no async)",
+                self.batching,
+            )
+        if self.batching == "continuous" and m > c:
+            raise RealConfigError(
+                "micro_batches", f"must be <= concurrency ({c}): one request each at least", m
+            )
         if c > 1 and (self.schedule != "sync" or self.tree is not None):
             raise RealConfigError(
                 "concurrency",

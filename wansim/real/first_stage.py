@@ -21,8 +21,10 @@ import torch
 
 from wansim.real import codec
 from wansim.real.frames import (
+    BATCHED_POS,
     Kind,
     array_frame,
+    batch_frame,
     frame_text,
     message_frame,
     tree_frame,
@@ -74,10 +76,8 @@ class FirstStageWorker(StageWorker):
     def run(self) -> None:
         self.control_loop()
 
-    def wait_verdict(self, step: int) -> tuple[int, int, int, int]:
-        """(accepted, next_token, received_ns, sender's send_ns) for pass ``step``; drafts that
-        rode the verdict (MTP head at the last stage) land in ``self.returned``, a tree pass's
-        accepted nodes in ``self.path``."""
+    def _verdict_frame(self, step: int):
+        """The ``VERDICT`` frame of pass ``step`` and when it arrived (module docstring)."""
         timeout = self.cfg.stall_timeout_s
         self.returned = {}
         while True:
@@ -102,11 +102,72 @@ class FirstStageWorker(StageWorker):
                 f"stage 0: expected the verdict of pass {step} on {self.hop_in()}, "
                 f"got {f.kind.name} for pass {f.header.step}"
             )
+        return f, now
+
+    def wait_verdict(self, step: int) -> tuple[int, int, int, int]:
+        """(accepted, next_token, received_ns, sender's send_ns) for pass ``step``; drafts that
+        rode the verdict (MTP head at the last stage) land in ``self.returned``, a tree pass's
+        accepted nodes in ``self.path``."""
+        f, now = self._verdict_frame(step)
         arr = f.array()
         if arr.ndim != 1 or arr.shape[0] < 2 or arr.shape[0] not in (2, 2 + int(arr[0])):
             raise StageFailure(f"stage 0: verdict of shape {list(arr.shape)} on {self.hop_in()}")
         self.path = [int(x) for x in arr[2:]]
         return int(arr[0]), int(arr[1]), now, f.header.send_ns
+
+    def wait_batch_verdict(self, step: int) -> tuple[dict[int, tuple[int, int]], int, int]:
+        """A batched pass's verdict: {request: (accepted, next token)}, received_ns, send_ns."""
+        f, now = self._verdict_frame(step)
+        arr = f.array()
+        if arr.ndim != 2 or arr.shape[1] != 3:
+            raise StageFailure(
+                f"stage 0: batched verdict of shape {list(arr.shape)} on {self.hop_in()}"
+            )
+        return {int(r): (int(a), int(t)) for r, a, t in arr}, now, f.header.send_ns
+
+    def send_batch(self, blocks: list, ids: list[int], drafts: list[int], q, draft_ms: float):
+        """Stage 0's share of a batched pass (``blocks``: (request, pos, n, drafts) in row
+        order, ``ids`` the packed input tokens); returns (pass id, compute ms, sent_ns)."""
+        step = self.passes
+        self._tick_fault()
+        start = time.monotonic_ns()
+        out = self._forward(torch.tensor(ids), 0, step, None, batch=blocks)
+        end = time.monotonic_ns()
+        t0 = time.perf_counter_ns()
+        hidden = codec.encode(
+            Kind.HIDDEN,
+            out.cpu().numpy(),
+            self.cfg.activation_bits,
+            self.cfg.group_size,
+            step=step,
+            pos=BATCHED_POS,
+        )
+        codec_ns = time.perf_counter_ns() - t0
+        frames = [array_frame(Kind.DRAFT_IDS, np.array(drafts, dtype=np.int32), step=step)]
+        if q is not None:
+            frames.append(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
+        frames += [batch_frame(blocks, step), hidden]
+        nbytes = sum(self.send(f) for f in frames)
+        sent = time.monotonic_ns()
+        self.log.write(
+            StageRow(
+                self.job.get("job", -1),
+                step,
+                len(ids),
+                -1,
+                start,
+                0,
+                start,
+                end,
+                sent,
+                f"{(end - start) / 1e6:.4f}",
+                f"{codec_ns / 1e6:.4f}",
+                "0",
+                nbytes,
+                f"{draft_ms:.4f}",
+            )
+        )
+        return step, (end - start) / 1e6, sent
 
     def returned_drafts(self, step: int, k: int, lossless: bool) -> tuple[list[int], object]:
         """The K drafts (and q) that came back with the verdict of pass ``step``."""
@@ -187,6 +248,10 @@ class FirstStageWorker(StageWorker):
         self.send(message_frame(Kind.JOB, json.dumps(job)))
 
     def generate(self, job: dict) -> dict:
+        if job.get("batching", "none") == "continuous":
+            from wansim.real.batched_schedule import generate_batched
+
+            return generate_batched(self, job)
         if int(job.get("concurrency", 1)) > 1:
             from wansim.real.concurrent_schedule import generate_concurrent
 

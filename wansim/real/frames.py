@@ -48,6 +48,7 @@ class Kind(enum.IntEnum):
     ERROR = 7  # uint8 utf-8 message from a stage that failed
     TREE = 8  # int32 [n, m, parent_1..parent_{n-1}, keep_1..keep_m]: a tree pass's shape
     CANCEL = 9  # empty, ``step`` = the last valid pass: later passes sent before it are stale
+    BATCH = 10  # int32 [m, 4]: a batched pass's blocks (request, pos, n_tokens, n_drafts)
 
 
 class DType(enum.IntEnum):
@@ -281,6 +282,30 @@ def tree_frame(parents: list[int], keep: list[int], step: int = 0, pos: int = 0)
     n = len(parents)
     arr = np.array([n, len(keep), *parents[1:], *keep], dtype=np.int32)
     return array_frame(Kind.TREE, arr, step, pos)
+
+
+BATCHED_POS = 0xFFFFFFFF  # header ``pos`` of a batched pass (each block has its own, in BATCH)
+
+
+def batch_frame(blocks: list[tuple[int, int, int, int]], step: int) -> Frame:
+    """A ``BATCH`` frame: the blocks of a batched pass in row order, ``(request, pos, n_tokens,
+    n_drafts)`` each (the activation rows and the draft ids are packed in that order)."""
+    arr = np.array(blocks, dtype=np.int32).reshape(len(blocks), 4)
+    return array_frame(Kind.BATCH, arr, step, 0)
+
+
+def read_batch(frame: Frame) -> list[tuple[int, int, int, int]]:
+    """The blocks of a ``BATCH`` frame; checks the shape and the values."""
+    a = frame.array()
+    if a.ndim != 2 or a.shape[1] != 4 or a.shape[0] < 1:
+        raise FrameError(f"malformed batch frame of shape {list(a.shape)}")
+    blocks = [tuple(int(v) for v in row) for row in a]
+    for r, pos, n, k in blocks:
+        if r < 0 or pos < 0 or n < 1 or not 0 <= k <= n - 1:
+            raise FrameError(f"batch frame: bad block (request {r}, pos {pos}, n {n}, drafts {k})")
+    if len({b[0] for b in blocks}) != len(blocks):
+        raise FrameError("batch frame: a request appears twice")
+    return blocks
 
 
 def read_tree(frame: Frame) -> tuple[list[int], list[int]]:

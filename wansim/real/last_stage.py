@@ -83,6 +83,11 @@ class LastStageWorker(ServingStageWorker):
             raise StageFailure(f"stage {self.i}: tree shape for unknown pass {f.header.step}")
         self.pending[f.header.step]["parents"] = parents
 
+    def _batch(self, f: Frame, blocks: list) -> None:
+        if f.header.step not in self.pending:
+            raise StageFailure(f"stage {self.i}: batch blocks for unknown pass {f.header.step}")
+        self.pending[f.header.step]["batch"] = blocks
+
     # ------------------------------------------------------------------ the verdict
     def _select_request(self, request: int) -> None:
         if request in self.gens:
@@ -98,6 +103,11 @@ class LastStageWorker(ServingStageWorker):
         return False
 
     def _outputs(self, h, x: torch.Tensor, out: torch.Tensor):
+        if "batch" in self.pending.get(h.step, {}):
+            t0 = time.perf_counter_ns()
+            verdict = self._batch_verdict(h.step, out)
+            frame = array_frame(Kind.VERDICT, verdict, step=h.step)
+            return [frame], 0, (time.perf_counter_ns() - t0) / 1e6, 0.0
         draft_ms = 0.0
         draft_frames: list[Frame] = []
         t0 = time.perf_counter_ns()
@@ -122,6 +132,33 @@ class LastStageWorker(ServingStageWorker):
         if lossless:
             frames.append(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
         return frames
+
+    def _batch_verdict(self, step: int, logits: torch.Tensor) -> np.ndarray:
+        """Verify every block of a batched pass with its request's own streams: ``[m, 3]`` rows
+        (request, accepted, next token). A block at position 0 is its request's prefill."""
+        pend = self.pending.pop(step)
+        verifier = self.job.get("verifier", "greedy")
+        temp = float(self.job.get("temperature", 0.0))
+        rows, row, dpos = [], 0, 0
+        q_all = pend.get("q")
+        for request, pos, n, kd in pend["batch"]:
+            block = logits[row : row + n]
+            drafts = pend["ids"][dpos : dpos + kd]
+            if len(drafts) != kd:
+                raise StageFailure(f"stage {self.i}: batched pass {step} lacks its draft ids")
+            if pos == 0:
+                self.gens[request] = prompt_generators(int(self.job.get("seed", 0)), request)
+                _, vgen = self.gens[request]
+                rows.append((request, 0, sample_first(block[-1], verifier, temp, vgen)))
+            else:
+                if request not in self.gens:
+                    raise StageFailure(f"stage {self.i}: request {request} verified before prefill")
+                q = q_all[dpos : dpos + kd] if q_all is not None else None
+                v = verify(block[-(kd + 1) :], drafts, q, verifier, temp, self.gens[request][1])
+                rows.append((request, v.accepted, v.next_token))
+            row += n
+            dpos += kd
+        return np.array(rows, dtype=np.int32).reshape(len(rows), 3)
 
     def _verdict(self, step: int, pos: int, logits: torch.Tensor) -> tuple:
         """Verify pass ``step``; a pass at position 0 is a prefill (samples the first token).

@@ -186,7 +186,8 @@ class StageShard:
         each, a new request starts empty)."""
         if request == self.request:
             return
-        self.caches[self.request] = self.cache
+        if self.request >= 0:  # -1: after a batched pass every cache is in ``caches``
+            self.caches[self.request] = self.cache
         cache = self.caches.pop(request, None)
         self.cache = cache if cache is not None else DynamicCache(config=self.config)
         self.request = request
@@ -239,6 +240,70 @@ class StageShard:
         mask = tree_attention_mask(parents, pos, first, self.dtype).to(dev)
         assert x.shape[0] == n - first, (x.shape, n, first)
         return self._run(x, position_ids, mask)
+
+    @torch.no_grad()
+    def forward_batch(self, x: torch.Tensor, segments: list[tuple[int, int, int]]) -> torch.Tensor:
+        """One forward over the blocks of several requests (continuous batching).
+
+        ``segments``: ``(request, pos, n)`` per block, in row order of ``x`` (the blocks packed
+        one after another: ragged lengths, no padding). Each request's cache is cropped to its
+        ``pos`` (rollback), the caches are laid side by side in one temporary cache, and a
+        block-diagonal mask lets a block's row t see its own request's cache and its own rows
+        ``0..t`` only, at positions ``pos + t``: each block is computed as if it were alone
+        (tested against separate passes). Afterwards each request's cache is its old cache plus
+        its block's new keys and values. Returns the packed output rows (as :meth:`forward`)."""
+        if sum(n for _, _, n in segments) != x.shape[0]:
+            raise ValueError(f"{x.shape[0]} rows for blocks of {[s[2] for s in segments]} tokens")
+        if len({r for r, _, _ in segments}) != len(segments):
+            raise ValueError("a batched pass carries each request at most once")
+        dev = self.device
+        caches, lens = [], []
+        for request, pos, _ in segments:
+            self.select(request)
+            self.crop_to(pos)
+            caches.append(self.cache)
+            lens.append(pos)
+        total_cached, total_new = sum(lens), x.shape[0]
+        layers = int(self.config.num_hidden_layers)
+        joint = DynamicCache(config=self.config)
+        if total_cached:
+            for li in range(layers):
+                ks = [c.layers[li].keys for c, n in zip(caches, lens, strict=True) if n]
+                vs = [c.layers[li].values for c, n in zip(caches, lens, strict=True) if n]
+                joint.update(torch.cat(ks, dim=-2), torch.cat(vs, dim=-2), li)
+        allowed = torch.zeros(total_new, total_cached + total_new, dtype=torch.bool)
+        positions = []
+        cache_off = row = 0
+        for (_, pos, n), cached in zip(segments, lens, strict=True):
+            rows = slice(row, row + n)
+            allowed[rows, cache_off : cache_off + cached] = True
+            allowed[rows, total_cached + row : total_cached + row + n] = torch.tril(
+                torch.ones(n, n, dtype=torch.bool)
+            )
+            positions.extend(range(pos, pos + n))
+            cache_off += cached
+            row += n
+        mask = torch.zeros(allowed.shape, dtype=self.dtype)
+        mask[~allowed] = torch.finfo(self.dtype).min
+        position_ids = torch.tensor(positions, dtype=torch.long, device=dev).unsqueeze(0)
+        self.cache = joint
+        out = self._run(x, position_ids, mask[None, None].to(dev))
+        # split the joint cache back: request r = its cached span + its new rows
+        cache_off = row = 0
+        for (request, _, n), cached in zip(segments, lens, strict=True):
+            new = DynamicCache(config=self.config)
+            idx = list(range(cache_off, cache_off + cached))
+            idx += range(total_cached + row, total_cached + row + n)
+            sel = torch.tensor(idx, dtype=torch.long, device=dev)
+            for li in range(layers):
+                layer = joint.layers[li]
+                new.update(layer.keys.index_select(-2, sel), layer.values.index_select(-2, sel), li)
+            self.caches[request] = new
+            cache_off += cached
+            row += n
+        self.request = -1  # every request's cache is in ``caches`` now
+        self.cache = DynamicCache(config=self.config)
+        return out
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, pos: int) -> torch.Tensor:

@@ -139,7 +139,8 @@ def link_timings(
         main_kind = VERDICT_KIND if h == stages - 1 else HIDDEN_KIND
         main = rel[rel["kind"] == main_kind].set_index("step")
         if h == stages - 1:
-            recv = steps[steps["pass"].isin(passes)].set_index("pass")["verdict_ns"]
+            verdicts = steps[steps["pass"].isin(passes)].drop_duplicates("pass")
+            recv = verdicts.set_index("pass")["verdict_ns"]  # a batched pass: one verdict
         else:
             st = raw[f"stage{dst}"]
             recv = (
@@ -205,8 +206,9 @@ def summarize(
         st = raw[f"stage{i}"]
         st = st[st["pass"].isin(set(steps["pass"]))] if not st.empty else st
         ms = float(st["compute_ms"].sum()) if not st.empty else 0.0
-        at = steps["draft_stage"] if "draft_stage" in steps else pd.Series(0, steps.index)
-        ms += float(steps["draft_ms"][at == i].sum())
+        once = steps.drop_duplicates("pass")  # a batched pass drafted once for its blocks
+        at = once["draft_stage"] if "draft_stage" in once else pd.Series(0, once.index)
+        ms += float(once["draft_ms"][at == i].sum())
         busy.append(ms / 1e3 / decode_s if decode_s > 0 else None)
     wire = 0
     for h in range(stages):

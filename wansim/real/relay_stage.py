@@ -27,6 +27,9 @@ class RelayStageWorker(ServingStageWorker):
     def _tree(self, f: Frame, parents: list[int]) -> None:
         self.send(f)  # the shape is kept too: this stage computes the tree-masked pass
 
+    def _batch(self, f: Frame, blocks: list) -> None:
+        self.send(f)  # the blocks are kept too: this stage computes the batched pass
+
     def _outputs(self, h, x: torch.Tensor, out: torch.Tensor):
         t0 = time.perf_counter_ns()
         frame = codec.encode(

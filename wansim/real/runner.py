@@ -241,6 +241,9 @@ class Pipeline:
             "schedule": decode.schedule,
             "max_inflight_blocks": decode.max_inflight_blocks,
             "concurrency": decode.concurrency,
+            "batching": decode.batching,
+            "micro_batches": decode.micro_batches,
+            "max_batch_size": decode.max_batch_size,
             "prompts": [
                 {"workload": p.workload, "prompt_id": p.prompt_id, "tokens": list(p.tokens)}
                 for p in prompts
@@ -259,6 +262,10 @@ class Pipeline:
             )
         if decode.k > 0 and not self.spec.can_draft:
             raise RealConfigError("drafter_dir", "is needed when k > 0", None)
+        if decode.batching == "continuous" and self.spec.drafter_kind == "mtp":
+            raise RealConfigError(
+                "batching", "continuous needs the draft model at stage 0 (not an MTP head)", "mtp"
+            )
         if decode.concurrency > 1 and self.spec.drafter_kind == "mtp":
             raise RealConfigError(
                 "concurrency",
@@ -271,6 +278,7 @@ class Pipeline:
         if tree is not None and self.spec.drafter_dir is None:
             raise RealConfigError("tree", "needs a draft model at stage 0 (drafter_dir)", tree.kind)
         longest = max(len(p.tokens) for p in prompts)
+        check_kv_capacity(self.spec, decode, longest, len(prompts))
         # a pass may run up to k (tree: depth) positions past the last committed token
         need = longest + decode.max_new_tokens + decode.k + 1
         for field_name, path in (
@@ -354,6 +362,9 @@ class Pipeline:
             "schedule": decode.schedule,
             "max_inflight_blocks": decode.max_inflight_blocks,
             "concurrency": decode.concurrency,
+            "batching": decode.batching,
+            "micro_batches": decode.micro_batches,
+            "max_batch_size": decode.max_batch_size if decode.max_batch_size else "none",
             "links": json.dumps([asdict(link) for link in self.links]),
         }
 
@@ -479,6 +490,36 @@ class Pipeline:
                 hop = (stage - 1) % p if "hop" in msg else None
             return PipelineError(msg, stage=stage, hop=hop, run_dir=run_dir)
         return PipelineError("pipeline failed for an unknown reason", run_dir=run_dir)
+
+
+def check_kv_capacity(spec: PipelineSpec, decode: DecodeSpec, longest: int, prompts: int) -> None:
+    """The requests in flight must fit ``spec.kv_capacity_tokens`` at every stage: each holds
+    up to prompt + ``max_new_tokens`` + the pass's drafted tokens (a tree: all its nodes, kept
+    until the verdict prunes them) + 1 positions. The field named is what to lower: the tree's
+    budget when one request does not fit only because of it, else the requests in flight
+    (``concurrency``) when one request fits, else ``max_new_tokens``."""
+    cap = spec.kv_capacity_tokens
+    drafted = decode.tree.budget if decode.tree is not None else decode.k
+    base = longest + decode.max_new_tokens + 1
+    per_request = base + drafted
+    in_flight = min(decode.concurrency, prompts)
+    if decode.batching == "continuous" and decode.max_batch_size is not None:
+        in_flight = min(in_flight, decode.micro_batches * decode.max_batch_size)
+    need = in_flight * per_request
+    if need <= cap:
+        return
+    words = (
+        f"{in_flight} request(s) in flight x (prompt {longest} + max_new_tokens "
+        f"{decode.max_new_tokens} + {drafted} drafted + 1) = {need} KV positions exceed "
+        f"kv_capacity_tokens {cap}"
+    )
+    if per_request > cap and decode.tree is not None and base + decode.k <= cap:
+        raise RealConfigError("tree.budget", words, decode.tree.budget)
+    if per_request <= cap:
+        raise RealConfigError(
+            "concurrency", f"{words}; at most {cap // per_request} fit", decode.concurrency
+        )
+    raise RealConfigError("max_new_tokens", words, decode.max_new_tokens)
 
 
 def run_real(

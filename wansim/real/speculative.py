@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from wansim.real.errors import RealConfigError
@@ -168,6 +169,50 @@ class Drafter:
                 logits = self.shard.forward(torch.tensor([d]), len(self.cached))[-1]
                 self.cached.append(d)
         return drafts, (torch.stack(qs) if qs else None)
+
+    @torch.no_grad()
+    def draft_batch(
+        self, items: list[tuple[int, list[int], torch.Generator]], k: int, temperature: float
+    ) -> list[tuple[list[int], torch.Tensor | None]]:
+        """:meth:`draft` for several requests at once, ``(request, committed, gen)`` each: one
+        drafter forward per draft position over all of them (``StageShard.forward_batch``,
+        each request on its own KV cache), as a batched drafter runs (the engines' one drafter
+        pass per batch). Each request draws from its own ``gen`` in the same order as
+        :meth:`draft`, so its drafts are those of drafting it alone."""
+        if k == 0 or not items:
+            return [([], None) for _ in items]
+        if self.shard.request >= 0:  # every request's cached tokens in the dict from here on
+            self._cached_by[self.shard.request] = self.cached
+        self.cached = []
+        blocks, ids, cached = [], [], []
+        for request, committed, _ in items:
+            have = self._cached_by.pop(request, [])
+            common, limit = 0, min(len(have), len(committed) - 1)
+            while common < limit and have[common] == committed[common]:
+                common += 1
+            blocks.append((request, common, len(committed) - common))
+            ids += committed[common:]
+            cached.append(list(committed))
+        out = self.shard.forward_batch(torch.tensor(ids), blocks)
+        ends = np.cumsum([n for _, _, n in blocks]) - 1
+        logits = [out[int(e)].cpu() for e in ends]
+        drafts: list[list[int]] = [[] for _ in items]
+        qs: list[list[torch.Tensor]] = [[] for _ in items]
+        for i in range(k):
+            for j, (_, _, gen) in enumerate(items):
+                d, qi = draft_token(logits[j], temperature, gen)
+                drafts[j].append(d)
+                if qi is not None:
+                    qs[j].append(qi)
+            if i < k - 1:
+                step = [(r, len(cached[j]), 1) for j, (r, _, _) in enumerate(items)]
+                out = self.shard.forward_batch(torch.tensor([d[-1] for d in drafts]), step)
+                logits = [out[j].cpu() for j in range(len(items))]
+                for j in range(len(items)):
+                    cached[j].append(drafts[j][-1])
+        for j, (request, _, _) in enumerate(items):
+            self._cached_by[request] = cached[j]
+        return [(drafts[j], torch.stack(qs[j]) if qs[j] else None) for j in range(len(items))]
 
 
 @torch.no_grad()

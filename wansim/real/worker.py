@@ -48,6 +48,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from wansim.hold import checkpoint
 from wansim.real import codec
 from wansim.real.frames import (
     ConnectionClosed,
@@ -56,6 +57,7 @@ from wansim.real.frames import (
     Kind,
     frame_text,
     message_frame,
+    read_batch,
     read_tree,
     recv_frame,
     send_frame,
@@ -213,14 +215,18 @@ class StageWorker:
 
     def _tick_fault(self) -> None:
         self.passes += 1
+        checkpoint(f"stage{self.i}-pass", self.passes)  # tests: hold here (wansim.hold)
         n = self.cfg.fail_after_passes
         if n is not None and self.passes > n:
             os._exit(3)  # fault injection: die like a crashed machine (no report)
 
-    def _forward(self, x: torch.Tensor, pos: int, step: int, tree) -> torch.Tensor:
-        """The stage's layers on one pass: a chain (crop the cache to ``pos``) or a tree (keep
-        the previous tree's accepted path first, then a tree-masked pass)."""
+    def _forward(self, x: torch.Tensor, pos: int, step: int, tree, batch=None) -> torch.Tensor:
+        """The stage's layers on one pass: a chain (crop the cache to ``pos``), a tree (keep
+        the previous tree's accepted path first, then a tree-masked pass) or a batched pass
+        (``batch``: the blocks of several requests in one forward, each on its own cache)."""
         try:
+            if batch is not None:
+                return self.shard.forward_batch(x, [(r, p, n) for r, p, n, _ in batch])
             if tree is None:
                 return self.shard.forward(x, pos)
             parents, keep = tree
@@ -247,6 +253,7 @@ class ServingStageWorker(StageWorker):
     def __init__(self, cfg: StageConfig, conn):
         super().__init__(cfg, conn)
         self.trees: dict[int, tuple[list[int], list[int]]] = {}  # pass -> (parents, keep)
+        self.batches: dict[int, list] = {}  # pass -> its blocks (batched passes)
         self.inbox: deque = deque()  # frames read but not yet served (async mailbox)
         self.dropped = 0  # stale passes dropped from the mailbox before computing them
 
@@ -290,6 +297,7 @@ class ServingStageWorker(StageWorker):
             if kind == Kind.JOB:
                 self.job = json.loads(frame_text(f))
                 self.trees.clear()
+                self.batches.clear()
                 self.tree_pos = None
                 self._new_job()
                 self.shard.reset_all()
@@ -307,6 +315,13 @@ class ServingStageWorker(StageWorker):
                     raise StageFailure(f"stage {self.i}: {e} on {self.hop_in()}") from None
                 self.trees[f.header.step] = (parents, keep)
                 self._tree(f, parents)
+            elif kind == Kind.BATCH:
+                try:
+                    blocks = read_batch(f)
+                except FrameError as e:
+                    raise StageFailure(f"stage {self.i}: {e} on {self.hop_in()}") from None
+                self.batches[f.header.step] = blocks
+                self._batch(f, blocks)
             elif kind == Kind.HIDDEN:
                 self.run_pass(f, None, recv_ns)
             elif kind == Kind.SHUTDOWN:
@@ -338,6 +353,9 @@ class ServingStageWorker(StageWorker):
     def _tree(self, f: Frame, parents: list[int]) -> None:
         raise NotImplementedError
 
+    def _batch(self, f: Frame, blocks: list) -> None:
+        raise NotImplementedError
+
     def _select_request(self, request: int) -> None:
         """The pass belongs to ``request`` (its KV cache is selected already)."""
 
@@ -356,8 +374,10 @@ class ServingStageWorker(StageWorker):
         """Decode, compute, then the role's outputs (activations onward, or the verdict)."""
         h = hidden_frame.header
         self._tick_fault()
-        self.shard.select(h.request)
-        self._select_request(h.request)
+        batch = self.batches.pop(h.step, None)
+        if batch is None:
+            self.shard.select(h.request)
+            self._select_request(h.request)
         t_codec0 = time.perf_counter_ns()
         if x is None:
             x = torch.from_numpy(codec.decode(hidden_frame).copy())
@@ -370,7 +390,7 @@ class ServingStageWorker(StageWorker):
         if self._stale(h):
             return
         start = time.monotonic_ns()
-        out = self._forward(x, h.pos, h.step, self.trees.pop(h.step, None))
+        out = self._forward(x, h.pos, h.step, self.trees.pop(h.step, None), batch)
         end = time.monotonic_ns()
         frames, encode_ns, verify_ms, draft_ms = self._outputs(h, x, out)
         codec_ns += encode_ns
@@ -383,7 +403,7 @@ class ServingStageWorker(StageWorker):
                 self.job.get("job", -1),
                 h.step,
                 x.shape[0],
-                h.pos,
+                -1 if batch is not None else h.pos,
                 recv_ns,
                 h.send_ns,
                 start,

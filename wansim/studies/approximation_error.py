@@ -4,7 +4,8 @@ The closed forms for the sync schedule with one request are exact in the limit (
 property tests check them). The approximations are not: the block schedule (async in-pipe
 speculation, the overlapped drafter: :mod:`wansim.analytical.blocks`) and N concurrent
 requests (:mod:`wansim.analytical.concurrent`), alone and mixed, plus the lockstep batch of
-continuous batching. This module runs both engines over a grid per approximation and writes
+continuous batching, micro-batches, and the serving workloads on top of them (KV admission,
+lengths that vary: lognormal and the shipped trace). This module runs both engines over a grid per approximation and writes
 the table of measured errors (``docs/approximations.md``): nothing in it is typed in.
 
     python -m wansim.studies.approximation_error [--fast] [--out docs/approximations.md] [--workers N]
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from wansim.analytical.regime import REGIMES
+from wansim.analytical.regime import REGIMES, UNVALIDATED_BAND
 from wansim.data import reference_scenario
 
 REFERENCE = reference_scenario()
@@ -48,6 +49,23 @@ BOUNDS: dict[str, dict[str, float]] = {
     name: dict(r.error_band) for name, r in REGIMES.items() if name != "sync"
 }
 ASSUMPTIONS = {name: r.model for name, r in REGIMES.items()}
+# the serving workloads (issue 15) answered on top of a regime: KV admission (the admitted
+# slots by the regime's model, the users' wait by Little's law: wansim.analytical.engine) keeps
+# the band of the regime it runs on; varied lengths (expectations over workload nodes:
+# wansim.analytical.mixture) are never validated, so they carry the unvalidated band
+BOUNDS["KV admission"] = dict(REGIMES["continuous batching"].error_band)
+ASSUMPTIONS["KV admission"] = (
+    "KV capacity below the users' need (continuous batching): the regime's model at the slots"
+    " the cache admits, floor(capacity / (prompt + output)), plus the users' mean admission"
+    " wait by Little's law over their cycle (wansim/analytical/engine.py: kv_admitted, _kv_queue)"
+)
+BOUNDS["varied lengths"] = dict(UNVALIDATED_BAND)
+ASSUMPTIONS["varied lengths"] = (
+    "prompt and output lengths from a lognormal distribution or the shipped request trace"
+    " (rows in order, or drawn: empirical): each node of the length distribution analysed as a"
+    " workload of like requests and the answers combined by expectation (validated: false;"
+    " wansim/analytical/mixture.py)"
+)
 
 
 def _points(group: str, fast: bool) -> list[dict]:
@@ -198,9 +216,61 @@ def _points(group: str, fast: bool) -> list[dict]:
             # the regime's validated domain only (outside it: regime.outside says why)
             if approximation(load_scenario(REFERENCE, point)).validated:
                 pts.append(point)
+    elif group == "KV admission":
+        from wansim.scenario import load_scenario
+
+        grid = itertools.product(
+            (4, 10),
+            (3, 7),
+            (16, 64) if fast else (16, 32, 64),
+            (0.25, 0.5) if fast else (0.25, 0.5, 0.75),
+        )
+        context = load_scenario(REFERENCE).workload.prompt_tokens + 128
+        for stages, k, n, admitted in grid:
+            pts.append(
+                {
+                    "stages": stages,
+                    "speculation.k": k,
+                    "workload.concurrency": n,
+                    "schedule.batching": "continuous",
+                    "workload.kv_capacity_tokens": int(admitted * n) * context,
+                    "workload.requests": max(4 * n, 32),
+                    "workload.output_tokens": 128,
+                }
+            )
+    elif group == "varied lengths":
+        kinds = (
+            {"workload.lengths.kind": "lognormal", "workload.lengths.output_cv": 0.5},
+            {
+                "workload.lengths.kind": "lognormal",
+                "workload.lengths.prompt_cv": 1.0,
+                "workload.lengths.output_cv": 1.0,
+            },
+            {"workload.lengths.kind": "trace", "workload.trace": TRACE},
+            {"workload.lengths.kind": "empirical", "workload.trace": TRACE},
+        )
+        grid = itertools.product(
+            (4, 10), kinds, (1, 16) if fast else (1, 8, 32), ("none", "continuous")
+        )
+        for stages, kind, n, batching in grid:
+            if n == 1 and batching == "continuous":
+                continue
+            pts.append(
+                {
+                    "stages": stages,
+                    **kind,
+                    "workload.concurrency": n,
+                    "schedule.batching": batching,
+                    "workload.requests": min(max(4 * n, 32), 96),
+                    "workload.output_tokens": 128,
+                }
+            )
     else:
         raise KeyError(group)
     return pts
+
+
+TRACE = "traces/requests/synthetic-chat-code.csv"  # the shipped request trace (300 rows)
 
 
 def points(groups=None, *, fast: bool = False) -> list[tuple[str, dict]]:

@@ -29,11 +29,12 @@ import numpy as np
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
 
 
-def draw_scenario(seed: int) -> dict:
+def draw_scenario(seed: int, serving: bool = True) -> dict:
     """One random valid scenario (a plain mapping for ``load_scenario(data=...)``).
 
     Sizes are kept small enough for the DES to run it in about a second: at most ~12k decoded
-    tokens, at most 10 stages."""
+    tokens, at most 10 stages. ``serving=False``: without the serving mechanisms
+    (:func:`_serving`), the draw hunts made for ``seed`` before they joined."""
     rng = np.random.default_rng(seed)
 
     def pick(*xs, p=None):
@@ -125,7 +126,7 @@ def draw_scenario(seed: int) -> dict:
             "output_tokens": output,
         },
     }
-    return _serving(data, seed)
+    return _serving(data, seed) if serving else data
 
 
 TRACE = "traces/requests/synthetic-chat-code.csv"  # the shipped trace (300 rows)

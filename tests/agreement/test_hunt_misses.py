@@ -1,5 +1,5 @@
-"""Regressions from the agreement hunt's misses (``wansim.agreement_hunt.draw_scenario(seed)``
-rebuilds each case), each against the DES on the scenario that exposed it:
+"""Regressions from the agreement hunt's misses (``wansim.agreement_case(seed)``
+rebuilds each case, ``serving=False``: the draw before the serving mechanisms joined it), each against the DES on the scenario that exposed it:
 
 - one request's own async blocks behind a lost message (seeds 89, 156, 250): the ring stalls
   once per loss, not once per held block (``wansim.analytical.blocks.loss_stalls``; the
@@ -27,6 +27,12 @@ from wansim.scenario import load_scenario
 from wansim.sim import simulate
 
 
+def case(seed: int) -> dict:
+    """The scenario the hunt drew for ``seed`` when it exposed the miss (before the serving
+    mechanisms joined the draw)."""
+    return hunt.draw_scenario(seed, serving=False)
+
+
 def _both(data: dict) -> tuple[float, float, float, tuple]:
     sc = load_scenario(data=data)
     des = simulate(sc).metrics
@@ -38,14 +44,14 @@ def _both(data: dict) -> tuple[float, float, float, tuple]:
 def test_async_blocks_behind_a_lost_message_stall_once(seed):
     """One request, window > 1, loss: within the async band (10%) + 2 half-widths (before:
     -68%, -73%, -19% against half-widths of 4.4%, 14.8%, 3.8%)."""
-    ana, des, half, _ = _both(hunt.draw_scenario(seed))
+    ana, des, half, _ = _both(case(seed))
     assert abs(ana - des) <= 0.10 * des + 2 * half, (seed, ana, des, half)
 
 
 def test_async_window_of_one_with_loss_is_the_sync_lap():
     """B = 1: nothing is in flight behind a block, every loss costs its whole repair; the
     block schedule must give the sync closed form (hand-checkable limit), at 0%, 1%, 4%."""
-    base = hunt.draw_scenario(89)
+    base = case(89)
     for loss in (0.0, 0.01, 0.04):
         a = copy.deepcopy(base)
         a["network"]["loss_rate"] = loss
@@ -63,7 +69,7 @@ def test_async_rate_falls_with_loss(seed):
     from 0% to 4% loss)."""
     rates = []
     for loss in (0.0, 0.001, 0.01, 0.04):
-        data = hunt.draw_scenario(seed)
+        data = case(seed)
         data["network"]["loss_rate"] = loss
         rates.append(analyze(load_scenario(data=data)).metrics["tokens_per_s"])
     assert all(b <= a * (1 + 1e-9) for a, b in itertools.pairwise(rates)), rates
@@ -73,7 +79,7 @@ def test_saturated_overlapped_drafter_drafts_after_the_verdicts():
     """Seed 297: 16 requests share a 4 ms overlapped drafter on a 57 ms ring; (N - 1) d = 60 ms
     outlasts a pass's travel, so no draft is stale and the drafter runs back to back. Within
     the concurrent band (15%) + 2 half-widths (before: -33.4%, half-width 2.3%)."""
-    ana, des, half, _ = _both(hunt.draw_scenario(297))
+    ana, des, half, _ = _both(case(297))
     assert abs(ana - des) <= 0.15 * des + 2 * half, (ana, des, half)
 
 
@@ -81,7 +87,7 @@ def test_staggered_prefills_do_not_finish_together():
     """Seed 210: 8 requests of 2 passes whose 7 MB prefills take 590 ms a hop: the analytical
     tokens/s lies inside the DES's 95% interval (before: 2.84 against an interval of
     0.17-0.99)."""
-    ana, _, _, (low, high) = _both(hunt.draw_scenario(210))
+    ana, _, _, (low, high) = _both(case(210))
     assert low <= ana <= high, (ana, low, high)
 
 
@@ -91,7 +97,7 @@ def test_prefill_enters_its_predecessors_phase(seed):
     prefill enters in the phase its predecessor leaves and waits for no one (the DES's TTFT
     is the prefill alone for every measured request at seed 43). The analytical mean TTFT
     within the concurrent TTFT band (before: +85% and +19%, validated)."""
-    sc = load_scenario(data=hunt.draw_scenario(seed))
+    sc = load_scenario(data=case(seed))
     ana = analyze(sc)
     des = simulate(sc).metrics["ttft_ms_mean"]
     assert ana.approximation["validated"]

@@ -37,6 +37,12 @@ Model (vectorised over grid points and the difficulty quadrature):
   E_w[M / E[T]] (1 + Var T / E[T]^2) with Var T = c^2 Var N + (E[N] / E[G]) Var(C - c G) +
   Var R (chains + blocks that waited for a verdict), c = E[T] / E[N].
 
+- Retransmissions: the recursion runs on the lossless hops; a request's K lost transmissions
+  (over its passes and forwarded stale blocks) come back as stalls of the whole window, each
+  costing (1 - r) c + r max(0, c - slack), c = ser + RTO, slack = B issue - block lap, less
+  the losses repaired inside another stall (:func:`loss_stalls`); tokens/s conditions on K
+  (:func:`wansim.analytical.rate.mean_rate`).
+
 Exact in the limits: B = 1 without overlap is the sync lap; with every bet won (r = 1) and no
 jitter the issue times are the DES's.
 """

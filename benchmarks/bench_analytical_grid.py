@@ -23,7 +23,7 @@ import numpy as np
 
 from wansim.analytical import evaluate_grid
 from wansim.analytical.sync import sync_metrics
-from wansim.scenario import load_scenario, scenario_to_dict
+from wansim.config.scenario import load_scenario, scenario_to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = {

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import simpy
 
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 
 ROOT = Path(__file__).resolve().parents[1]

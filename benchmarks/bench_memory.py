@@ -23,7 +23,7 @@ import sys
 
 CHILD = """
 import json, resource, sys, time
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 requests = int(sys.argv[1])
 sc = load_scenario("scenarios/v4pro-dspark-10stage-wan.yaml", [f"workload.requests={requests}"])

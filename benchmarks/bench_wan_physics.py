@@ -27,7 +27,7 @@ HERE = Path.cwd()
 REFERENCE = "scenarios/v4pro-dspark-10stage-wan.yaml"
 CHILD = """
 import json, sys, time
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 over = json.loads(sys.argv[1])
 sc = load_scenario(sys.argv[2], over)

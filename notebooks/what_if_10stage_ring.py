@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 import wansim
-from wansim.drafters import PRESETS
+from wansim.speculation.drafters import PRESETS
 from wansim.sweep import parse_sweep, run_sweep
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "scenarios").is_dir())

@@ -125,7 +125,7 @@ def policy_sweep(name: str, policy: Policy, grid, fixed=None, *, des_fixed=None,
 
 def des_supports(overrides: dict[str, Any], base: Path = REFERENCE) -> bool:
     """Whether the DES simulates the base with these overrides (else: no DES markers)."""
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
     from wansim.sim import check_supported
 
     try:

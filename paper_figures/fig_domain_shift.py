@@ -18,7 +18,7 @@ import numpy as np
 from _common import COLORS, REFERENCE, fast, save, style, sweep
 
 from wansim.analytical.tree_sizing import domain_shift_for
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 
 SHIFTS = fast(list(np.round(np.linspace(0.1, 1.0, 19), 3)), [0.1, 0.2, 0.5, 0.8, 1.0])
 BUDGETS = fast([2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], [2, 4, 8, 32])

@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 from _common import COLORS, MARKERS, OUT, REFERENCE, fast, plain_log_ticks, save, style
 
 from wansim.analytical import analyze
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 
 MICRO = {

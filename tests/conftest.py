@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,21 @@ def run_cli(capsys):
         return code, out.out, out.err
 
     return run
+
+
+def start_held(cmd: list[str], hold_after: str) -> subprocess.Popen:
+    """Start ``cmd`` (a wansim command) in a child that pauses right after its checkpoint
+    ``hold_after`` (``LABEL:N``, see :mod:`wansim.support.hold`) until a signal arrives, so a
+    test interrupts it at a known moment instead of racing it under load. SIGINT is restored to
+    its default in the child: a suite started in the background (nohup, ``&`` without job
+    control) passes it on as ignored, and Python then never turns it into Ctrl-C."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANSIM_HOLD_AFTER": hold_after}
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )

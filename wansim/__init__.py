@@ -10,8 +10,8 @@ Python API::
 
 from __future__ import annotations
 
+from wansim.config.scenario import Scenario, load_scenario, register_raw_resolver
 from wansim.errors import WansimInputError
-from wansim.scenario import Scenario, load_scenario, register_raw_resolver
 
 __all__ = ["Scenario", "WansimInputError", "analyze", "load_scenario", "simulate"]
 __version__ = "0.1.0"

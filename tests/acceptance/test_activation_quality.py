@@ -16,8 +16,8 @@ from wansim.acceptance.activation_quality import (
     table_from_mapping,
 )
 from wansim.cli import main
+from wansim.config.scenario import load_scenario
 from wansim.errors import ProfileError, WansimInputError
-from wansim.scenario import load_scenario
 
 TABLE = "traces/reference/wire-quality-tiny.yaml"
 
@@ -290,6 +290,6 @@ def test_the_lone_ring_path_takes_the_factor_as_the_events_do():
 
 
 def sc_dict(sc):
-    from wansim.scenario import scenario_to_dict
+    from wansim.config.scenario import scenario_to_dict
 
     return scenario_to_dict(sc)

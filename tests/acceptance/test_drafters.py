@@ -9,9 +9,9 @@ import pytest
 from tests.conftest import PROFILE, REFERENCE
 from wansim.acceptance.profile import load_profile
 from wansim.analytical import analyze
-from wansim.drafters import ASSUMED_SIBLING_OFFSETS, PRESETS
+from wansim.config.scenario import load_scenario, read_scenario_raw
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario, read_scenario_raw
+from wansim.speculation.drafters import ASSUMED_SIBLING_OFFSETS, PRESETS
 
 
 def with_preset(name: str, drafter: dict | None = None, overrides=()):
@@ -61,7 +61,7 @@ def test_explicit_keys_override_the_preset():
 
 
 def test_preset_survives_a_round_trip_through_plain_data():
-    from wansim.scenario import scenario_to_dict
+    from wansim.config.scenario import scenario_to_dict
 
     sc = with_preset("ngram")
     again = load_scenario(data=scenario_to_dict(sc))

@@ -15,8 +15,8 @@ from tests.conftest import REFERENCE
 from wansim import speculation
 from wansim.acceptance import trees as tr
 from wansim.analytical import analyze
+from wansim.config.scenario import load_scenario, scenario_to_dict
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario, scenario_to_dict
 
 
 @given(

@@ -13,8 +13,8 @@ from wansim.acceptance.importers import profile_from_sglang, profile_from_vllm
 from wansim.acceptance.model import AcceptanceModel
 from wansim.acceptance.profile import load_profile
 from wansim.acceptance.sampler import sample_requests
+from wansim.config.scenario import load_scenario
 from wansim.errors import ProfileError
-from wansim.scenario import load_scenario
 
 
 def vllm_text(drafts: int, per_pos: list[int], engines: int = 1) -> str:

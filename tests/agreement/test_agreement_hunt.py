@@ -1,4 +1,4 @@
-"""The agreement hunt (``wansim.agreement_hunt``): random valid scenarios across every
+"""The agreement hunt (``wansim.studies.agreement_hunt``): random valid scenarios across every
 mechanism, both engines. A point whose analytical tokens/s lies beyond its own error band plus
 twice the DES's 95% half-width must say ``validated: false`` (no silent error); properties
 over concurrency > 1: more bandwidth or less latency never lowers tokens/s (analytical: at
@@ -16,15 +16,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wansim import agreement_hunt as hunt
 from wansim.analytical import analyze
+from wansim.config.scenario import load_scenario
 from wansim.errors import WansimInputError
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
+from wansim.studies import agreement_hunt as hunt
 
 # a slice across the mechanisms (sync, trees, loss, per-hop links, async, overlap, concurrency,
-# continuous batching), each cheap for the DES; 26 and 43: validated TTFT on deterministic rings
-FAST_SEEDS = (3, 20, 24, 26, 33, 43, 53, 70, 75, 83, 103, 137, 151, 152)
+# continuous batching; issue 13's per-message costs, payload per hop, noise, stragglers, drift,
+# faults, tcp, flush, hybrid), each cheap for the DES; 26 and 43: validated TTFT on deterministic
+# rings
+FAST_SEEDS = (3, 8, 10, 16, 20, 24, 25, 26, 33, 43, 53, 70, 75, 83, 103, 137, 151, 152)
+WAN_PHYSICS = {
+    "per-message",
+    "payload-hops",
+    "noise",
+    "stragglers",
+    "drift",
+    "faults",
+    "tcp",
+    "flush",
+    "hybrid",
+}
 
 
 def check(row: dict) -> None:
@@ -47,6 +60,7 @@ def test_hunt_slice_agrees_or_says_so(seed):
 def test_hunt_slice_covers_the_mechanisms():
     tags = {t for s in FAST_SEEDS for t in hunt.mechanisms(hunt.draw_scenario(s)).split("+")}
     assert {"async", "overlap", "concurrent", "batching", "tree", "loss", "hops"} <= tags
+    assert tags >= WAN_PHYSICS
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import REFERENCE, ROOT
 from wansim.analytical import analyze, evaluate_grid
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.studies import approximation_error as ae
 

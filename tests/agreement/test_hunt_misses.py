@@ -1,5 +1,6 @@
 """Regressions from the agreement hunt's misses (``wansim.agreement_case(seed)``
-rebuilds each case, ``serving=False``: the draw before the serving mechanisms joined it), each against the DES on the scenario that exposed it:
+rebuilds each case, ``base_scenario(seed, serving=False)``: the draw before the serving and WAN mechanisms
+joined it), each against the DES on the scenario that exposed it:
 
 - one request's own async blocks behind a lost message (seeds 89, 156, 250): the ring stalls
   once per loss, not once per held block (``wansim.analytical.blocks.loss_stalls``; the
@@ -21,16 +22,16 @@ import itertools
 
 import pytest
 
-from wansim import agreement_hunt as hunt
 from wansim.analytical import analyze
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
+from wansim.studies import agreement_hunt as hunt
 
 
 def case(seed: int) -> dict:
     """The scenario the hunt drew for ``seed`` when it exposed the miss (before the serving
     mechanisms joined the draw)."""
-    return hunt.draw_scenario(seed, serving=False)
+    return hunt.base_scenario(seed, serving=False)
 
 
 def _both(data: dict) -> tuple[float, float, float, tuple]:

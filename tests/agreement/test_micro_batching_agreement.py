@@ -21,8 +21,8 @@ from wansim.analytical import analyze
 from wansim.analytical.micro_batched import cycle_ms, ring
 from wansim.analytical.regime import REGIMES
 from wansim.analytical.sync import lap_parts
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
 
 

@@ -34,11 +34,11 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from wansim.analytical import analyze
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.sim.metrics import rate_interval
-from wansim.slowdown import lap_terms
+from wansim.stages.slowdown import lap_terms
 
 FAMILY_ALPHA = 0.001
 CHECKS_PER_EXAMPLE = 4
@@ -107,7 +107,7 @@ def scenarios(draw) -> dict:
             st.lists(st.floats(0, 5), min_size=stages, max_size=stages)
         )
     some_stages = st.lists(st.integers(0, stages - 1), max_size=3, unique=True)
-    if draw(st.integers(0, 3)) == 0:  # compute noise (wansim.slowdown)
+    if draw(st.integers(0, 3)) == 0:  # compute noise (wansim.stages.slowdown)
         overheads["noise"] = {
             "kind": draw(st.sampled_from(["lognormal", "gamma"])),
             "cv": draw(st.floats(0.05, 1.0)),

@@ -10,7 +10,6 @@ SIGINT to the command and the full ``--quick`` matrix (where the 5% target is ch
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import REFERENCE, ROOT
+from tests.conftest import REFERENCE, ROOT, start_held
 from wansim.calibrate.cells import (
     FRAME_HEADER_BYTES,
     VERDICT_BYTES,
@@ -275,7 +274,7 @@ def test_scenario_keeps_the_measured_lap(tmp_path, latency, drafter_kind):
     stages' variation exceeds the hops' delays. With the MTP head (``draft_stage`` = the last
     stage) the drafter sits on ``last_stage`` and the drafts ride the return message."""
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     rng = np.random.default_rng(1)
     stages, k = 3, 2
@@ -357,7 +356,7 @@ def test_calibrate_reduced_matrix(run_cli, tmp_path):
     the fitted profile usable by ``wansim run``, and DES/analytical close to real."""
     pytest.importorskip("torch")
     from wansim.calibrate.run import format_table
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
     from wansim.speculation import forward_message_bytes
 
     out = tmp_path / "cal"
@@ -482,7 +481,7 @@ def _mtp_cell_checks(out: Path, cell: dict, verifier: str) -> None:
     """One MTP cell against its own real records, recomputed here from the raw logs: the
     scenario's drafter (last_stage, the measured drafting time), the last stage's compute
     without the drafting, the bytes on both hops, the lap carried exactly."""
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
     from wansim.speculation import forward_message_bytes, return_message_bytes
 
     p, lat, k = cell["stages"], cell["latency_ms"], cell["k"]
@@ -674,20 +673,9 @@ def test_ctrl_c_keeps_finished_cells(tmp_path):
         "--stages", "2", "--latency-ms", "0", "--k", "2,3,4",
         "--prompts", "2", "--tokens", "96", "--out", str(out), "--json",
     ]  # fmt: skip
-    # the process holds after its first cell (WANSIM_HOLD_AFTER, wansim.hold) until the signal
-    # arrives, so it cannot finish first under load; the deadline only guards against a hang
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANSIM_HOLD_AFTER": "calibrate-cell:1"}
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        # a suite started in the background (nohup, `&` without job control) passes SIGINT
-        # on as ignored: give the child the default, so Python turns it into Ctrl-C
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    # the child holds after its first cell until the signal arrives, so it cannot finish first
+    # under load; the deadline only guards against a hang
+    proc = start_held(cmd, "calibrate-cell:1")
     deadline = time.monotonic() + 300
     cal = out / "calibration.json"
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -73,7 +74,9 @@ def synthetic_rows(noise_sd: float = 0.0, seed: int = 0) -> pd.DataFrame:
                             "bits": bits,
                             "service_ms": ms,
                             "compute_ms": 0.7 * layers,
-                            "codec_ms": ENCODE_FIRST_MS if role == "first" else 0.1,
+                            # the stage's own codec time: +0.3 ms per op at 8 bits
+                            "codec_ms": (ENCODE_FIRST_MS if role == "first" else 0.1)
+                            + (TRUE["q8"] if bits == 8 else 0.0),
                             "verify_ms": VERIFY_LAST_MS if role == "last" else 0.0,
                         }
                     )
@@ -213,6 +216,7 @@ def make_bundle(
             "name": "tiny-mtp",
             "mtp_config_sha256": hashlib.sha256((MTP / "mtp_config.json").read_bytes()).hexdigest(),
             "drafter": fit_drafter(mtp_rows),
+            "fixed_ms": {"first": 1.5, "last": 2.2},  # vs the draft model's 2.5 / 2.0
         }
         mtp_files = (mtp_rows, profile_text(prof))
     write_bundle(
@@ -304,7 +308,11 @@ def test_bundle_round_trip(tmp_path):
         ),
         (
             lambda p: (p / MANIFEST).write_text(
-                (p / MANIFEST).read_text().replace("per_layer_ms: 0.7", "per_layer_ms: fast")
+                re.sub(
+                    r"\n  per_layer_ms: [^\n]+",
+                    "\n  per_layer_ms: fast",
+                    (p / MANIFEST).read_text(),
+                )
             ),
             "stage_cost.per_layer_ms: must be a finite number",
         ),
@@ -416,7 +424,7 @@ def test_scenario_mean_lap_is_the_hand_sum(tmp_path, stages, k, bits):
     stage costs by role and layers, drafting, per hop latency + serialisation + the mean
     per-message cost (scaled by the load factors)."""
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     b = load_bundle(make_bundle(tmp_path / "b"))
     f = Factors(compute=1.3, draft=1.3, forward=2.0, back=2.0)
@@ -521,7 +529,7 @@ def test_tree_cell_scenario_is_the_bundles_tree(tmp_path):
     a chain's by < 0.2 ms of serialisation at 1000 Mbit/s over the lap: tolerance)."""
     from wansim.acceptance.profile import load_profile
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     b = load_bundle(make_bundle(tmp_path / "b"))
     assert b.draft_width_ms == pytest.approx(0.25, abs=1e-9)
@@ -548,7 +556,7 @@ def test_mtp_cells_use_the_bundles_head(tmp_path):
     """``drafter: mtp`` cells: the head drafts at the last stage for the bundle's K-draft time,
     its drafts ride the verdict back; a bundle without the head refuses the cell (one line)."""
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     with pytest.raises(WansimInputError, match=r"drafter: must be draft_model"):
         check_cells([Cell(4, 20, 4, drafter="mtp")], load_bundle(make_bundle(tmp_path / "a")))
@@ -567,6 +575,7 @@ def test_mtp_cells_use_the_bundles_head(tmp_path):
         b.stage_cost.verify_ms(r, lay, 5)
         for r, lay in zip(("first", "middle", "middle", "last"), even_split(6, 4), strict=True)
     )
+    stage += (1.5 - 2.5) + (2.2 - 2.0)  # the MTP pipeline's own first/last fixed costs
     fwd_bytes = 56 + (56 + 4 * 4) + 5 * 128 * 4  # activation frame, draft ids, fp32 x n
     ser = (3 * fwd_bytes + raw["payload"]["return_bytes"]) * 8 / 1e6  # ms at 1000 Mbit/s
     hops = 4 * 20.0 + 3 * 0.4 + 0.3 + ser
@@ -578,7 +587,7 @@ def test_compressed_cells_use_the_bundles_quality_table(tmp_path):
     """8-bit cells: the bundle's measured acceptance factor applies (greedy 0.95 here) and the
     analytical result is validated (it was not without a table)."""
     from wansim.analytical import analyze
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     b = load_bundle(make_bundle(tmp_path / "b"))
     out = {}
@@ -764,7 +773,7 @@ def test_scenario_compute_from_a_bundle(tmp_path):
     """``model.compute: {kind: table, from: DIR}`` gives every stage the bundle's table (the
     same numbers the predictions use), relative to the scenario's folder; bad input is one
     line naming model.compute.from or stages."""
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     make_bundle(tmp_path / "prof")
     b = load_bundle(tmp_path / "prof")
@@ -835,3 +844,32 @@ def test_quality_table_from_wire_quality_rows():
     assert t["bits"][4]["acceptance_factor_greedy"] == 0.9 and 32 not in t["bits"]
     q = table_from_mapping(t, "test")
     assert q.at(4).factor("greedy") == 0.9 and q.at(8).factor("lossless") == 0.97
+
+
+def test_stage_cost_fit_never_goes_negative():
+    """Costs per pass, layer and token are >= 0: on rows whose service does not grow with n
+    (true per-token cost 0) plus preemption-like spikes at small n, the unconstrained fit gives
+    a negative per-token cost; the bundle's fit gives 0 and keeps the others >= 0."""
+    rows = synthetic_rows()
+    rows = rows.assign(
+        service_ms=np.where(
+            (rows["kind"] == "verify") & (rows["n_tokens"] == 3), rows["service_ms"] + 30.0, 2.0
+        )
+        + np.where(rows["kind"] == "verify", 0.0, rows["service_ms"])
+    )
+    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
+    x = np.column_stack(
+        [
+            (v["role"] == "first").to_numpy(float),
+            (v["role"] == "last").to_numpy(float),
+            v["layers"].to_numpy(float),
+            v["n_tokens"].to_numpy(float),
+            (v["layers"] * v["n_tokens"]).to_numpy(float),
+        ]
+    )
+    free, *_ = np.linalg.lstsq(x, v["service_ms"].to_numpy(float), rcond=None)
+    assert free.min() < 0  # the unconstrained fit would price a longer pass cheaper
+    fit = fit_stage_cost(rows)
+    assert min(fit["fixed_ms"].values()) >= 0
+    assert fit["per_layer_ms"] >= 0 and fit["per_token_ms"] >= 0
+    assert fit["per_layer_token_ms"] >= 0

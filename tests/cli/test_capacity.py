@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import wansim
 from tests.conftest import REFERENCE, strict_loads
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.studies.capacity import DES_ROUNDS, RANGE_RATIO, metric_band, search_index, widened
 from wansim.studies.constraints import BOUNDABLE, parse_bound
 

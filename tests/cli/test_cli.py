@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import NO_SPEC, PROFILE, REFERENCE
-from wansim.metrics import METRICS
+from wansim.results.metric_names import METRICS
 
 
 def test_run_analytical_json_contract(run_cli):

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tests.conftest import PROFILE, REFERENCE, strict_loads
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError, WansimInputError
-from wansim.scenario import load_scenario
 
 FAST = ["--set", "workload.requests=1", "--set", "workload.output_tokens=20"]
 
@@ -55,7 +55,7 @@ def test_read_only_folder(run_cli, tmp_path):
 
 
 def test_perfetto_checked_file_is_not_left_behind(run_cli, tmp_path):
-    from wansim.output_paths import writable_file
+    from wansim.results.output_paths import writable_file
 
     target = tmp_path / "new" / "t.json"
     writable_file(target, "--perfetto")
@@ -138,7 +138,7 @@ def test_exponent_numbers_parse_as_numbers(run_cli, tmp_path):
 def test_pareto_jitter_takes_std_not_mean():
     sc = load_scenario(REFERENCE, ['network.jitter={"kind": "pareto", "std_ms": 3, "shape": 3}'])
     assert sc.network.jitter.std_ms == 3
-    from wansim.network import jitter_dist
+    from wansim.links.expected_delay import jitter_dist
 
     # README: the mean that follows from std_ms and shape (Lomax: sd = mean * sqrt(k/(k-2)))
     assert jitter_dist(sc.network.jitter).mean() == pytest.approx(3 * (1 / 3) ** 0.5)
@@ -149,7 +149,7 @@ def test_pareto_jitter_takes_std_not_mean():
 def test_lognormal_jitter_adds_its_mean_which_defaults_to_its_std():
     """README and the Jitter docstring: lognormal J >= 0, mean mean_ms (default std_ms), so it
     adds mean_ms to every hop's delay: the reference's std_ms 3 adds 3 ms per hop."""
-    from wansim.network import jitter_dist
+    from wansim.links.expected_delay import jitter_dist
 
     ref = load_scenario(REFERENCE)
     dist = jitter_dist(ref.network.jitter)

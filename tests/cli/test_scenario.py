@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from tests.conftest import NO_SPEC, REFERENCE, ROOT
+from wansim.config.scenario import Scenario, load_scenario, scenario_to_dict
 from wansim.errors import ScenarioError
-from wansim.scenario import Scenario, load_scenario, scenario_to_dict
 
 
 def test_defaults_are_complete():

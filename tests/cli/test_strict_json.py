@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import REFERENCE, strict_loads
-from wansim import strict_json
+from wansim.results import strict_json
 
 ONE_REQUEST = ["--set", "workload.requests=1", "--set", "workload.output_tokens=200"]
 # one decode token: a single lap, so no interval can be estimated (null with a reason)

@@ -12,10 +12,10 @@ from tests.conftest import NO_SPEC, REFERENCE
 from wansim.acceptance.model import acceptance_model
 from wansim.acceptance.sampler import sample_accepted
 from wansim.analytical import analyze, evaluate_grid
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.network import jitter_dist, sample_losses
-from wansim.scenario import load_scenario
-from wansim.wire import serialise_ms
+from wansim.links.expected_delay import jitter_dist, sample_losses
+from wansim.links.wire_bytes import serialise_ms
 
 SMALL = {
     "stages": 3,
@@ -91,7 +91,7 @@ def monte_carlo_laps(sc, n, rng):
     r = analyze(sc)
     parts = r.details["lap_breakdown_ms"]
     constant = parts["draft"] + parts["stage_compute"]
-    from wansim.wire import forward_bytes, return_bytes
+    from wansim.links.wire_bytes import forward_bytes, return_bytes
 
     total = np.full(n, constant)
     hops = sc.resolved_hops()

@@ -10,7 +10,7 @@ from wansim.acceptance import closed_form
 from wansim.analytical import analyze
 from wansim.analytical.concurrent import arrival_scv
 from wansim.analytical.resequencing import delay_atoms, resequencing_wait_ms
-from wansim.scenario import Jitter, load_scenario
+from wansim.config.scenario import Jitter, load_scenario
 from wansim.sim import simulate
 
 
@@ -75,7 +75,7 @@ def test_resequencing_wait_matches_monte_carlo():
     rate = 0.05  # per ms
     n = 400_000
     offer = np.cumsum(rng.exponential(1 / rate, n))
-    from wansim.network import jitter_dist
+    from wansim.links.expected_delay import jitter_dist
 
     losses = rng.geometric(0.98, n) - 1
     delay = 5.0 + jitter_dist(jitter).sample(rng, n) + losses * 200.1
@@ -312,9 +312,9 @@ def test_overlapped_drafter_shared_by_requests_drafts_from_what_it_knows():
     so the loaded drafter makes fewer stale drafts than a request alone; the model counted the
     stale drafts of a request alone (92.7 drafts per request where 58 passes need one each):
     -37.5% on tokens/s. With the drafter's queue in the stale-work fixed point: +0.1%."""
-    from wansim import agreement_hunt as hunt
+    from wansim.studies import agreement_hunt as hunt
 
-    sc = load_scenario(data=hunt.draw_scenario(139))
+    sc = load_scenario(data=hunt.base_scenario(139))  # (drawn before issue 13's mechanisms)
     res = analyze(sc)
     ana, des = res.metrics, simulate(sc).metrics
     low, high = des["tokens_per_s_ci95"]

@@ -21,8 +21,8 @@ from scipy import stats
 
 from tests.conftest import REFERENCE
 from wansim import speculation
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.sim.async_speculation import CANCEL, VERDICT, guess_rates
 from wansim.sim.messages import VERIFY

@@ -20,7 +20,7 @@ from scipy import stats
 from tests.conftest import REFERENCE
 from wansim.analytical import analyze, evaluate_grid
 from wansim.analytical.batched import convoy_delay_ms
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.studies.approximation_error import BOUNDS
 

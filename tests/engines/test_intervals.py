@@ -1,4 +1,4 @@
-"""The one Student-t interval (wansim/intervals.py) against scipy and hand-worked values, and
+"""The one Student-t interval (wansim/numerics/intervals.py) against scipy and hand-worked values, and
 the callers that use it (the DES's tokens/s interval, the calibration's real-run interval)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from wansim.intervals import t_half_width, t_interval
+from wansim.numerics.intervals import t_half_width, t_interval
 
 
 def test_hand_worked_case():

@@ -8,7 +8,7 @@ import pytest
 
 import wansim
 from tests.conftest import REFERENCE
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 
 BASE = [
     "workload.requests=64",

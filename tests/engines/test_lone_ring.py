@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REFERENCE
-from wansim.scenario import Scenario, load_scenario
+from wansim.config.scenario import Scenario, load_scenario
 from wansim.sim import lone_ring, simulate
 from wansim.sim.engine import build
 
@@ -282,9 +282,9 @@ def test_the_reference_scenario_is_on_the_whitelist():
 def test_draw_blocks_are_the_scalar_stream(takes_, jitter, loss_rate):
     """``propagation_block``/``losses_block`` of n values, mixed with single draws, give the
     stream that single draws alone give (same refills, same order, nothing skipped)."""
+    from wansim.config.scenario import Jitter
     from wansim.links.draws import LinkDraws
-    from wansim.network import jitter_dist
-    from wansim.scenario import Jitter
+    from wansim.links.expected_delay import jitter_dist
 
     def draws():
         rngs = np.random.default_rng(5), np.random.default_rng(6)

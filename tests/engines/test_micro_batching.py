@@ -1,4 +1,4 @@
-"""Micro-batched pipeline parallelism (wansim.micro_batching, wansim.sim.micro_batches,
+"""Micro-batched pipeline parallelism (wansim.serving.micro_batching, wansim.sim.micro_batches,
 wansim.analytical.micro_batched).
 
 - a hand-worked deterministic ring (no jitter, no speculation): the analytical cycle
@@ -18,8 +18,8 @@ import pytest
 from tests.conftest import REFERENCE
 from wansim.analytical import analyze
 from wansim.analytical.regime import REGIMES, approximation
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
 
 HIDDEN = 1024  # 16-bit activations: 2048 bytes a token

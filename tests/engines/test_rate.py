@@ -11,7 +11,7 @@ from scipy import stats
 
 from wansim.analytical import analyze
 from wansim.analytical.rate import delta_rate, loss_count_pmf, mean_rate
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 
 

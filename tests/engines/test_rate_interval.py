@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.sim.metrics import (
     MIN_REQUESTS_FOR_REQUEST_CI,

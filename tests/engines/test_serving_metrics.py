@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import wansim
 from tests.conftest import REFERENCE
 from wansim.analytical.serving import sum_quantiles
-from wansim.metrics import CI_METRICS, METRICS
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
+from wansim.results.metric_names import CI_METRICS, METRICS
 from wansim.sim.metrics import weighted_quantile
 
 FAST = ["workload.requests=40", "workload.output_tokens=64"]

@@ -8,8 +8,8 @@ from collections import defaultdict
 import pytest
 
 from tests.conftest import REFERENCE
+from wansim.config.scenario import load_scenario
 from wansim.errors import WansimInputError
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.sim.perfetto import write_perfetto
 

@@ -7,12 +7,12 @@ import pytest
 
 from tests.conftest import REFERENCE
 from wansim.analytical import analyze
-from wansim.compute import stage_ms
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario
+from wansim.links.wire_bytes import forward_bytes
 from wansim.sim import simulate
 from wansim.sim.messages import PREFILL
-from wansim.wire import forward_bytes
+from wansim.stages.compute import stage_ms
 
 SMALL = {
     "name": "small",

@@ -14,10 +14,10 @@ from wansim import speculation
 from wansim.acceptance import trees as tr
 from wansim.acceptance.model import acceptance_model
 from wansim.analytical import analyze, evaluate_grid
-from wansim.compute import drafter_ms, drafter_tree_ms, stage_ms
+from wansim.config.scenario import Drafter, Payload, load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import Drafter, Payload, load_scenario
-from wansim.wire import activation_bytes_per_token, tree_mask_bytes, verdict_bytes
+from wansim.links.wire_bytes import activation_bytes_per_token, tree_mask_bytes, verdict_bytes
+from wansim.stages.compute import drafter_ms, drafter_tree_ms, stage_ms
 
 OFFSETS = [1.0, 2.0]
 SMALL_TREE = {

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.agreement.test_sim_agreement import REQUESTS, check_agreement, jitters
 from tests.conftest import REFERENCE
 from wansim import speculation
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 
 FAST_EXAMPLES = 12
@@ -143,7 +143,7 @@ def test_des_agrees_with_analytical_for_trees_many(data):
 def test_reference_trees_and_rules_agree(overrides):
     """The reference scenario with trees and verifier rules: analytical inside the DES intervals."""
     data = load_scenario(REFERENCE, [*overrides, "workload.requests=60"])
-    from wansim.scenario import scenario_to_dict
+    from wansim.config.scenario import scenario_to_dict
 
     report = check_agreement(scenario_to_dict(data), 5)
     assert report["tokens_per_s"][1] < report["tokens_per_s"][2]

@@ -10,9 +10,9 @@ import pytest
 import wansim
 from tests.conftest import REFERENCE
 from wansim.analytical.mixture import nodes
+from wansim.config.scenario import load_scenario
 from wansim.data import shipped
-from wansim.scenario import load_scenario
-from wansim.workload import arrival_gaps_ms, length_nodes, plan_requests, read_trace
+from wansim.serving.workload import arrival_gaps_ms, length_nodes, plan_requests, read_trace
 
 SHIPPED = "traces/requests/synthetic-chat-code.csv"
 FAST = ["workload.requests=40", "workload.output_tokens=64"]

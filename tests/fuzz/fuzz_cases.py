@@ -36,8 +36,8 @@ import random
 import typing
 from typing import Any
 
-from wansim.scenario import Scenario
-from wansim.validation import _hints
+from wansim.config.scenario import Scenario
+from wansim.config.validation import _hints
 
 FAMILIES = (
     "extreme",
@@ -138,7 +138,7 @@ NUMERIC = numeric_fields()
 
 def limit_values(tp: type, meta: dict) -> list[Any]:
     """The values at a field's limits (and a step past them)."""
-    from wansim.validation import MAX_MAGNITUDE, MIN_MAGNITUDE
+    from wansim.config.validation import MAX_MAGNITUDE, MIN_MAGNITUDE
 
     hi = next((meta[k] for k in ("le", "lt") if meta.get(k) is not None), MAX_MAGNITUDE)
     lo = next((meta[k] for k in ("ge", "gt") if meta.get(k) is not None), -MAX_MAGNITUDE)
@@ -418,7 +418,7 @@ def _short(value: Any) -> str:
 def make_room(rng: random.Random, raw: dict, path: str) -> str:
     """Make ``path`` meaningful in ``raw`` (a list entry for every stage, the compute kind or
     jitter kind or policy that uses the field), and return it with a concrete list index."""
-    from wansim.scenario import COMPUTE_VARIANTS
+    from wansim.config.scenario import COMPUTE_VARIANTS
 
     stages = raw["stages"] if raw["stages"] in range(1, 1025) else 1
     index = rng.randrange(stages)

@@ -130,8 +130,8 @@ def nonfinite_metrics(metrics: dict) -> list[str]:
 # ----------------------------------------------------------------------------- in process
 def run_in_process(case: Case, workdir: Path) -> Outcome:
     from wansim.analytical import analyze
+    from wansim.config.scenario import load_scenario
     from wansim.errors import WansimInputError
-    from wansim.scenario import load_scenario
     from wansim.sim import simulate
 
     start = time.perf_counter()

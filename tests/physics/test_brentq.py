@@ -1,4 +1,4 @@
-"""wansim.brentq against scipy.optimize.brentq: the same root to the bit, the same errors."""
+"""wansim.numerics.brentq against scipy.optimize.brentq: the same root to the bit, the same errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq as scipy_brentq
 
-from wansim.brentq import brentq
+from wansim.numerics.brentq import brentq
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wansim.compute import drafter_ms, stage_ms
-from wansim.scenario import (
+from wansim.config.scenario import (
     Drafter,
     LinearCompute,
     MoeCompute,
@@ -16,7 +15,13 @@ from wansim.scenario import (
     RooflineCompute,
     TableCompute,
 )
-from wansim.wire import activation_bytes_per_token, forward_bytes, return_bytes, serialise_ms
+from wansim.links.wire_bytes import (
+    activation_bytes_per_token,
+    forward_bytes,
+    return_bytes,
+    serialise_ms,
+)
+from wansim.stages.compute import drafter_ms, stage_ms
 
 
 def test_linear():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from wansim.analytical import analyze
+from wansim.config.scenario import Drift, load_scenario
 from wansim.errors import ScenarioError
 from wansim.links.delivery import HopSender, drift_factors
-from wansim.scenario import Drift, load_scenario
 from wansim.sim import simulate
 
 

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from wansim.analytical import analyze
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario
+from wansim.results.strict_json import dumps
 from wansim.sim import simulate
 from wansim.sim.perfetto import trace_events
-from wansim.strict_json import dumps
 
 # 2 stages, 10 ms per hop, 5 ms per pass, no speculation: a lap is 5 + 5 + 10 + 10 ms (one
 # token) plus its bytes at 100 Gbit/s, the prefill 5 + 5 + 10 ms plus the prompt's bytes.

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import simpy
 
+from wansim.config.scenario import Hop, Jitter
 from wansim.links.delivery import HopSender, busy_ms, software_ms, wire_ms
 from wansim.links.draws import hop_streams, ring_seeds
-from wansim.network import hop_mean_ms
-from wansim.scenario import Hop, Jitter
+from wansim.links.expected_delay import hop_mean_ms
 from wansim.sim.link import Link
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wansim.network import expected_losses, hop_mean_ms, jitter_dist, sample_losses
-from wansim.scenario import Jitter
+from wansim.config.scenario import Jitter
+from wansim.links.expected_delay import expected_losses, hop_mean_ms, jitter_dist, sample_losses
 
 CASES = [
     Jitter(kind="normal", std_ms=3.0),

@@ -1,11 +1,11 @@
-"""``wansim.normal_functions`` (scipy.special) against scipy.stats, to the bit."""
+"""``wansim.numerics.normal_functions`` (scipy.special) against scipy.stats, to the bit."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy import stats
 
-from wansim import normal_functions as nf
+from wansim.numerics import normal_functions as nf
 
 
 def test_the_same_values_as_scipy_stats():

@@ -1,5 +1,5 @@
 """Payload per hop: extra tensors that accumulate along the ring and a return message computed
-from what it carries (wansim.wire), hand-worked and in both engines."""
+from what it carries (wansim.links.wire_bytes), hand-worked and in both engines."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from wansim.analytical import analyze
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario
+from wansim.links.wire_bytes import extra_bytes_per_token, forward_bytes
 from wansim.sim import simulate
-from wansim.wire import extra_bytes_per_token, forward_bytes
 
 EXTRAS = [
     {"stage": 1, "values_per_token": 1024, "bits": 16},  # hops 1, 2 (to the last stage)

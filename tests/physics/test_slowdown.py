@@ -1,4 +1,4 @@
-"""Compute noise and intermittent stragglers (wansim.slowdown): the draws against their stated
+"""Compute noise and intermittent stragglers (wansim.stages.slowdown): the draws against their stated
 moments, the analytical lap (mean, variance, percentiles) against Monte Carlo, and both engines
 against each other; strict validation."""
 
@@ -11,10 +11,10 @@ import pytest
 
 from wansim.analytical import analyze
 from wansim.analytical.sync import sync_metrics
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
-from wansim.slowdown import StageSlowdown, stage_moments
+from wansim.stages.slowdown import StageSlowdown, stage_moments
 
 BASE = {
     "stages": 4,

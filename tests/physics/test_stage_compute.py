@@ -13,10 +13,10 @@ import pytest
 from scipy import stats
 
 from wansim.analytical import analyze
-from wansim.compute import mean_stage_ms, stage_ms_each
+from wansim.config.scenario import load_scenario, scenario_to_dict
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario, scenario_to_dict
 from wansim.sim import simulate
+from wansim.stages.compute import mean_stage_ms, stage_ms_each
 
 PER_STAGE = [
     {"kind": "table", "points": [[1, 1.0], [5, 3.0], [32, 4.0]]},

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from wansim.analytical import analyze
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
 from wansim.links.delivery import HopSender
 from wansim.links.tcp import TcpParams, TcpSender, periodic_busy_ms
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
 
 MSS = 1000

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from wansim.analytical import analyze
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
 
 

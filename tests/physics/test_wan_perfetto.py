@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from wansim.config.scenario import load_scenario
 from wansim.links.delivery import software_ms, wire_ms
-from wansim.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.sim.perfetto import trace_events
 

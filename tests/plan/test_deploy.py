@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from wansim.catalog.hardware import HARDWARE
 from wansim.catalog.models import MODELS
 from wansim.cli import main
-from wansim.compute import stage_ms
 from wansim.deploy import geography, placement
 from wansim.deploy.partition import Node, partition
 from wansim.deploy.stages import Load, Precision, StageSlice, compute_model, memory_gb
 from wansim.errors import WansimInputError
+from wansim.stages.compute import stage_ms
 
 GIB = 2**30
 
@@ -384,8 +384,8 @@ def test_short_node_is_named_with_its_shortfall(tmp_path, capsys):
 
 
 def test_a_deployment_runs_as_a_scenario_and_admits_only_what_fits(tmp_path):
+    from wansim.config.scenario import load_scenario
     from wansim.deploy.partition import largest_batch as lb
-    from wansim.scenario import load_scenario
 
     text = SMALL.replace("concurrency: 2", "concurrency: 60000")
     sc = load_scenario(_write(tmp_path, text))
@@ -400,7 +400,7 @@ def test_a_deployment_runs_as_a_scenario_and_admits_only_what_fits(tmp_path):
 
 
 def test_ping_file_coordinates_and_explicit_layers(tmp_path):
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     (tmp_path / "pings.csv").write_text("node_a,node_b,rtt_ms\na,b,40\n")
     text = """
@@ -527,9 +527,9 @@ def test_scenario_module_imports_no_deployment_layer():
     import ast
     import inspect
 
-    import wansim.scenario
+    import wansim.config.scenario
 
-    tree = ast.parse(inspect.getsource(wansim.scenario))
+    tree = ast.parse(inspect.getsource(wansim.config.scenario))
     names = [
         n.module if isinstance(n, ast.ImportFrom) else a.name
         for n in ast.walk(tree)
@@ -539,7 +539,7 @@ def test_scenario_module_imports_no_deployment_layer():
     assert names and not [
         m for m in names if m and m.startswith(("wansim.deploy", "wansim.catalog"))
     ]
-    assert "nodes" in wansim.scenario.RAW_RESOLVERS  # wired in above it (wansim/__init__.py)
+    assert "nodes" in wansim.config.scenario.RAW_RESOLVERS  # wired in above it (wansim/__init__.py)
 
 
 # ----------------------------------------------------------------------------- sources
@@ -572,7 +572,7 @@ def test_every_model_figure_has_a_source(name):
 
 # ----------------------------------------------------------------------------- batch capacity
 def test_largest_batch_rule_by_hand():
-    from wansim.memory import MAX_BATCH, largest_batch
+    from wansim.stages.memory import MAX_BATCH, largest_batch
 
     assert largest_batch([80, 80], [20, 50], [1.0, 2.0]) == 15  # min(60, 15)
     assert largest_batch([80], [80], [1.0]) == 0

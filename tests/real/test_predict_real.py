@@ -98,7 +98,7 @@ def test_a_one_stage_model_fails_the_same_bounds(held_out):
     from wansim.calibrate.bundle import load_bundle
     from wansim.calibrate.matrix import Cell
     from wansim.calibrate.predict import Factors, cell_scenario
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     root, result = held_out
     bundle = load_bundle(root / "bundle")

@@ -63,7 +63,7 @@ def test_stage_crash_in_new_modes_is_named_and_trace_kept(tiny_dirs, code_prompt
 @pytest.mark.slow
 def test_predict_keeps_finished_cells_when_a_stage_is_killed(tmp_path, tiny_dirs):
     """``calibrate predict`` over a chain cell and a batched 3-stage cell; stage 2 of the
-    batched cell holds at its 3rd pass (WANSIM_HOLD_AFTER, wansim.hold) and is killed there
+    batched cell holds at its 3rd pass (WANSIM_HOLD_AFTER, wansim.support.hold) and is killed there
     (SIGKILL): exit 1, one line naming the dead stage, and the finished chain cell printed and
     kept in predict.json (complete: false) with both engines' predictions."""
     from wansim.calibrate.profiling import run_profile

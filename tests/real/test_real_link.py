@@ -246,8 +246,8 @@ def _des_deliveries(spec: LinkSpec, offers_ms, sizes) -> list[float]:
     """The DES's own Link on the hop ``spec`` describes, with the DES's streams for its seed."""
     import simpy
 
+    from wansim.config.scenario import Hop, Jitter
     from wansim.links.draws import hop_streams, ring_seeds
-    from wansim.scenario import Hop, Jitter
     from wansim.sim.link import Link
 
     jitter = Jitter(
@@ -316,7 +316,7 @@ def test_emulator_schedules_exactly_what_the_des_schedules(case):
 def test_link_spec_from_a_scenario(tmp_path):
     """A scenario's hop as the DES runs it: resolved values, tcp, drift and trace, its streams;
     through JSON (the relay processes) unchanged."""
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     trace = tmp_path / "t.csv"
     trace.write_text("t_ms,latency_factor,bandwidth_factor\n0,1,1\n500,2,0.5\n")

@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import REFERENCE
 from wansim.analytical import analyze, evaluate_grid
 from wansim.analytical.blocks import flattening_depth
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 
 DEPTHS = np.arange(2, 33)

@@ -6,7 +6,7 @@ import matplotlib.image as mpimg
 import pytest
 
 from tests.conftest import ROOT
-from wansim.report import figure_caption, figure_scripts, run_figures
+from wansim.results.report import figure_caption, figure_scripts, run_figures
 
 SCRIPTS = figure_scripts()
 # what each figure writes besides NAME.png and NAME.pdf
@@ -83,7 +83,7 @@ def test_run_out_writes_requests_and_plots(run_cli, tmp_path):
 def test_lap_breakdown_adds_up_to_the_analytical_lap():
     import wansim
     from tests.conftest import REFERENCE
-    from wansim.plots import lap_breakdown_table
+    from wansim.results.plots import lap_breakdown_table
 
     for over in ({}, {"network.hops": [{"latency_ms": 5.0 * i} for i in range(10)]}):
         sc = wansim.load_scenario(REFERENCE, over)

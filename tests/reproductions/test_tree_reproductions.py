@@ -20,7 +20,7 @@ from wansim.analytical.tree_sizing import (
     loglinear_fit,
     tree_vs_chain,
 )
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 
 
 def ref(*overrides: str):

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import REFERENCE
 from wansim.acceptance import trees as tr
 from wansim.analytical import analyze
-from wansim.scenario import load_scenario
+from wansim.config.scenario import load_scenario
 from wansim.studies.optimize import optimize, parse_over
 
 BUDGETS = [4, 6, 8, 12, 16, 24, 32, 48, 64]

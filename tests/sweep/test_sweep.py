@@ -382,16 +382,15 @@ def test_a_crashing_run_stops_the_sweep_and_keeps_finished_work(tmp_path, monkey
 def test_ctrl_c_keeps_finished_work(tmp_path):
     """A real ``wansim sweep`` process gets SIGINT mid-run: exit 130, finished batches kept.
 
-    Deterministic: ``WANSIM_HOLD_AFTER=sweep-part:1`` (wansim.hold) holds the sweep right after
+    Deterministic: ``WANSIM_HOLD_AFTER=sweep-part:1`` (wansim.support.hold) holds the sweep right after
     its first shard until the interrupt arrives, so it cannot finish first under load."""
     import glob
     import os
     import signal
-    import subprocess
     import sys
     import time
 
-    from tests.conftest import ROOT
+    from tests.conftest import start_held
 
     sweep = write_sweep(
         tmp_path,
@@ -402,18 +401,7 @@ def test_ctrl_c_keeps_finished_work(tmp_path):
     out = tmp_path / "o"
     cmd = [sys.executable, "-m", "wansim", "sweep", sweep, "--out", str(out), "--quiet"]
     cmd += ["--workers", "2", "--batch-size", "1"]
-    env = {**os.environ, "WANSIM_HOLD_AFTER": "sweep-part:1"}
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        # a suite started in the background (nohup, `&` without job control) passes SIGINT
-        # on as ignored: give the child the default, so Python turns it into Ctrl-C
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = start_held(cmd, "sweep-part:1")
     try:
         while not glob.glob(str(out / "parts" / "part-*.parquet")):
             assert proc.poll() is None, proc.communicate()

@@ -63,7 +63,7 @@ def kill_mid_run(cmd: list[str], out: Path, min_parts: int, timeout_s: float) ->
     """Start the sweep in its own process group, SIGKILL the whole group (the sweep and its
     workers: a machine going down) once ``min_parts`` batches are on disk; return how many.
 
-    The sweep holds after its ``min_parts``-th shard (``WANSIM_HOLD_AFTER``, wansim.hold) until
+    The sweep holds after its ``min_parts``-th shard (``WANSIM_HOLD_AFTER``, wansim.support.hold) until
     the kill, so it cannot finish first under load; the deadline only guards against a hang."""
     env = {**os.environ, "WANSIM_HOLD_AFTER": f"sweep-part:{min_parts}"}
     proc = subprocess.Popen(

@@ -6,7 +6,7 @@ in the others' dependencies (pandas, scipy).
 
 from __future__ import annotations
 
-from wansim.lazy import lazy_exports
+from wansim.support.lazy import lazy_exports
 
 _EXPORTS = {
     "implied_tau": "wansim.acceptance.closed_form",

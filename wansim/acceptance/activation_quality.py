@@ -160,7 +160,7 @@ def load_table(path: str | os.PathLike) -> QualityTable:
 
 @lru_cache(maxsize=32)
 def _load_cached(path: str, mtime_ns: int) -> QualityTable:
-    from wansim.user_yaml import read_yaml_file
+    from wansim.config.user_yaml import read_yaml_file
 
     try:
         raw = read_yaml_file(path, "activation_quality")

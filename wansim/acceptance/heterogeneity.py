@@ -91,7 +91,9 @@ def _root(gap) -> float:
         hi *= 2
     if gap(lo) > 0:
         return lo
-    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
+    from wansim.numerics.brentq import (
+        brentq,
+    )  # scipy.optimize.brentq to the bit, without its import
 
     return brentq(gap, lo, hi, xtol=1e-13)
 
@@ -146,7 +148,9 @@ def fit_uncached(pooled: tuple[float, ...], dispersion: float) -> tuple[tuple[fl
             f"dispersion {dispersion:g} is beyond this model's reach for these rates "
             f"(at most {reachable:.3f})"
         )
-    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
+    from wansim.numerics.brentq import (
+        brentq,
+    )  # scipy.optimize.brentq to the bit, without its import
 
     sigma = brentq(gap, 1e-6, SIGMA_MAX, xtol=1e-8)
     return tuple(fit_rates(pooled_arr, sigma)), float(sigma)

@@ -47,9 +47,10 @@ from pathlib import Path
 import yaml
 
 from wansim.acceptance.activation_quality import QualityTable, table_ref
+from wansim.config.scenario import VERIFIERS
+from wansim.config.validation import parse, spec
 from wansim.data import on_disk_or_shipped
 from wansim.errors import ProfileError, ScenarioError, WansimInputError
-from wansim.validation import parse, spec
 
 FORMAT = "wansim-profile/1"
 SOURCES = ("measured", "reconstructed", "fitted")
@@ -86,9 +87,6 @@ class WorkloadProfile:
         import numpy as np  # only here: reading and validating a profile needs no numpy
 
         return float(1.0 + np.cumprod(self.per_position).sum())
-
-
-VERIFIERS = ("lossless", "greedy", "typical")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +205,7 @@ def load_profile(path: str | os.PathLike) -> Profile:
 
 @lru_cache(maxsize=64)
 def _load_cached(path: str, mtime_ns: int) -> Profile:
-    from wansim.user_yaml import read_yaml_file
+    from wansim.config.user_yaml import read_yaml_file
 
     try:
         raw = read_yaml_file(path, "profile")

@@ -78,9 +78,9 @@ from wansim.analytical.slots import (
     tractable,
 )
 from wansim.analytical.sync import forward_sizes, prefill_sizes
-from wansim.compute import mean_stage_ms, stage_overheads_ms, stage_pass_ms
-from wansim.network import hop_mean
-from wansim.slowdown import mean_factors
+from wansim.links.expected_delay import hop_mean
+from wansim.stages.compute import mean_stage_ms, stage_overheads_ms, stage_pass_ms
+from wansim.stages.slowdown import mean_factors
 
 
 def batched(scenario) -> bool:

@@ -58,8 +58,9 @@ from wansim.acceptance import closed_form
 from wansim.acceptance.bet import bet_win_probability, guess_acceptance
 from wansim.analytical.rate import mean_rate
 from wansim.analytical.sync import lap_breakdown
-from wansim.compute import mean_stage_ms, stage_ms_each, stages_differ
-from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE, Scenario
+from wansim.config.scenario import Scenario
+from wansim.speculation.block_schedule import flushes
+from wansim.stages.compute import mean_stage_ms, stage_ms_each, stages_differ
 
 MAX_CHAIN = 256  # blocks per chain considered (a chain longer than a request is cut there)
 JITTER_NODES = 5
@@ -207,7 +208,7 @@ def chain_lengths(r: np.ndarray, h: int) -> np.ndarray:
 def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
     """Per point: the difficulty nodes' weights, E[N_Z], Var N_Z, tau_Z and the bet's r_Z
     (points, Q) - Q the largest quadrature among the distinct rows (padded with weight 0)."""
-    cols = speculation._columns(scenario, m_tokens)
+    cols = speculation.point_columns(scenario, m_tokens)
     shape = np.broadcast_shapes(*(c.shape for c in cols))
     rows, inverse = speculation.distinct_rows(cols, shape)
     found = []
@@ -221,7 +222,7 @@ def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
             commit = speculation.commit_survival(scenario, surv)
             n_mean, n_var = closed_form.passes_moments(commit, m)
             _, rates = guess_acceptance(pol.acceptance).nodes(depth + 1)
-            r = bet_win_probability(surv[:, -1], rates[:, depth, 0], flush(scenario))
+            r = bet_win_probability(surv[:, -1], rates[:, depth, 0], flushes(scenario))
         else:
             n_mean, n_var, r = np.full(len(w), float(m)), np.zeros(len(w)), np.zeros(len(w))
         found.append((w, n_mean, n_var, r, float(m) / n_mean))
@@ -454,19 +455,6 @@ def _lap_atoms(sched: Schedule, cycle, prob, e_g, node_passes, width):
     return np.asarray(values), weights / weights.sum()
 
 
-def flush(scenario: Scenario) -> bool:
-    """``flush_on_full_acceptance``: stale blocks are computed by every stage they reach (the
-    last included) and no cancellation travels; the bet is S_K (no guess)."""
-    return scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
-
-
-def uses_blocks(scenario: Scenario) -> bool:
-    """Async, or a drafter that overlaps (with something to draft)."""
-    return scenario.schedule.kind == "async" or (
-        bool(scenario.drafter.overlap) and scenario.speculation.policy != "none"
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class ChainStats:
     """Per difficulty node (last axis) of the block schedule: the node weights and a
@@ -527,7 +515,7 @@ def block_schedule(scenario: Scenario, s0_wait=0.0, draft_wait=0.0) -> BlockSche
     fwd_stale = res["stale_fwd_per_request"]
     # stages that compute a forwarded stale block: S1..S(P-2) (cancel_on_divergence: the last
     # drops it) or S1..S(P-1) (flush_on_full_acceptance: computed wherever it arrives)
-    mid = np.maximum(stages - (1 if flush(scenario) else 2), 0)
+    mid = np.maximum(stages - (1 if flushes(scenario) else 2), 0)
     drafting = 0.0 if overlap else draft
     busy_all = (
         stages * stage_prefill
@@ -542,7 +530,7 @@ def block_schedule(scenario: Scenario, s0_wait=0.0, draft_wait=0.0) -> BlockSche
     )  # (1 + E[G]) on average over the hops
     extra_bytes = (
         fwd_stale * fwd_total
-        + (0.0 if flush(scenario) else 1.0)  # flush: no cancellation travels
+        + (0.0 if flushes(scenario) else 1.0)  # flush: no cancellation travels
         * res["cancels_per_request"]
         * mid
         * float(scenario.payload.cancel_bytes)

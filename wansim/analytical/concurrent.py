@@ -40,9 +40,9 @@ import functools
 
 import numpy as np
 
-from wansim import normal_functions as nf
 from wansim.analytical.resequencing import delay_atoms, resequencing_wait_ms
-from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE
+from wansim.numerics import normal_functions as nf
+from wansim.speculation.block_schedule import flushes
 
 BISECTION_STEPS = 60
 CONVOY_SWEEPS = 30
@@ -262,7 +262,7 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
     """The ring's stations (arrays (pts, S), S = 2 max(P) + 1) for :func:`solve`."""
     from wansim.analytical.path import hop_bytes, hop_service_ms, stage_services_ms
     from wansim.analytical.sync import forward_sizes, prefill_sizes
-    from wansim.wire import serialise_ms
+    from wansim.links.wire_bytes import serialise_ms
 
     wl = scenario.workload
     stages = np.asarray(scenario.stages)
@@ -317,7 +317,7 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
     stale_s0 = 0.0 if blocks is None else blocks["stale_blocks_s0_per_request"]
     stale_fwd = 0.0 if blocks is None else blocks["stale_blocks_forwarded_per_request"]
     win = 0.0 if blocks is None else blocks["bet_win_rate"]
-    flushing = blocks is not None and scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
+    flushing = blocks is not None and flushes(scenario)
     for i in range(pmax):
         live = stages > i
         last = stages - 1 == i

@@ -18,11 +18,11 @@ from collections import Counter
 
 import numpy as np
 
-from wansim import normal_functions as nf
+from wansim.config.scenario import Hop
 from wansim.links.delivery import software_ms
-from wansim.network import jitter_dist
-from wansim.scenario import Hop
-from wansim.wire import serialise_ms
+from wansim.links.expected_delay import jitter_dist
+from wansim.links.wire_bytes import serialise_ms
+from wansim.numerics import normal_functions as nf
 
 GRID_POINTS = 1 << 15
 MAX_SHIFTED_POINTS = 1 << 20  # shifted_mixture's grid (coarsened beyond)
@@ -67,7 +67,7 @@ def _hop_pmf(hop: Hop, ser: float, dt: float, size: int) -> np.ndarray:
 
 
 def _stage_cdf(term, t):
-    """P(c X Y <= t) for a slowed stage's pass (:mod:`wansim.slowdown`): Y = s with probability
+    """P(c X Y <= t) for a slowed stage's pass (:mod:`wansim.stages.slowdown`): Y = s with probability
     f (episodes: the stationary share), X the noise."""
     c, kind, cv, f, s = term
     x_cdf = noise_dist(kind, cv).cdf if kind != "none" else (lambda x: (x >= 1.0) * 1.0)
@@ -89,7 +89,7 @@ def _stage_pmf(term, dt: float, size: int) -> np.ndarray:
 
 
 def noise_dist(kind: str, cv: float):
-    """X of :mod:`wansim.slowdown` as a frozen scipy distribution (mean 1, CV ``cv``)."""
+    """X of :mod:`wansim.stages.slowdown` as a frozen scipy distribution (mean 1, CV ``cv``)."""
     from scipy import stats
 
     if kind == "lognormal":
@@ -103,7 +103,7 @@ def lap_distribution(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(lap values in ms, probabilities, grid step) for the given hops and message sizes;
     ``stage_terms``: the slowed stages' passes (c, noise kind, cv, f, s), each an independent
-    random term c X Y (:mod:`wansim.slowdown`) on top of ``constant_ms``."""
+    random term c X Y (:mod:`wansim.stages.slowdown`) on top of ``constant_ms``."""
     sers = [
         float(serialise_ms(b, h.bandwidth_mbps)) for h, b in zip(hops, message_bytes, strict=True)
     ]
@@ -168,7 +168,9 @@ def mixture_normal_quantiles(weights, means, sds, qs) -> np.ndarray:
     def cdf(x: float) -> float:
         return float(weights @ nf.norm_cdf((x - means) / sds))
 
-    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
+    from wansim.numerics.brentq import (
+        brentq,
+    )  # scipy.optimize.brentq to the bit, without its import
 
     lo = float((means - 12 * sds).min())
     hi = float((means + 12 * sds).max())

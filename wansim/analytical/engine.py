@@ -9,7 +9,7 @@ import numpy as np
 
 from wansim.analytical import batched as batching
 from wansim.analytical.batched import batched, batched_metrics
-from wansim.analytical.blocks import block_schedule, block_schedule_metrics, flush, uses_blocks
+from wansim.analytical.blocks import block_schedule, block_schedule_metrics
 from wansim.analytical.concurrent import WAIT_PARTS, concurrent_metrics
 from wansim.analytical.distribution import (
     lap_distribution,
@@ -21,6 +21,7 @@ from wansim.analytical.distribution import (
     with_waits,
 )
 from wansim.analytical.faults import fault_run
+from wansim.analytical.hybrid import analyze_hybrid
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces
@@ -35,12 +36,14 @@ from wansim.analytical.sync import (
 )
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import tcp_equivalent
+from wansim.config.scenario import Scenario
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
-from wansim.metrics import stage_utilization
-from wansim.micro_batching import micro_batched
-from wansim.result import Result
-from wansim.scenario import Scenario
+from wansim.results.metric_names import stage_utilization
+from wansim.results.result import Result
+from wansim.serving.micro_batching import micro_batched
+from wansim.speculation.block_schedule import flushes, uses_blocks
+from wansim.speculation.hybrid_rounds import check_tree_rounds, is_hybrid
 
 
 def check_supported(scenario: Scenario) -> None:
@@ -83,6 +86,16 @@ def check_supported(scenario: Scenario) -> None:
             "async / an overlapped drafter with continuous batching is",
         ),
     ]
+    if is_hybrid(scenario):
+        check_tree_rounds(scenario)
+        unsupported.append(
+            (
+                "workload.concurrency",
+                scenario.workload.concurrency,
+                not concurrent(scenario),
+                "the per-round hybrid with concurrent requests is",
+            )
+        )
     net = scenario.network
     if net.transport == "tcp":
         one = not (blocks or batched(scenario) or concurrent(scenario))
@@ -145,6 +158,12 @@ def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
             "faults.events",
             "a faulty ring is evaluated one scenario at a time (wansim run), not on a grid",
             f"{len(scenario.faults.events)} events",
+        )
+    if is_hybrid(scenario):
+        raise ScenarioError(
+            "schedule.hybrid_confident_fraction",
+            "the per-round hybrid is evaluated one scenario at a time (wansim run), not on a grid",
+            scenario.schedule.hybrid_confident_fraction,
         )
     blocks = uses_blocks(scenario)
     out = block_schedule_metrics(scenario) if blocks else sync_metrics(scenario)
@@ -216,6 +235,8 @@ def analyze(scenario: Scenario) -> Result:
         return analyze_pieces(scenario, analyze)
     if varies(scenario):
         return _over_nodes(scenario)
+    if is_hybrid(scenario):  # two schedules mixed per round (wansim.analytical.hybrid)
+        return analyze_hybrid(scenario, analyze)
     requested = scenario
     scenario = kv_admitted(scenario)
     if scenario.network.transport == "tcp":  # the sync lap under the window, then ideal forms
@@ -440,7 +461,7 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     """Per-stage busy ms of one request under the block schedule (its passes, its stale
     blocks at S0 and forwarded ones in the middle, drafting where it occupies a stage) and the
     request's duration."""
-    from wansim.compute import stage_ms_each
+    from wansim.stages.compute import stage_ms_each
 
     p = int(scenario.stages)
     duration = means["prefill_ms"] + means["decode_ms"]
@@ -454,7 +475,7 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     first = scenario.drafter.placement == "first_stage"
     busy[0 if first else p - 1] += passes * draft
     busy[0] += s0 * (ver[0] + (draft if first else 0.0))
-    for i in range(1, p if flush(scenario) else p - 1):  # (flush: the last computes them too)
+    for i in range(1, p if flushes(scenario) else p - 1):  # (flush: the last computes them too)
         busy[i] += fwd * ver[i]
     return busy, duration
 

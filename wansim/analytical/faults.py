@@ -40,7 +40,7 @@ import dataclasses
 
 import numpy as np
 
-from wansim.scenario import Scenario
+from wansim.config.scenario import Scenario
 
 MS_PER_S = 1e3
 MS_PER_HOUR = 3.6e6

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from wansim.analytical.engine import GRID_KEYS, check_supported, mean_metrics
+from wansim.config.scenario import Scenario, load_scenario, scenario_to_dict, split_path
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
-from wansim.scenario import Scenario, load_scenario, scenario_to_dict, split_path
 
 VECTOR_FIELDS = (
     "stages",

@@ -1,7 +1,7 @@
 """Micro-batched pipeline parallelism in steady state (``schedule.micro_batches: N``), vectorised.
 
-The rules (both engines): :mod:`wansim.micro_batching`. B = the requests in flight
-(:func:`~wansim.micro_batching.serving_slots`), N' = min(N, B) micro-batches of b = B / N'
+The rules (both engines): :mod:`wansim.serving.micro_batching`. B = the requests in flight
+(:func:`~wansim.serving.micro_batching.serving_slots`), N' = min(N, B) micro-batches of b = B / N'
 sequences each (the DES's sizes differ by at most one when N' does not divide B).
 
 Model and assumptions:
@@ -55,10 +55,10 @@ import numpy as np
 from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
 from wansim.analytical.path import hop_service_ms, ring_sums
-from wansim.compute import mean_stage_ms, stage_ms_each
-from wansim.micro_batching import active_batches, prefill_chunks, serving_slots
-from wansim.network import expected_losses, hop_mean, hop_var
-from wansim.wire import forward_bytes, tree_mask_bytes, verdict_bytes
+from wansim.links.expected_delay import expected_losses, hop_mean, hop_var
+from wansim.links.wire_bytes import forward_bytes, tree_mask_bytes, verdict_bytes
+from wansim.serving.micro_batching import active_batches, prefill_chunks, serving_slots
+from wansim.stages.compute import mean_stage_ms, stage_ms_each
 
 
 @dataclasses.dataclass(frozen=True)

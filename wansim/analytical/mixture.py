@@ -1,7 +1,7 @@
 """Expectations over a workload whose requests differ: prompt/output lengths from a distribution
 or a trace (``workload.lengths``) and acceptance rows mixed per request (``workload.mix``).
 
-The workload is replaced by nodes (:func:`wansim.workload.length_nodes` x the mix's rows, with
+The workload is replaced by nodes (:func:`wansim.serving.workload.length_nodes` x the mix's rows, with
 weights w_i summing to 1); each node is analysed as a scenario of its own (every request with
 that node's lengths and acceptance) and the answers are combined:
 
@@ -30,7 +30,7 @@ import dataclasses
 import numpy as np
 
 from wansim.analytical.distribution import mixture_normal_quantiles
-from wansim.workload import length_nodes
+from wansim.serving.workload import length_nodes
 
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 

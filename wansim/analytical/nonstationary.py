@@ -24,9 +24,9 @@ from __future__ import annotations
 import dataclasses
 
 from wansim.analytical.regime import UNVALIDATED_BAND
+from wansim.config.scenario import Drift, Scenario
 from wansim.links.nonstationary import pieces
-from wansim.result import Result
-from wansim.scenario import Drift, Scenario
+from wansim.results.result import Result
 
 
 def stationary_at(scenario: Scenario, latency_factor: float, bandwidth_factor: float) -> Scenario:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.compute import mean_stage_ms, stage_ms_each, stages_differ
 from wansim.links.delivery import busy_ms
-from wansim.network import expected_losses
+from wansim.links.expected_delay import expected_losses
+from wansim.stages.compute import mean_stage_ms, stage_ms_each, stages_differ
 
 
 def stage_services_ms(scenario, n_tokens, n_stations: int) -> list[np.ndarray]:

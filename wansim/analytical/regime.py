@@ -130,6 +130,8 @@ def regime_name(scenario) -> str:
     parts = []
     if sched.kind == "async":
         parts.append("async")
+    if sched.hybrid_confident_fraction is not None:
+        parts.append("hybrid")
     if blocks and scenario.drafter.overlap:
         parts.append("overlap")
     if many:
@@ -150,7 +152,7 @@ def outside(scenario) -> str:
     """Why ``scenario`` lies outside its regime's measured domain ('' when inside).
 
     Besides combinations no grid measured, the corners where the agreement hunt
-    (``wansim.agreement_hunt``, docs/approximations.md) found a model beyond its band:
+    (``wansim.studies.agreement_hunt``, docs/approximations.md) found a model beyond its band:
     retransmissions (in-order links hold every message behind a lost one: modelled, but
     rougher than any band) with more than one message in flight, heavy jitter on a loaded
     ring (the same head-of-line blocking), several requests on slow links without batching
@@ -162,6 +164,13 @@ def outside(scenario) -> str:
             "faults: an expected value (wansim/analytical/faults.py), checked against Monte Carlo"
             " over DES seeds (tests/physics/test_faults.py: within 2% + 5 standard errors), not"
             " on the approximation-error grid"
+        )
+    if scenario.schedule.hybrid_confident_fraction is not None:
+        return (
+            "per-round hybrid: a renewal-reward mix of the block schedule and the sync tree"
+            " (wansim/analytical/hybrid.py), checked against the DES in"
+            " tests/engines/test_hybrid_rounds.py (within 10%), not on the approximation-error"
+            " grid"
         )
     if scenario.schedule.async_protocol != "cancel_on_divergence":
         return (

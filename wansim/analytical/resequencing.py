@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.network import jitter_dist
+from wansim.links.expected_delay import jitter_dist
 
 JITTER_ATOMS = 8  # quantile midpoints of the jitter
 MAX_LOSSES = 3  # retransmissions per message followed one by one (the rest folded into 3)
@@ -86,7 +86,7 @@ def ring_hol_ms(scenario, rate_per_ms, fwd_bytes, ret_bytes, *, lossy_only=False
     with ``ret_bytes``) of the resequencing wait at ``rate_per_ms`` offered messages; hops
     without jitter or loss add nothing (``lossy_only``: hops without loss add nothing)."""
     from wansim.analytical.path import hop_bytes
-    from wansim.wire import serialise_ms
+    from wansim.links.wire_bytes import serialise_ms
 
     net = scenario.network
     if net.hops or isinstance(fwd_bytes, tuple):

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim import normal_functions as nf
-from wansim import slowdown
 from wansim.analytical.distribution import lap_distribution, quantiles
-from wansim.compute import stage_ms_each
-from wansim.wire import forward_bytes
+from wansim.links.wire_bytes import forward_bytes
+from wansim.numerics import normal_functions as nf
+from wansim.stages import slowdown
+from wansim.stages.compute import stage_ms_each
 
 TTFT_ATOMS = 256  # the TTFT distribution is coarsened to this many atoms for the sum
 
@@ -63,8 +63,9 @@ def _coarsen(values: np.ndarray, pmf: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def decode_mixture(scenario, means: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, mean ms, sd ms) of a request's decode time over the difficulty nodes, scaled
     to the loaded TPOT (module docstring)."""
-    from wansim.analytical.blocks import block_schedule, uses_blocks
+    from wansim.analytical.blocks import block_schedule
     from wansim.analytical.sync import passes_per_node
+    from wansim.speculation.block_schedule import uses_blocks
 
     m = float(scenario.workload.output_tokens - 1)
     if uses_blocks(scenario):
@@ -85,7 +86,9 @@ def decode_mixture(scenario, means: dict) -> tuple[np.ndarray, np.ndarray, np.nd
 def sum_quantiles(atoms, mass, w, mean, sd, qs) -> np.ndarray:
     """Quantiles of X + Y, X discrete (``atoms``, ``mass``), Y ~ sum_i w_i N(mean_i, sd_i^2)
     independent of X."""
-    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
+    from wansim.numerics.brentq import (
+        brentq,
+    )  # scipy.optimize.brentq to the bit, without its import
 
     sd = np.maximum(sd, 1e-12 * np.maximum(1.0, np.abs(mean)))
     loc = atoms[:, None] + mean[None, :]

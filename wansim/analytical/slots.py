@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim import normal_functions as nf
+from wansim.numerics import normal_functions as nf
 
 TAIL_SD = 10.0  # admissions per verdict: k up to mean + TAIL_SD sd (+ 10), at most b
 MAX_WAVES = 64  # replacement waves followed one by one; later ones at the renewal rate

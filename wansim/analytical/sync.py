@@ -44,14 +44,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim import slowdown, speculation
+from wansim import speculation
 from wansim.acceptance import closed_form
 from wansim.analytical.path import hop_bytes, ring_sums
 from wansim.analytical.rate import mean_rate
-from wansim.compute import mean_stage_ms, stage_ms_each
-from wansim.network import expected_losses, hop_mean, hop_var, loss_terms_ms
-from wansim.scenario import Scenario
-from wansim.wire import forward_bytes
+from wansim.config.scenario import Scenario
+from wansim.links.expected_delay import expected_losses, hop_mean, hop_var, loss_terms_ms
+from wansim.links.wire_bytes import forward_bytes
+from wansim.stages import slowdown
+from wansim.stages.compute import mean_stage_ms, stage_ms_each
 
 
 def passes_per_node(scenario: Scenario) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -83,7 +84,7 @@ def _hop_sums(scenario: Scenario, n_bytes_fwd, n_bytes_ret) -> tuple:
 
 def _loss_sums(scenario: Scenario, n_bytes_fwd, n_bytes_ret) -> dict[str, np.ndarray]:
     """Per lap, summed over the hops: lost transmissions (mean, variance) and the delay they add
-    (mean, variance) (:func:`wansim.network.loss_terms_ms`)."""
+    (mean, variance) (:func:`wansim.links.expected_delay.loss_terms_ms`)."""
 
     def total(key: str) -> np.ndarray:
         def term(link, n):

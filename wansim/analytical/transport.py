@@ -20,9 +20,9 @@ import math
 
 import numpy as np
 
+from wansim.config.scenario import HopOverride, Scenario
 from wansim.links.delivery import wire_ms
 from wansim.links.tcp import periodic_busy_ms, tcp_params
-from wansim.scenario import HopOverride, Scenario
 
 ITERATIONS = 8
 

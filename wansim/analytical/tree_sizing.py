@@ -20,7 +20,7 @@ import numpy as np
 
 from wansim.analytical.engine import analyze
 from wansim.analytical.grid import evaluate_grid
-from wansim.scenario import Scenario, load_scenario, scenario_to_dict
+from wansim.config.scenario import Scenario, load_scenario, scenario_to_dict
 
 DEFAULT_BUDGETS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128)
 
@@ -99,7 +99,9 @@ def domain_shift_for(scenario: Scenario, loss: float, reading: str = "tau") -> f
         target = loss
     else:
         raise ValueError(f"unknown reading {reading!r}")
-    from wansim.brentq import brentq  # scipy.optimize.brentq to the bit, without its import
+    from wansim.numerics.brentq import (
+        brentq,
+    )  # scipy.optimize.brentq to the bit, without its import
 
     return float(brentq(lambda g: tau(g) - target, 1e-3, 1.0, xtol=1e-6))
 

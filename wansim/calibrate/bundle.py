@@ -26,7 +26,8 @@ every field with its unit):
     (T=1 and greedy) and exactness (``activation_quality.yaml``,
     ``wansim-activation-quality/1``), so compressed cells are predicted with their cost;
   * ``mtp`` (optional): the MTP head's K drafts at the last stage (``intercept_ms +
-    per_draft_ms * K``, ``mtp_drafter.csv``), its config hash and its acceptance profile
+    per_draft_ms * K``, ``mtp_drafter.csv``), the fixed cost per pass of the first and last
+    stage of its pipeline (``fixed_ms``), its config hash and its acceptance profile
     (``acceptance_profile_mtp.yaml``, in-process decoding of the head);
   * ``drafter.width_ms``: each tree candidate beyond one per depth (the engines'
     ``drafter.width_ms``); ``dimensions``: what the bundle covers and what it does not
@@ -53,10 +54,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from wansim import stage_cost
 from wansim.errors import WansimInputError
-from wansim.stage_cost import BUNDLE_FORMAT as FORMAT
-from wansim.stage_cost import BUNDLE_VERSION as VERSION
+from wansim.stages import profiled_cost as stage_cost
+from wansim.stages.profiled_cost import BUNDLE_FORMAT as FORMAT
+from wansim.stages.profiled_cost import BUNDLE_VERSION as VERSION
 
 ROLES = ("first", "middle", "last")
 HOP_ROLES = ("forward", "return")
@@ -91,7 +92,7 @@ class StageCost:
     prefill_per_layer_ms: float
 
     def as_mapping(self) -> dict:
-        """The ``stage_cost`` mapping :mod:`wansim.stage_cost` evaluates."""
+        """The ``stage_cost`` mapping :mod:`wansim.stages.profiled_cost` evaluates."""
         return {
             "fixed_ms": self.fixed_ms,
             "per_layer_ms": self.per_layer_ms,
@@ -125,6 +126,7 @@ class Bundle:
     draft_width_ms: float = 0.0  # per tree candidate beyond one per depth
     mtp_intercept_ms: float | None = None  # the MTP head's K drafts at the last stage, if profiled
     mtp_per_draft_ms: float | None = None
+    mtp_fixed_ms: dict | None = None  # the MTP pipeline's first/last fixed cost per pass
 
     @property
     def model(self) -> dict:
@@ -328,6 +330,7 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         mtp = {
             "mtp_intercept_ms": _num(man, "mtp.drafter.intercept_ms", where),
             "mtp_per_draft_ms": _num(man, "mtp.drafter.per_draft_ms", where),
+            "mtp_fixed_ms": {r: _num(man, f"mtp.fixed_ms.{r}", where) for r in ("first", "last")},
         }
         _csv(p / MTP_FILES["mtp_drafter"], ("k", "draft_ms"), flag)
         f = p / MTP_FILES["acceptance_mtp"]

@@ -43,11 +43,10 @@ import pandas as pd
 import yaml
 
 from wansim.calibrate.measure import draft_stage_of, verify_rows
+from wansim.links.wire_bytes import TOKEN_ID_BYTES, serialise_ms
 from wansim.real.config import DRAFTER_KINDS  # no torch there (settings only)
-from wansim.wire import serialise_ms
+from wansim.real.frames import HEADER_BYTES as FRAME_HEADER_BYTES  # no torch there either
 
-FRAME_HEADER_BYTES = 56  # wansim.real.frames.HEADER_BYTES
-TOKEN_ID_BYTES = 4
 PROB_BYTES = 4  # fp32 per vocabulary entry
 VERDICT_BYTES = FRAME_HEADER_BYTES + 2 * 4  # header + [accepted, next token] int32
 LINK_MODES = ("measured", "configured")
@@ -156,7 +155,7 @@ def build_cell(
 ) -> dict:
     """Write the cell's scenario (and its sample files, the profile copy) and return the raw
     scenario mapping (module docstring: what comes from where)."""
-    from wansim.wire import activation_bytes_per_token
+    from wansim.links.wire_bytes import activation_bytes_per_token
 
     cell_dir.mkdir(parents=True, exist_ok=True)
     v = verify_rows(passes)

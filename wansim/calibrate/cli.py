@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wansim import strict_json
 from wansim.errors import WansimInputError
+from wansim.results import strict_json
 
 
 def _list(flag: str, text: str, kind: type) -> tuple:

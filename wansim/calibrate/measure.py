@@ -27,7 +27,7 @@ parts sum to the lap to the nanosecond):
 and ``hop_h - scheduled_h`` (the relay's own schedule: latency + serialisation + FIFO wait) is
 the link emulator's error on that frame.
 
-:func:`real_metrics` computes the metrics of wansim.metrics from the same records with the simulator's
+:func:`real_metrics` computes the metrics of wansim.results.metric_names from the same records with the simulator's
 definitions (``wansim.sim.metrics``): per request M = max_new_tokens - 1 decode tokens (the
 first comes from prefill; the last pass's overshoot is not counted), decode time = first step's
 start (within microseconds of the prefill verdict, which stage 0 does not stamp) to the last
@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from wansim.intervals import t_interval
+from wansim.numerics.intervals import t_interval
 
 HIDDEN_KIND = 2
 VERDICT_KIND = 5
@@ -210,7 +210,7 @@ def verify_rows(passes: pd.DataFrame) -> pd.DataFrame:
 
 
 def real_metrics(passes: pd.DataFrame, stages: int, max_new_tokens: int) -> dict:
-    """Metrics (wansim.metrics names) of a real job with the simulator's definitions (module docstring).
+    """Metrics (wansim.results.metric_names names) of a real job with the simulator's definitions (module docstring).
 
     ``passes`` is :func:`decompose`'s table. ``stage_utilization`` counts each stage's service
     time (what the scenario's compute tables hold) plus drafting on the drafter's stage (stage 0

@@ -39,9 +39,9 @@ from wansim.calibrate.bundle import Bundle, check_model, load_bundle
 from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
 from wansim.calibrate.matrix import Cell, load_matrix
 from wansim.errors import WansimInputError
-from wansim.hold import checkpoint
 from wansim.real.errors import PipelineError  # no torch there
-from wansim.stage_cost import even_split, stage_role
+from wansim.stages.profiled_cost import even_split, stage_role
+from wansim.support.hold import checkpoint
 
 METRICS = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p99")
 REPROFILE = {"k": 4, "prompts": 3, "tokens": 32}
@@ -120,6 +120,7 @@ def cell_scenario(
     for i, layers in enumerate(per_stage):
         role = stage_role(i, cell.stages)
         fixed = cost.fixed_ms[role]
+        extra = _mtp_fixed_extra(cell, bundle, role)
         # every pass size the cell runs (a chain K + 1 tokens, a tree of 2K nodes 2K + 1),
         # each from the bundle's formula, and the prefill at the bundle's prompt length
         pts = {
@@ -129,7 +130,7 @@ def cell_scenario(
         pts[float(bundle.prompt_tokens)] = (cost.prefill_ms(role, layers) - fixed) * factors.compute
         # the engines never see a pass below 0 ms: the fixed part absorbs a negative remainder
         low = min(0.0, *pts.values())
-        overhead.append(max(0.0, fixed + low / factors.compute))
+        overhead.append(max(0.0, fixed + extra + low / factors.compute))
         pts = {k: v - low for k, v in pts.items()}
         tables.append({"kind": "table", "points": [[k, v] for k, v in sorted(pts.items())]})
     hops = []
@@ -232,6 +233,13 @@ def cell_scenario(
     return raw
 
 
+def _mtp_fixed_extra(cell: Cell, bundle: Bundle, role: str) -> float:
+    """An MTP cell's first/last stage: the MTP pipeline's fixed cost less the draft model's."""
+    if cell.drafter != "mtp" or role == "middle" or not bundle.mtp_fixed_ms:
+        return 0.0
+    return bundle.mtp_fixed_ms[role] - bundle.stage_cost.fixed_ms[role]
+
+
 def draft_nodes(cell: Cell) -> int:
     """Draft nodes per pass: K for a chain, a static tree's nodes (children per node per
     depth, multiplied down the levels)."""
@@ -255,8 +263,11 @@ def predicted_components(cell: Cell, bundle: Bundle, factors: Factors) -> dict:
     per_stage = even_split(int(bundle.model["layers"]), cell.stages)
     return {
         "stage_service_ms": [
-            bundle.stage_cost.verify_ms(
-                stage_role(i, cell.stages), lay, pass_tokens(cell), cell.bits
+            (
+                bundle.stage_cost.verify_ms(
+                    stage_role(i, cell.stages), lay, pass_tokens(cell), cell.bits
+                )
+                + _mtp_fixed_extra(cell, bundle, stage_role(i, cell.stages))
             )
             * factors.compute
             for i, lay in enumerate(per_stage)
@@ -276,8 +287,8 @@ def predicted_components(cell: Cell, bundle: Bundle, factors: Factors) -> dict:
 def engines(scenario_path: Path, des: bool = True) -> dict:
     """DES and analytical metrics of a scenario file."""
     from wansim.analytical import analyze
-    from wansim.result import jsonable
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
+    from wansim.results.result import jsonable
 
     sc = load_scenario(scenario_path)
     out = {"analytical": jsonable(analyze(sc).metrics)}

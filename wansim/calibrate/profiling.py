@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from wansim.calibrate.bundle import FILES, ROLES, config_sha256, write_bundle
-from wansim.stage_cost import stage_role
+from wansim.stages.profiled_cost import stage_role
 
 PROFILE_SEED = 1000
 LATENCY_MS = 5.0
@@ -135,20 +135,53 @@ def hop_error_rows(passes: pd.DataFrame, stages: int) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- fits
-def fit_stage_cost(rows: pd.DataFrame) -> dict:
-    """Least squares of verify-pass service ms on [first, last, layers, n, layers*n,
-    codec ops at each bits < 32]; prefill on [first, last, layers]; the middle role derived
-    (module docstring). Returns the bundle's ``stage_cost`` mapping (+ ``fit_rmse_ms``)."""
+def nonnegative_least_squares(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient >= 0 (``scipy.optimize.nnls``): a fixed cost, a
+    cost per layer, per token or per layer-token cannot be negative. Unconstrained fits of
+    runs under load gave -0.85 ms per token and -15.7 ms of fixed cost (the noise of
+    preempted passes), which made a 15-token tree pass cheaper than a 3-token chain pass."""
+    from scipy.optimize import nnls
+
+    coef, _ = nnls(x, y)
+    return coef
+
+
+def codec_cost_per_op(rows: pd.DataFrame) -> dict[int, float]:
+    """ms per encode or decode at each width beyond fp32's, measured directly: the stages' own
+    ``codec_ms`` per pass (stage 0 encodes, the last stage decodes: one op each), median at the
+    width minus median at fp32, per role, averaged over the two roles. Medians: a pass's codec
+    time is a fraction of a millisecond, and a preempted pass would dominate a mean. (A
+    regression of the whole service time on a width indicator, which one plan's difference
+    decides, came out at -0.9 and -1.6 ms per op under load: noise, not a saving.)"""
     v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
-    quant_bits = sorted(int(b) for b in v["bits"].unique() if int(b) != 32)
+    out = {32: 0.0}
+    for b in sorted(int(x) for x in v["bits"].unique() if int(x) != 32):
+        diffs = []
+        for role in ("first", "last"):
+            at = v.loc[(v["role"] == role) & (v["bits"] == b), "codec_ms"].dropna()
+            ref = v.loc[(v["role"] == role) & (v["bits"] == 32), "codec_ms"].dropna()
+            if len(at) and len(ref):
+                diffs.append(float(at.median()) - float(ref.median()))
+        out[b] = float(np.mean(diffs)) if diffs else 0.0
+    return out
+
+
+def fit_stage_cost(rows: pd.DataFrame) -> dict:
+    """Non-negative least squares of verify-pass service ms, less the measured codec cost
+    (:func:`codec_cost_per_op`, one op per role), on [first, last, layers, n, layers*n];
+    prefill on [first, last, layers]; the middle role derived (module docstring). Rows of the
+    MTP head's pipeline (``drafter_kind`` mtp) are left out. Returns the bundle's ``stage_cost``
+    mapping (+ ``fit_rmse_ms``)."""
+    if "drafter_kind" in rows.columns:
+        rows = rows[rows["drafter_kind"] != "mtp"]
+    codec = codec_cost_per_op(rows)
+    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
     first = (v["role"] == "first").to_numpy(float)
     layers = v["layers"].to_numpy(float)
     n = v["n_tokens"].to_numpy(float)
-    cols = [first, 1 - first, layers, n, layers * n]
-    cols += [(v["bits"] == b).to_numpy(float) for b in quant_bits]  # one codec op each role
-    x = np.column_stack(cols)
-    y = v["service_ms"].to_numpy(float)
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    x = np.column_stack([first, 1 - first, layers, n, layers * n])
+    y = v["service_ms"].to_numpy(float) - v["bits"].map(lambda b: codec[int(b)]).to_numpy(float)
+    coef = nonnegative_least_squares(x, y)
     rmse = float(np.sqrt(np.mean((x @ coef - y) ** 2)))
     fixed = {"first": float(coef[0]), "last": float(coef[1])}
     fixed["middle"] = _middle(fixed["last"], rows, "verify")
@@ -157,10 +190,7 @@ def fit_stage_cost(rows: pd.DataFrame) -> dict:
         "per_layer_ms": float(coef[2]),
         "per_token_ms": float(coef[3]),
         "per_layer_token_ms": float(coef[4]),
-        "codec_ms_per_op": {
-            32: 0.0,
-            **{b: float(c) for b, c in zip(quant_bits, coef[5:], strict=True)},
-        },
+        "codec_ms_per_op": codec,
         "fit_rmse_ms": rmse,
         "verify_passes": len(y),
     }
@@ -168,7 +198,7 @@ def fit_stage_cost(rows: pd.DataFrame) -> dict:
     pre = pre[pre["bits"] == 32] if (pre["bits"] == 32).any() else pre
     pf = (pre["role"] == "first").to_numpy(float)
     xp = np.column_stack([pf, 1 - pf, pre["layers"].to_numpy(float)])
-    cp, *_ = np.linalg.lstsq(xp, pre["service_ms"].to_numpy(float), rcond=None)
+    cp = nonnegative_least_squares(xp, pre["service_ms"].to_numpy(float))
     pfixed = {"first": float(cp[0]), "last": float(cp[1])}
     pfixed["middle"] = _middle(pfixed["last"], rows, "prefill")
     out["prefill"] = {
@@ -187,6 +217,25 @@ def _middle(fixed_last: float, rows: pd.DataFrame, kind: str) -> float:
     verify = 0.0 if not np.isfinite(verify) else float(verify)
     encode = 0.0 if not np.isfinite(encode) else float(encode)
     return max(0.0, fixed_last - verify + encode)
+
+
+def fit_mtp_fixed(rows: pd.DataFrame, cost: dict) -> dict:
+    """The MTP pipeline's fixed cost per pass of its first and last stage: the mean of each
+    verify pass's service time minus the bundle's layer, token and codec parts (``cost``, fitted
+    on the draft model's pipelines). Stage 0 does no drafting bookkeeping there and the last
+    stage sends the drafts ahead of its verdict, so both differ from the draft model's."""
+    from wansim.stages.profiled_cost import verify_ms
+
+    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
+    out = {}
+    for role in ("first", "last"):
+        sub = v[v["role"] == role]
+        rest = [
+            verify_ms(cost, role, int(lay), int(n), int(b)) - cost["fixed_ms"][role]
+            for lay, n, b in zip(sub["layers"], sub["n_tokens"], sub["bits"], strict=True)
+        ]
+        out[role] = float(np.mean(sub["service_ms"].to_numpy(float) - np.array(rest)))
+    return out
 
 
 def fit_drafter(draft: pd.DataFrame) -> dict:
@@ -480,6 +529,7 @@ def run_profile(
     jobs: list[list[dict]] = [[] for _ in plans]
     tree_plan = next(j for j, (_, b) in enumerate(plans) if b == 32)
     mtp_draft: list[pd.DataFrame] = []
+    mtp_stage: list[pd.DataFrame] = []
     try:
         for j, (splits, bits) in enumerate(plans):
             pipes.append(
@@ -525,6 +575,7 @@ def run_profile(
                         mtp_pipe, REFERENCE_SPLIT, 32, k, chunk, size["tokens"], name=f"-p{c}"
                     )
                     mtp_draft.append(job["draft"][["k", "draft_ms"]])
+                    mtp_stage.append(job["stage"].assign(drafter_kind="mtp"))
             say(
                 f"  prompt {c + 1}/{len(prompts)} done at every K on every pipeline, + trees"
                 f"{' + the MTP head' if mtp_dir else ''} ({time.perf_counter() - t0:.0f} s)"
@@ -539,6 +590,7 @@ def run_profile(
         r["splits"], r["bits"] = splits, bits
         results.append(r)
     stage = pd.concat([r["stage"] for r in results], ignore_index=True)
+    stage = stage.assign(drafter_kind="draft_model")
     hops = pd.concat([r["hops"] for r in results], ignore_index=True)
     draft = pd.concat([r["draft"] for r in results], ignore_index=True)
     say(
@@ -608,6 +660,7 @@ def run_profile(
             target_dir, mtp_dir, acc_prompts[: size["tree_prompts"]], ks, size["tree_tokens"]
         )
         mtp_rows = pd.concat(mtp_draft, ignore_index=True)
+        mtp_stage_rows = pd.concat(mtp_stage, ignore_index=True)
         mtp_files = (mtp_rows, profile_yaml(mtp_trace, "MTP-head traces"))
     tree_text = profile_yaml(tree_trace, "static-tree traces (2 candidates at depth 1)")
     import json
@@ -648,7 +701,7 @@ def run_profile(
             "load_avg_1min": {"min": min(loads), "max": max(loads)},
             "seconds": round(time.perf_counter() - t0, 1),
         },
-        "stage_cost": fit_stage_cost(stage),
+        "stage_cost": fit_stage_cost(stage),  # the draft model's pipelines only
         "drafter": fit_drafter(draft),
         "message": fit_messages(hops),
         "acceptance": {
@@ -698,6 +751,7 @@ def run_profile(
             ).hexdigest(),
             "plan": [list(s_) for s_ in REFERENCE_SPLIT],
             "drafter": fit_drafter(mtp_files[0]),
+            "fixed_ms": fit_mtp_fixed(mtp_stage_rows, manifest["stage_cost"]),
             "steps": len(mtp_trace),
             "tau_by_k": {
                 int(k): float((g["accepted"] + 1).mean()) for k, g in mtp_trace.groupby("k")
@@ -706,7 +760,11 @@ def run_profile(
     write_bundle(
         out,
         manifest,
-        {"stage_passes": stage, "drafter": draft, "emulator_error": hops},
+        {
+            "stage_passes": pd.concat([stage, *mtp_stage], ignore_index=True),
+            "drafter": draft,
+            "emulator_error": hops,
+        },
         profile_text,
         tree_text=tree_text,
         quality_text=yaml.safe_dump(quality, sort_keys=False),

@@ -29,12 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-from wansim import strict_json
 from wansim.calibrate.cells import DRAFTER_KINDS, PLACEMENT
+from wansim.config.scenario import REAL_VERIFIERS
 from wansim.data import models_dir
 from wansim.errors import WansimInputError
-from wansim.hold import checkpoint
 from wansim.real.config import MTP_FILES  # no torch there (settings only)
+from wansim.results import strict_json
+from wansim.support.hold import checkpoint
 
 
 def tiny_model(name: str) -> str:
@@ -44,7 +45,6 @@ def tiny_model(name: str) -> str:
     return str(found if found is not None else Path("models") / name)
 
 
-VERIFIERS = ("greedy", "lossless")
 LINK_MODES = ("measured", "configured")
 BITS = (32, 16, 8, 4, 3)
 MAX_K = 64
@@ -134,8 +134,10 @@ def check_settings(s: Settings) -> dict:
             "must be finite numbers >= 0 (one-way ms per hop)",
             ",".join(f"{x:g}" for x in s.latencies_ms),
         )
-    if s.verifier not in VERIFIERS:
-        raise WansimInputError("--verifier", f"must be one of {' | '.join(VERIFIERS)}", s.verifier)
+    if s.verifier not in REAL_VERIFIERS:
+        raise WansimInputError(
+            "--verifier", f"must be one of {' | '.join(REAL_VERIFIERS)}", s.verifier
+        )
     if s.prompts < 1:
         raise WansimInputError("--prompts", "must be an integer >= 1", s.prompts)
     if s.tokens < 2:
@@ -218,8 +220,8 @@ def _check_mtp(path: str, target: dict) -> None:
 def predict(scenario_path: Path) -> dict:
     """DES and analytical metrics of a cell's scenario file (as ``wansim run`` loads it)."""
     from wansim.analytical import analyze
-    from wansim.result import jsonable
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
+    from wansim.results.result import jsonable
     from wansim.sim import simulate
 
     sc = load_scenario(scenario_path)
@@ -320,7 +322,7 @@ def evaluate_cell(
             **{**cell_args, "links": "configured", "name": f"{cell_args['name']}-configured"},
         )
         from wansim.analytical import analyze
-        from wansim.scenario import load_scenario
+        from wansim.config.scenario import load_scenario
 
         conf = analyze(load_scenario(cell_dir / "configured_links" / "scenario.yaml")).metrics
         cell["analytical"]["configured_links"] = {

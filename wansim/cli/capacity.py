@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from wansim import strict_json
 from wansim.errors import WansimInputError
+from wansim.results import strict_json
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:

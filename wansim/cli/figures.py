@@ -7,7 +7,7 @@ import sys
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from wansim.report import figure_caption, figure_scripts, run_figures
+    from wansim.results.report import figure_caption, figure_scripts, run_figures
 
     if args.list:
         for name, script in figure_scripts().items():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from wansim import strict_json
 from wansim.errors import WansimInputError
+from wansim.results import strict_json
 
 ENGINES = ("des", "analytical", "both")
 
@@ -22,8 +22,8 @@ def _run_engine(engine: str, scenario, args):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from wansim.report import format_table, results_json, write_outputs
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
+    from wansim.results.report import format_table, results_json, write_outputs
 
     scenario = load_scenario(args.scenario, args.set)
     engines = ["des", "analytical"] if args.engine == "both" else [args.engine]
@@ -31,7 +31,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise WansimInputError(
             "--perfetto", "needs the DES engine (--engine des or both)", args.engine
         )
-    from wansim.output_paths import writable_dir, writable_file
+    from wansim.results.output_paths import writable_dir, writable_file
 
     if args.out:
         writable_dir(args.out, "--out")
@@ -54,7 +54,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set)
     print(

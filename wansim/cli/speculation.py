@@ -11,8 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from wansim import strict_json
 from wansim.errors import WansimInputError
+from wansim.results import strict_json
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -75,7 +75,7 @@ def cmd_trees_best(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- drafters
 def cmd_drafters(args: argparse.Namespace) -> int:
-    from wansim.drafters import catalog_rows
+    from wansim.speculation.drafters import catalog_rows
 
     rows = catalog_rows()
     if args.json:

@@ -6,7 +6,7 @@ import argparse
 import json
 import math
 
-from wansim.result import jsonable
+from wansim.results.result import jsonable
 
 
 def strict_json(obj):

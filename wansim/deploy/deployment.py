@@ -26,11 +26,11 @@ import numpy as np
 
 from wansim.catalog.hardware import hardware_preset
 from wansim.catalog.models import MODELS, model_preset, with_overrides
+from wansim.config.scenario import apply_overrides, load_scenario, read_yaml_mapping
 from wansim.deploy import geography
 from wansim.deploy.partition import Node
 from wansim.deploy.stages import Precision
 from wansim.errors import WansimInputError
-from wansim.scenario import apply_overrides, load_scenario, read_yaml_mapping
 
 DEPLOY_KEYS = ("nodes", "ping_file", "cost", "plan")
 WEIGHT_DTYPES = ("native", "bf16", "fp8", "nvfp4")

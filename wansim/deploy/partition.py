@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from wansim import memory
-from wansim.compute import stage_ms
 from wansim.deploy.stages import Load, Precision, StageSlice, compute_model, memory_gb
 from wansim.errors import WansimInputError
+from wansim.stages import memory
+from wansim.stages.compute import stage_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +173,7 @@ def _raise_shortfall(model, nodes, prec, load, get) -> None:
 
 
 def largest_batch(model, stages: list[Stage], prec: Precision, load: Load) -> int:
-    """The most sequences every stage can hold with its layers (:func:`wansim.memory.
+    """The most sequences every stage can hold with its layers (:func:`wansim.stages.memory.
     largest_batch` on each stage's memory at batch 0 and its growth per sequence)."""
     empty = dataclasses.replace(load, batch=0)
     one = dataclasses.replace(load, batch=1)

@@ -21,14 +21,14 @@ import dataclasses
 import math
 from pathlib import Path
 
-from wansim.compute import stage_ms
+from wansim.config.scenario import apply_overrides, load_scenario, scenario_to_dict
 from wansim.deploy import placement
 from wansim.deploy.deployment import Deployment, deployment_from_raw, load_deployment
 from wansim.deploy.partition import Stage, largest_batch, partition
 from wansim.deploy.stages import Load, compute_model
 from wansim.errors import WansimInputError
-from wansim.scenario import apply_overrides, load_scenario, scenario_to_dict
 from wansim.speculation import bit_quality
+from wansim.stages.compute import stage_ms
 
 __all__ = ["deployment_scenario_raw", "load_deployment", "plan"]
 

@@ -1,6 +1,6 @@
 """Propagation jitter J of a hop: the distribution the delay max(0, L + J) draws from.
 
-Kinds (``wansim.scenario.Jitter``): none (J = 0); normal N(mean_ms, std_ms); lognormal (J >= 0,
+Kinds (``wansim.config.scenario.Jitter``): none (J = 0); normal N(mean_ms, std_ms); lognormal (J >= 0,
 mean ``mean_ms``, default ``std_ms``, and standard deviation ``std_ms``); pareto (Lomax, tail
 index ``shape`` > 2, standard deviation ``std_ms``); empirical (resampled values). Sampling and
 moments need numpy only; the distribution functions import scipy when first called (the
@@ -56,7 +56,7 @@ class JitterDist:
         return float(np.mean(self.samples))
 
     def cdf(self, x: np.ndarray) -> np.ndarray:
-        from wansim import normal_functions as nf  # only here: relays sample without scipy
+        from wansim.numerics import normal_functions as nf  # only here: relays sample without scipy
 
         x = np.asarray(x, dtype=float)
         if self.kind == "none":
@@ -74,7 +74,7 @@ class JitterDist:
         return np.searchsorted(s, x, side="right") / len(s)
 
     def ppf(self, p: float) -> float:
-        from wansim import normal_functions as nf  # only here: relays sample without scipy
+        from wansim.numerics import normal_functions as nf  # only here: relays sample without scipy
 
         if self.kind == "none":
             return 0.0
@@ -107,7 +107,7 @@ class JitterDist:
 
     def mean_propagation_ms(self, latency_ms) -> np.ndarray:
         """E[max(0, L + J)] for latency arrays L."""
-        from wansim import normal_functions as nf  # only here: relays sample without scipy
+        from wansim.numerics import normal_functions as nf  # only here: relays sample without scipy
 
         latency = np.asarray(latency_ms, dtype=float)
         if not self.can_be_negative():
@@ -124,7 +124,7 @@ class JitterDist:
 
     def var_propagation_ms(self, latency_ms) -> np.ndarray:
         """Var[max(0, L + J)] for latency arrays L."""
-        from wansim import normal_functions as nf  # only here: relays sample without scipy
+        from wansim.numerics import normal_functions as nf  # only here: relays sample without scipy
 
         latency = np.asarray(latency_ms, dtype=float)
         if not self.can_be_negative():
@@ -142,7 +142,7 @@ class JitterDist:
 
 
 def jitter_dist(spec) -> JitterDist:
-    """The distribution of a ``wansim.scenario.Jitter`` (or anything with its fields)."""
+    """The distribution of a ``wansim.config.scenario.Jitter`` (or anything with its fields)."""
     return _jitter_dist(spec)
 
 
@@ -166,9 +166,9 @@ def _jitter_dist(spec) -> JitterDist:
 
 def read_samples(path: str | Path | None, where: str = "network.jitter.samples_file") -> tuple:
     """Delays in ms, one per line (blank lines and # comments skipped): finite numbers within
-    the schema's magnitude limit (:data:`wansim.validation.MAX_MAGNITUDE`)."""
-    from wansim.user_yaml import read_text
-    from wansim.validation import MAX_MAGNITUDE
+    the schema's magnitude limit (:data:`wansim.config.validation.MAX_MAGNITUDE`)."""
+    from wansim.config.user_yaml import read_text
+    from wansim.config.validation import MAX_MAGNITUDE
 
     p = Path(str(path))
     if not p.is_file():

@@ -30,9 +30,9 @@ MAX_TRACE_ROWS = 1_000_000
 def read_trace(path: str, where: str = "network.trace_file") -> tuple[tuple[float, ...], ...]:
     """(t_ms, latency_factors, bandwidth_factors) of a trace file, validated (module
     docstring); bad content is a :class:`~wansim.errors.ScenarioError` naming the line."""
+    from wansim.config.user_yaml import read_text
+    from wansim.config.validation import MAX_MAGNITUDE
     from wansim.errors import ScenarioError
-    from wansim.user_yaml import read_text
-    from wansim.validation import MAX_MAGNITUDE
 
     p = Path(path)
     if not p.is_file():
@@ -71,7 +71,7 @@ def read_trace(path: str, where: str = "network.trace_file") -> tuple[tuple[floa
 
 @dataclasses.dataclass(frozen=True)
 class Ramp:
-    """A drift's fields (``wansim.scenario.Drift``'s names) without importing the scenario."""
+    """A drift's fields (``wansim.config.scenario.Drift``'s names) without importing the scenario."""
 
     latency_factor: float
     bandwidth_factor: float

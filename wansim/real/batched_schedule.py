@@ -11,7 +11,7 @@ whole prompt; the drafter drafts every member's block in one forward per draft p
 mask). The last stage verifies each block with its request's own streams and returns one
 verdict record per block. Stages serve micro-batches FIFO, one at a time.
 
-The rules are the engines' (``wansim.micro_batching``): an admitted request joins the
+The rules are the engines' (``wansim.serving.micro_batching``): an admitted request joins the
 micro-batch with the fewest members (ties: the one whose request just finished, then the lowest
 index); its prompt rides in that micro-batch's next pass beside the members' verify blocks
 (prefill shares the passes, whole prompts); a member that has its tokens leaves at its verdict.
@@ -56,7 +56,7 @@ class MicroBatch:
 
 
 def batch_slots(concurrency: int, micro_batches: int, max_batch_size: int | None) -> int:
-    """Requests in flight at once (``wansim.micro_batching.serving_slots``'s rule)."""
+    """Requests in flight at once (``wansim.serving.micro_batching.serving_slots``'s rule)."""
     return (
         concurrency if max_batch_size is None else min(concurrency, micro_batches * max_batch_size)
     )

@@ -4,7 +4,7 @@ Quantized (3/4/8 bits): the last axis is cut into groups of ``group`` values; ea
 fp16 scale ``s = absmax / qmax`` (``qmax = 2**(bits-1) - 1``, so 3 bits use levels -3..3) and
 each value the code ``round(x / s)`` stored offset by ``qmax`` as an unsigned ``bits``-bit field,
 bit-packed little-endian across the whole tensor. Payload = fp16 scales (row-major, one per
-group) then the packed codes; the size matches ``wansim.wire.activation_bytes_per_token``.
+group) then the packed codes; the size matches ``wansim.links.wire_bytes.activation_bytes_per_token``.
 Scales beyond fp16's range are clipped (values past them saturate). numpy only.
 """
 

@@ -19,11 +19,11 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from wansim.config.scenario import REAL_VERIFIERS
 from wansim.real.codec import check_bits
 from wansim.real.errors import RealConfigError
 from wansim.real.link import LinkSpec
 
-VERIFIERS = ("greedy", "lossless")
 DRAFTER_KINDS = ("draft_model", "mtp")  # placement: first_stage | last_stage
 MTP_FILES = ("mtp_config.json", "mtp.safetensors")
 
@@ -344,8 +344,10 @@ class DecodeSpec:
     max_batch_size: int | None = None
 
     def __post_init__(self):
-        if self.verifier not in VERIFIERS:
-            raise RealConfigError("verifier", f"must be one of {list(VERIFIERS)}", self.verifier)
+        if self.verifier not in REAL_VERIFIERS:
+            raise RealConfigError(
+                "verifier", f"must be one of {list(REAL_VERIFIERS)}", self.verifier
+            )
         if self.schedule not in SCHEDULES:
             raise RealConfigError("schedule", f"must be one of {list(SCHEDULES)}", self.schedule)
         b = self.max_inflight_blocks

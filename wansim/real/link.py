@@ -11,7 +11,7 @@ lost transmissions G are drawn once per message (not per frame) by
 :class:`wansim.links.draws.LinkDraws` from the DES's streams for this hop: a ``LinkSpec`` with
 ``seed``, ``ring_stages`` and ``hop`` draws exactly what the DES draws for hop ``hop`` of a ring
 of ``ring_stages`` stages run with scenario seed ``seed``. Jitter kinds and parameters are
-``wansim.scenario.Jitter``'s (:mod:`wansim.links.jitter`).
+``wansim.config.scenario.Jitter``'s (:mod:`wansim.links.jitter`).
 
 Timing: ``asyncio.sleep`` until ``busy_wait_ms`` before delivery, then a busy-wait (asyncio's
 epoll timeout is rounded up to whole ms; uvloop's clock is cached to 1 ms, so it is not used).
@@ -191,7 +191,7 @@ class LinkSpec:
     def from_hop(
         cls, hop, seed: int = 0, ring_stages: int = 1, index: int = 0, tcp=None, modulation=None
     ) -> LinkSpec:
-        """From a resolved ``wansim.scenario.Hop`` (latency, bandwidth, jitter, loss, software
+        """From a resolved ``wansim.config.scenario.Hop`` (latency, bandwidth, jitter, loss, software
         costs), hop ``index`` of a ring of ``ring_stages`` (the DES's draws for that hop and
         seed); ``tcp``: ``wansim.links.tcp.TcpParams`` for ``transport: tcp``; ``modulation``:
         the network's :class:`~wansim.links.nonstationary.Modulation` (drift, trace)."""
@@ -284,7 +284,7 @@ def link_draws(spec: LinkSpec) -> LinkDraws:
 
 @dataclass(frozen=True)
 class _JitterFields:
-    """``wansim.scenario.Jitter``'s fields, as :func:`wansim.links.jitter.jitter_dist` reads them."""
+    """``wansim.config.scenario.Jitter``'s fields, as :func:`wansim.links.jitter.jitter_dist` reads them."""
 
     kind: str
     std_ms: float

@@ -16,7 +16,7 @@ Per job (``RUN/<name>/``):
   previous pass, after which it drafted them: that time sits in the previous step's lap);
 - ``links.csv``: per hop, frames and bytes per pass, scheduled vs achieved one-way delay of the
   pass's activation (or verdict) frame, and the emulator's error (achieved - scheduled);
-- ``summary.json``: wansim.metrics names measured for real (``tokens_per_s``, ``tau``,
+- ``summary.json``: wansim.results.metric_names names measured for real (``tokens_per_s``, ``tau``,
   ``lap_ms_p50``...).
 """
 
@@ -190,7 +190,7 @@ def link_timings(
 def summarize(
     steps: pd.DataFrame, raw: dict[str, pd.DataFrame], stages: int, passes: set[int]
 ) -> dict:
-    """wansim.metrics names, measured. Rates count every committed token of a step
+    """wansim.results.metric_names names, measured. Rates count every committed token of a step
     (``accepted + 1``), so ``tokens_per_s == tau / lap`` up to stage 0's bookkeeping between
     steps; outputs are cut to ``max_new_tokens`` separately."""
     if steps.empty:

@@ -22,16 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from wansim.config.scenario import REAL_VERIFIERS
 from wansim.real.errors import RealConfigError
 from wansim.real.model import StageShard
-
-VERIFIERS = ("greedy", "lossless")
 
 
 def check_decoding(verifier: str, temperature: float, k: int) -> None:
     """Validate verifier / temperature / K together."""
-    if verifier not in VERIFIERS:
-        raise RealConfigError("verifier", f"must be one of {list(VERIFIERS)}", verifier)
+    if verifier not in REAL_VERIFIERS:
+        raise RealConfigError("verifier", f"must be one of {list(REAL_VERIFIERS)}", verifier)
     if not temperature >= 0:
         raise RealConfigError("temperature", "must be >= 0", temperature)
     if verifier == "lossless" and temperature <= 0:

@@ -48,7 +48,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from wansim.hold import checkpoint
 from wansim.real import codec
 from wansim.real.frames import (
     ConnectionClosed,
@@ -65,6 +64,7 @@ from wansim.real.frames import (
 )
 from wansim.real.model import StageShard, load_lm
 from wansim.real.records import RecordLog, StageRow
+from wansim.support.hold import checkpoint
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ class StageWorker:
 
     def _tick_fault(self) -> None:
         self.passes += 1
-        checkpoint(f"stage{self.i}-pass", self.passes)  # tests: hold here (wansim.hold)
+        checkpoint(f"stage{self.i}-pass", self.passes)  # tests: hold here (wansim.support.hold)
         n = self.cfg.fail_after_passes
         if n is not None and self.passes > n:
             os._exit(3)  # fault injection: die like a crashed machine (no report)

@@ -55,6 +55,16 @@ wasted, no pipe work) and the drafter drafts from the correction; a draft in pro
 aborted. first_stage: released blocks enter S0's mailbox (S0 computes only); last_stage: they
 ride the return hop as the verdict + drafts message.
 
+Per-round hybrid (``schedule.hybrid_confident_fraction`` p; the rule and its model decisions:
+:mod:`wansim.speculation.hybrid_rounds`). Wherever drafting restarts from a verified token with nothing
+of the request in flight (after the prefill, a lost bet or a tree round's verdict) S0 draws the
+next round's kind from the request's own stream (seed, request id, 1): confident (probability
+p) rounds issue chain blocks as above until a bet is lost; the others are one
+:class:`TreeBlock` (the tree ``speculation.tree``: N + 1 tokens, S0's tree drafting cost, the
+mask on the forward hops, the tree's verdict on the return hop) whose accepted length is drawn
+from the tree's survival for the request (stream: seed, request id, 2), and nothing else of the
+request is issued until its verdict. Bets are counted for chain blocks only.
+
 Wasted work is counted in stage-tokens: a stale block of n tokens computed by s stages wastes
 s x n (``cancelled_stage_tokens``); a block dropped before any stage started it wastes none.
 """
@@ -66,8 +76,10 @@ from collections import deque
 import numpy as np
 from simpy.events import Timeout
 
-from wansim.scenario import FLUSH_ON_FULL_ACCEPTANCE
+from wansim.acceptance.trees import sample_survival
 from wansim.sim.messages import VERIFY, Pass
+from wansim.speculation.block_schedule import flushes
+from wansim.speculation.hybrid_rounds import confident, round_draws
 
 QUEUED = object()  # RequestState.drafting while the request waits for the drafter device
 VERDICT = 2  # control messages: ``kind`` values after PREFILL, VERIFY
@@ -87,19 +99,28 @@ class Block(Pass):
         self.computed = 0
 
 
-class Verdict:
-    """Last stage -> S0: the verdict of block ``step`` (``won``: the bet on it won)."""
+class TreeBlock(Block):
+    """A tree round's verify pass (per-round hybrid): N + 1 tokens, one round alone."""
 
-    __slots__ = ("committed", "epoch", "request", "step", "won")
+    __slots__ = ()
+    tree = True
+
+
+class Verdict:
+    """Last stage -> S0: the verdict of block ``step`` (``won``: the bet on it won; ``tree``:
+    a tree round's verdict)."""
+
+    __slots__ = ("committed", "epoch", "request", "step", "tree", "won")
     kind = VERDICT
     n = 0
 
-    def __init__(self, request, step: int, committed: int, won: bool, epoch: int):
+    def __init__(self, request, step: int, committed: int, won: bool, epoch: int, tree=False):
         self.request = request
         self.step = step
         self.committed = committed
         self.won = won
         self.epoch = epoch
+        self.tree = tree
 
     def label(self) -> str:
         return f"r{self.request.rid} verdict {self.step}"
@@ -120,6 +141,23 @@ class Cancel:
         return f"r{self.request.rid} cancel before epoch {self.epoch}"
 
 
+CHAIN_ROUND = 1  # RequestState.round values (per-round hybrid)
+TREE_ROUND = 2
+
+
+class TreeRounds:
+    """The per-round hybrid's tree rounds: p (confident fraction), the tree's tokens per pass,
+    S0's drafting cost for it, its accepted-length survival per request (commit rule
+    applied) and its verdict's bytes."""
+
+    def __init__(self, p: float, tokens: int, survival: np.ndarray, return_bytes: float):
+        self.p = float(p)
+        self.tokens = int(tokens)
+        self.survival = np.asarray(survival, dtype=float)
+        self.return_bytes = float(return_bytes)
+        self.depth = self.nodes = 0  # the tree's (S0's drafting cost, the mask)
+
+
 class RequestState:
     """One request's block bookkeeping (truth at the last stage, knowledge at the drafter)."""
 
@@ -137,6 +175,11 @@ class RequestState:
         "next_step",
         "p_guess",
         "pending",
+        "round",
+        "round_draws",
+        "round_rng",
+        "tree_draws",
+        "tree_rng",
     )
 
     def __init__(self, p_guess: float, bet_rng: np.random.Generator):
@@ -153,6 +196,11 @@ class RequestState:
         self.bet_rng = bet_rng
         self.bets: list[float] = []
         self.bet_i = 0
+        self.round = None  # hybrid: the round in progress (None: the next issue draws one)
+        self.round_draws: list[float] = []
+        self.round_rng = None
+        self.tree_draws: list[int] = []
+        self.tree_rng = None
 
 
 class Scheduler:
@@ -169,6 +217,7 @@ class Scheduler:
         bet_seed: np.random.SeedSequence,
         draft_ms: float,
         cancel_bytes: float,
+        tree_rounds: TreeRounds | None = None,
     ):
         self.env = env
         self.verifier = verifier
@@ -182,7 +231,7 @@ class Scheduler:
         self.tokens = self.k + 1
         # flush_on_full_acceptance: the verifier draws committed - 1 (0 or K - 1: commit
         # survival), the bet wins on K - 1; stale blocks go on to the last stage, no Cancel
-        self.flush = scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
+        self.flush = flushes(scenario)
         self.full = self.k - 1 if self.flush else self.k
         self.draft_ms = float(draft_ms)
         self.cancel_bytes = float(cancel_bytes)
@@ -207,6 +256,9 @@ class Scheduler:
         self.drafter_busy_ms = 0.0
         self.drafter_passes = 0
         self.drafter_wasted_blocks = 0  # drafted ahead, then discarded by a lost bet
+        self.tree_rounds = tree_rounds  # the per-round hybrid, None when off
+        self.confident_rounds = 0
+        self.tree_round_count = 0
 
     # ------------------------------------------------------------------------- requests
     def prepare(self, req) -> None:
@@ -214,7 +266,29 @@ class Scheduler:
             entropy=self.bet_seed.entropy, spawn_key=(*self.bet_seed.spawn_key, req.rid)
         )
         p = float(self.p_guess[req.rid]) if self.k else 0.0
-        self.states[req.rid] = RequestState(p, np.random.default_rng(ss))
+        st = self.states[req.rid] = RequestState(p, np.random.default_rng(ss))
+        if self.tree_rounds is not None:
+            key = (*self.bet_seed.spawn_key, req.rid)
+            st.round_rng = np.random.default_rng(
+                np.random.SeedSequence(self.bet_seed.entropy, spawn_key=(*key, 1))
+            )
+            st.tree_rng = np.random.default_rng(
+                np.random.SeedSequence(self.bet_seed.entropy, spawn_key=(*key, 2))
+            )
+
+    def _next_round(self, st: RequestState) -> int:
+        """Draw the kind of the round that starts now (wansim.speculation.hybrid_rounds.confident)."""
+        if not st.round_draws:
+            st.round_draws = round_draws(st.round_rng, BET_DRAWS)[::-1]
+        u = st.round_draws.pop()
+        return CHAIN_ROUND if confident(u, self.tree_rounds.p) else TREE_ROUND
+
+    def _tree_accepted(self, st: RequestState, rid: int) -> int:
+        """The accepted length of the request's next tree round (its own stream)."""
+        if not st.tree_draws:
+            surv = self.tree_rounds.survival[rid : rid + 1]
+            st.tree_draws = sample_survival(st.tree_rng, surv, BET_DRAWS)[0].tolist()[::-1]
+        return int(st.tree_draws.pop())
 
     def _bet(self, st: RequestState, accepted: int) -> bool:
         """Did the bet on the block just verified win (all K drafts and the guess accepted)?
@@ -344,6 +418,15 @@ class Scheduler:
             if p.epoch < st.epoch:  # cancelled by a verdict earlier in this batch
                 self._cancelled(p)
                 continue
+            if p.tree:  # a tree round: its own accepted length, no bet; the round ends
+                committed = verifier.verify_drawn(p, now, self._tree_accepted(st, req.rid))
+                req.laps_ms.append(now - req.last_verify_ms)
+                req.last_verify_ms = now
+                if req.committed >= req.decode_tokens:
+                    source.finished(req)
+                    continue
+                answers.append(Verdict(req, p.step, committed, False, st.epoch, True))
+                continue
             committed = verifier.verify(p, now)
             req.laps_ms.append(now - req.last_verify_ms)
             req.last_verify_ms = now
@@ -361,7 +444,11 @@ class Scheduler:
             else:  # the drafter is here (last_stage + overlap): it hears the verdict now
                 self._verdict_known(req, st, p.step, committed, won, st.epoch)
         if answers:
-            stage.link_out.send(answers, stage.return_bytes * len(answers), 1.0)
+            size = stage.return_bytes * len(answers)
+            if self.tree_rounds is not None:
+                tree = self.tree_rounds.return_bytes
+                size = sum(tree if a.tree else stage.return_bytes for a in answers)
+            stage.link_out.send(answers, size, 1.0)
         self._flush()
 
     # ------------------------------------------------------------------------- the drafter side
@@ -386,6 +473,7 @@ class Scheduler:
         st.known_epoch = epoch
         st.inflight = 0
         st.next_step = step + 1
+        st.round = None  # (hybrid) the next issue starts a new round
         if st.pending is not None:  # waiting in S0's mailbox, not started
             self.stages[0].mailbox.remove(st.pending)
             self._cancelled(st.pending)
@@ -434,6 +522,21 @@ class Scheduler:
             return
         if st.pending is not None or st.inflight >= self.window or not self._room(st, req):
             return
+        if self.tree_rounds is not None:
+            if st.round is None:  # a round starts: nothing of the request is in flight
+                st.round = self._next_round(st)
+                if st.round == TREE_ROUND:
+                    self.tree_round_count += 1
+                    tokens = self.tree_rounds.tokens
+                    block = TreeBlock(req, st.next_step, tokens, st.known_epoch)
+                    st.next_step += 1
+                    st.inflight += 1
+                    st.pending = block
+                    self.stages[0].receive([block])
+                    return
+                self.confident_rounds += 1
+            elif st.round == TREE_ROUND:  # one tree pass per round: wait for its verdict
+                return
         block = Block(req, st.next_step, self.tokens, st.known_epoch)
         st.next_step += 1
         st.inflight += 1

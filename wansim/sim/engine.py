@@ -27,16 +27,18 @@ import gc
 import numpy as np
 import simpy
 
-from wansim.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
+from wansim import speculation
+from wansim.config.scenario import Scenario, hop_name
 from wansim.errors import ScenarioError
 from wansim.links.draws import hop_streams, ring_seeds
 from wansim.links.nonstationary import network_modulation
 from wansim.links.tcp import tcp_params
-from wansim.micro_batching import micro_batched, serving_slots
-from wansim.result import Result
-from wansim.scenario import Scenario, hop_name
+from wansim.links.wire_bytes import forward_bytes, tree_mask_bytes
+from wansim.results.result import Result
+from wansim.serving.micro_batching import micro_batched, serving_slots
+from wansim.serving.workload import plan_requests
 from wansim.sim import lone_ring
-from wansim.sim.async_speculation import Scheduler, guess_rates
+from wansim.sim.async_speculation import Scheduler, TreeRounds, guess_rates
 from wansim.sim.faults import FaultInjector, fault_seed
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
@@ -53,10 +55,16 @@ from wansim.sim.record import RunRecord, Timeline, build_record
 from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import LastStage, RelayStage, Stage
 from wansim.sim.verifier import Verifier
-from wansim.slowdown import StageSlowdown, stage_rng
 from wansim.speculation import return_message_bytes
-from wansim.wire import forward_bytes, tree_mask_bytes
-from wansim.workload import plan_requests
+from wansim.speculation.block_schedule import uses_blocks
+from wansim.speculation.hybrid_rounds import (
+    check_tree_rounds,
+    confident_fraction,
+    is_hybrid,
+    tree_scenario,
+)
+from wansim.stages.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
+from wansim.stages.slowdown import StageSlowdown, stage_rng
 
 # bounded work: a run simulates requests x output_tokens tokens (~1e5-1e6 a second)
 MAX_TOKENS = 100_000_000
@@ -94,7 +102,7 @@ def check_supported(scenario: Scenario) -> None:
             [r.workload for r in wl.mix],
         )
     if wl.lengths.kind in ("trace", "empirical"):
-        from wansim.workload import read_trace
+        from wansim.serving.workload import read_trace
 
         most = wl.requests * int(read_trace(wl.trace).output_tokens.max())
         if most > MAX_TOKENS:
@@ -106,6 +114,7 @@ def check_supported(scenario: Scenario) -> None:
             )
     if not uses_blocks(scenario):
         return
+    check_tree_rounds(scenario)
     if scenario.faults.events:
         raise ScenarioError(
             "faults.events",
@@ -125,11 +134,6 @@ def check_supported(scenario: Scenario) -> None:
             "bets on a chain's drafts; hedge branches are not simulated with it by the DES",
             value,
         )
-
-
-def uses_blocks(scenario: Scenario) -> bool:
-    """Whether the run needs the block schedule (async, or a drafter that overlaps)."""
-    return scenario.schedule.kind == "async" or (scenario.drafter.overlap and scenario.k > 0)
 
 
 def _hop_forward_bytes(payload, hidden_size: int, hop: int, stages: int, n: int) -> float:
@@ -173,6 +177,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
     streams = [np.random.default_rng(s) for s in seeds[:-1]]
     blocks = uses_blocks(scenario)
     difficulty_copy = copy.deepcopy(streams[1]) if blocks else None
+    tree_difficulty = copy.deepcopy(streams[1]) if is_hybrid(scenario) else None
     tl = (
         Timeline(
             stage_names=[f"S{i}" for i in range(p_stages)],
@@ -197,7 +202,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
     ]
     # hop i's forward message of n tokens (per hop with payload.extra_tensors) and the return
-    # message per sequence (wansim.wire)
+    # message per sequence (wansim.links.wire_bytes)
     payload, hidden = scenario.payload, scenario.model.hidden_size
     if payload.extra_tensors:
         fwd_bytes = [
@@ -252,7 +257,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         )
     )
     micro = None
-    if micro_batched(scenario):  # several batches in flight (wansim.micro_batching)
+    if micro_batched(scenario):  # several batches in flight (wansim.serving.micro_batching)
         micro = MicroBatcher(
             scenario.schedule.micro_batches,
             scenario.schedule.prefill_chunk_tokens,
@@ -261,6 +266,14 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         for stage in stages:
             stage.micro = micro
     scheduler = None
+    tree_rounds = None
+    if tree_difficulty is not None:  # the per-round hybrid's tree rounds
+        tree_rounds = _tree_rounds(scenario, tree_difficulty)
+        stages[0].tree_draft_ms = float(
+            drafter_tree_ms(scenario.drafter, tree_rounds.depth, tree_rounds.nodes, 1)
+        )
+        for stage in stages[:last]:
+            stage.tree_mask_bytes = float(tree_mask_bytes(tree_rounds.nodes))
     if blocks:
         scheduler = Scheduler(
             env,
@@ -271,6 +284,7 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
             bet_seed=seeds[-1],
             draft_ms=draft,
             cancel_bytes=float(scenario.payload.cancel_bytes),
+            tree_rounds=tree_rounds,
         )
         for stage in stages:
             stage.hooks = scheduler
@@ -326,9 +340,24 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
     return Pipeline(scenario, env, stages, links, verifier, source, scheduler, tl, faults)
 
 
+def _tree_rounds(scenario: Scenario, rng_difficulty: np.random.Generator) -> TreeRounds:
+    """The hybrid's tree rounds (:mod:`wansim.speculation.hybrid_rounds`): the tree policy of
+    ``speculation.tree`` with each request's rates drawn from (a copy of) the difficulty
+    stream, its survival under the sync commit rule and its verdict's bytes."""
+    sc = tree_scenario(scenario)
+    pol = speculation.policy(sc)
+    rates = pol.request_rates(rng_difficulty, scenario.workload.requests)
+    survival = speculation.commit_survival(sc, pol.survival(rates))
+    tokens = pol.tokens_per_pass()
+    ret = float(return_message_bytes(sc, pol.nodes, 1, tokens, pol.nodes))
+    rounds = TreeRounds(confident_fraction(scenario), tokens, survival, ret)
+    rounds.depth, rounds.nodes = pol.depth, pol.nodes
+    return rounds
+
+
 def _slots(scenario: Scenario) -> int:
     """Requests in flight at most: ``workload.concurrency``, fewer when micro-batches cap them
-    (:func:`wansim.micro_batching.serving_slots`; the warm-up wave is that many too)."""
+    (:func:`wansim.serving.micro_batching.serving_slots`; the warm-up wave is that many too)."""
     if not micro_batched(scenario):
         return scenario.workload.concurrency
     return max(int(serving_slots(scenario)), 1)
@@ -396,7 +425,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
         "events": record.events,
         "ci_method": method,
         "percentile_ci_method": PERCENTILE_CI_METHOD,
-        # metric -> why it is null in the JSON (wansim.result.Result.to_json)
+        # metric -> why it is null in the JSON (wansim.results.result.Result.to_json)
         "undefined": undefined,
         "warmup_requests": warmup_requests(_slots(scenario), wl.requests),
         "verify_passes": record.verify_passes,
@@ -420,6 +449,9 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
             "drafter_passes": scheduler.drafter_passes,
             "drafter_wasted_blocks": scheduler.drafter_wasted_blocks,
         }
+        if scheduler.tree_rounds is not None:
+            details["blocks"]["confident_rounds"] = scheduler.confident_rounds
+            details["blocks"]["tree_rounds"] = scheduler.tree_round_count
     if pipe.faults is not None:
         details["faults"] = pipe.faults.log
     metrics = compute_metrics(record, wl.slo, scenario.seed)

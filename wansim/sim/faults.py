@@ -35,8 +35,8 @@ import dataclasses
 import numpy as np
 from simpy.events import Timeout
 
+from wansim.config.scenario import Faults
 from wansim.errors import ScenarioError
-from wansim.scenario import Faults
 from wansim.sim.messages import PREFILL, Pass
 
 MS_PER_S = 1e3

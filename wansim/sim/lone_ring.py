@@ -193,6 +193,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "schedule.micro_batches": (None,),
     "schedule.max_batch_size": (None,),
     "schedule.prefill_chunk_tokens": (None,),
+    "schedule.hybrid_confident_fraction": (None,),  # the hybrid is async: never here
     "workload.requests": ANY,
     "workload.concurrency": (1,),
     "workload.prompt_tokens": ANY,

@@ -23,6 +23,7 @@ class Pass:
     """``n`` tokens of one request at one step; ``kind`` is PREFILL or VERIFY."""
 
     __slots__ = ("gen", "kind", "n", "request", "step")
+    tree = False  # a tree round's block (the per-round hybrid, wansim.sim.async_speculation)
 
     def __init__(self, request: Request, kind: int, step: int, n: int):
         self.request = request

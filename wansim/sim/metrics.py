@@ -1,4 +1,4 @@
-"""Event record -> the metrics of ``wansim.metrics``.
+"""Event record -> the metrics of ``wansim.results.metric_names``.
 
 Warm-up rule: none at concurrency 1 (each request runs alone from an idle pipeline). With
 concurrency c > 1 the first c requests (ids 0..c-1, which start into an empty pipeline) are
@@ -63,8 +63,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.intervals import t_interval
-from wansim.metrics import stage_utilization
+from wansim.numerics.intervals import t_interval
+from wansim.results.metric_names import stage_utilization
 from wansim.sim.record import RunRecord
 
 MAX_BATCHES = 20

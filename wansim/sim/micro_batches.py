@@ -1,4 +1,4 @@
-"""The DES's micro-batches (``schedule.micro_batches``; the rules: :mod:`wansim.micro_batching`).
+"""The DES's micro-batches (``schedule.micro_batches``; the rules: :mod:`wansim.serving.micro_batching`).
 
 :class:`MicroBatcher` keeps each micro-batch's members and the prompts waiting at S0, forms the
 micro-batch's pass when S0 starts it (its verify passes plus prompt chunks within the budget),

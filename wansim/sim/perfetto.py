@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from wansim import strict_json
 from wansim.errors import WansimInputError
-from wansim.result import Result
+from wansim.results import strict_json
+from wansim.results.result import Result
 from wansim.sim.messages import batch_label
 from wansim.sim.record import Timeline
 

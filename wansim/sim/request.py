@@ -12,11 +12,11 @@ Arrivals (``workload.arrival``):
 - ``closed``: ``concurrency`` requests arrive at t = 0; each finishing request is replaced at
   once by the next, until ``requests`` have arrived (a saturated admission queue).
 - open arrivals (``poisson``, ``gamma``, ``onoff``, ``trace``): at the gaps of the run's
-  :class:`~wansim.workload.RequestPlan` (drawn before the run from the arrival stream); one
+  :class:`~wansim.serving.workload.RequestPlan` (drawn before the run from the arrival stream); one
   that finds ``concurrency`` requests in flight waits, FIFO, and its TTFT includes that wait.
 
 Request i's prompt and output lengths are the plan's (fixed, drawn from a distribution, or a
-trace's rows: :mod:`wansim.workload`).
+trace's rows: :mod:`wansim.serving.workload`).
 
 A request finishes at its last verify completion (the last stage); with a closed loop the next
 request is admitted at that instant, into S0's mailbox.
@@ -30,8 +30,8 @@ from collections.abc import Callable
 import simpy
 from simpy.events import Timeout
 
-from wansim.scenario import Workload
-from wansim.workload import RequestPlan
+from wansim.config.scenario import Workload
+from wansim.serving.workload import RequestPlan
 
 
 class Request:

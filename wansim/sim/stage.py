@@ -98,12 +98,15 @@ class Stage:
         # (trees, wansim.speculation) the drafter's width cost per sequence
         self.draft_before_ms = draft_before_ms
         self.draft_before_per_sequence_ms = draft_before_per_sequence_ms
+        # the per-round hybrid (wansim.speculation.hybrid_rounds): S0 drafts a tree round's block at
+        # this cost instead (None: no tree rounds)
+        self.tree_draft_ms: float | None = None
         self.timeline = timeline  # (stage, start, end, what, passes); labels made on export
         # the block schedule (async, overlapped drafter: wansim.sim.async_speculation), None for sync
         self.hooks = hooks
         # micro-batches (wansim.sim.micro_batches): the mailbox holds whole micro-batches
         self.micro = micro
-        # compute noise and stragglers (wansim.slowdown.StageSlowdown), None when off
+        # compute noise and stragglers (wansim.stages.slowdown.StageSlowdown), None when off
         self.slowdown = slowdown
         self.slowdowns: list | None = None  # (stage, start, end, factor) when kept (Perfetto)
         self.mailbox: deque[Pass] = deque()
@@ -198,6 +201,8 @@ class Stage:
             verifies = sum(p.kind == VERIFY for p in batch)
             if verifies:
                 draft = self.draft_before_ms + self.draft_before_per_sequence_ms * verifies
+                if self.tree_draft_ms is not None and batch[0].tree:  # (hybrid: one a batch)
+                    draft = self.tree_draft_ms
         compute = self._compute_cache.get(n)
         if compute is None:
             compute = self._compute_cache[n] = float(self.compute_ms(n))
@@ -237,6 +242,7 @@ class RelayStage(Stage):
         super().__init__(env, index, compute_ms, **shared)
         self.forward_bytes = forward_bytes  # n tokens -> bytes of one forward message
         self.mask_bytes_per_sequence = mask_bytes_per_sequence
+        self.tree_mask_bytes = 0.0  # the per-round hybrid: a tree round's block's mask
 
     def serves_in_closed_form(self) -> bool:
         """Neither batching nor the block schedule: a FIFO server with a fixed service time
@@ -265,6 +271,8 @@ class RelayStage(Stage):
         size = self.forward_bytes(n)
         if self.mask_bytes_per_sequence:
             size += self.mask_bytes_per_sequence * sum(p.kind == VERIFY for p in batch)
+        if self.tree_mask_bytes:
+            size += self.tree_mask_bytes * sum(p.tree for p in batch)
         return size, share
 
     def run(self):

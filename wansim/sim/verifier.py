@@ -26,10 +26,10 @@ import numpy as np
 
 from wansim import speculation
 from wansim.acceptance.trees import sample_survival
-from wansim.scenario import Scenario
+from wansim.config.scenario import Scenario
+from wansim.serving.workload import RequestPlan
 from wansim.sim.messages import Pass
 from wansim.sim.request import Request
-from wansim.workload import RequestPlan
 
 CHUNK_REQUESTS = 256
 MAX_BLOCK = 4096
@@ -131,6 +131,22 @@ class Verifier:
             self.tokens_verified += n * used
             self.tokens_committed += got
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def verify_drawn(self, p: Pass, now_ms: float, accepted: int) -> int:
+        """Verify pass ``p`` whose accepted drafts were drawn elsewhere (a tree round of the
+        per-round hybrid, :mod:`wansim.speculation.hybrid_rounds`): the same commit and counts."""
+        req = p.request
+        remaining = req.decode_tokens - req.committed
+        committed = accepted + 1 if accepted < remaining else remaining
+        req.committed += committed
+        req.lap_tokens.append(committed)
+        req.passes += 1
+        self.passes += 1
+        self.tokens_verified += p.n
+        self.tokens_committed += committed
+        if self.log is not None:
+            self.log.append((req.rid, p.step, now_ms, p.n, accepted, remaining, committed))
+        return committed
 
     def _commit(self, req: Request, n: int) -> tuple[int, int, int]:
         """One verify pass of ``n`` tokens: (A drawn, tokens remaining before, committed)."""

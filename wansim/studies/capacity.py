@@ -91,7 +91,7 @@ def capacity(
     """The search of the module docstring; returns the JSON-ready answer."""
     import wansim
     from wansim.analytical import check_supported
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     sets = list(sets or [])
     base = load_scenario(path, sets)

@@ -8,7 +8,7 @@ import math
 import re
 
 from wansim.errors import WansimInputError
-from wansim.metrics import METRICS
+from wansim.results.metric_names import METRICS
 
 # metrics a bound may name: every scalar number both engines report
 NOT_BOUNDABLE = ("stage_utilization", "tokens_per_s_ci95", "target_exact")

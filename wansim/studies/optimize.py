@@ -11,8 +11,8 @@ import math
 import re
 from typing import Any
 
+from wansim.config.user_yaml import load_yaml_text
 from wansim.errors import WansimInputError
-from wansim.user_yaml import load_yaml_text
 
 LOWER_IS_BETTER = (
     "lap_ms_mean",
@@ -89,7 +89,7 @@ def optimize(
 
     from wansim.analytical import check_supported, evaluate_grid
     from wansim.analytical.grid import VECTOR_FIELDS
-    from wansim.scenario import (
+    from wansim.config.scenario import (
         PER_STAGE_PATHS,
         has_per_stage_lists,
         load_scenario,
@@ -207,7 +207,7 @@ def unseen_quality(sc) -> None:
 def _per_point(path, sets, names, table, missing):
     """Add the ``missing`` metrics to every row by one analytical run per point."""
     import wansim
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     if len(table) > MAX_POINT_RUNS:
         raise WansimInputError(
@@ -245,7 +245,7 @@ def edge_fields(overs: list[tuple[str, list[Any]]], config: dict) -> list[str]:
 def extrapolated(path: str, sets: list[str], config: dict) -> str | None:
     """Why the configuration's acceptance is extrapolated (K or tree depth beyond the positions
     the profile measured, the last rate held), or None."""
-    from wansim.scenario import acceptance_depth, load_scenario
+    from wansim.config.scenario import acceptance_depth, load_scenario
 
     sc = load_scenario(path, sets + [f"{k}={_yaml(v)}" for k, v in config.items()])
     need, measured = acceptance_depth(sc)
@@ -273,7 +273,7 @@ def trust(path: str, sets: list[str], config: dict) -> dict:
     """The analytical engine's approximation for one configuration (regime, validated,
     error band: :mod:`wansim.analytical.regime`)."""
     from wansim.analytical.regime import approximation
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     sc = load_scenario(path, sets + [f"{k}={_yaml(v)}" for k, v in config.items()])
     return approximation(sc).to_json()
@@ -282,7 +282,7 @@ def trust(path: str, sets: list[str], config: dict) -> dict:
 def confirm_des(path: str, sets: list[str], configs: list[dict], metric: str) -> list[dict]:
     """Re-run configurations with the DES; each entry gets the DES metric and its interval."""
     import wansim
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     out = []
     for cfg in configs:

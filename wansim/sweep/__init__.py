@@ -10,7 +10,7 @@ in the others' dependencies (pandas, scipy).
 
 from __future__ import annotations
 
-from wansim.lazy import lazy_exports
+from wansim.support.lazy import lazy_exports
 
 _EXPORTS = {
     "SweepOutcome": "wansim.sweep.runner",

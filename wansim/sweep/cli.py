@@ -12,7 +12,7 @@ PREVIEW_METRICS = ("tokens_per_s", "tau", "lap_ms_mean", "bytes_per_token")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from wansim.output_paths import writable_dir
+    from wansim.results.output_paths import writable_dir
     from wansim.sweep.runner import SweepRunError, run_sweep
     from wansim.sweep.spec import load_sweep
 

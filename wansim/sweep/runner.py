@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from wansim.config.scenario import has_per_stage_lists
 from wansim.errors import WansimInputError
-from wansim.hold import checkpoint
-from wansim.scenario import has_per_stage_lists
+from wansim.support.hold import checkpoint
 from wansim.sweep.executors import (
     Executor,
     SweepRunError,
@@ -179,7 +179,7 @@ def _run_pointwise(plan, store, todo, executor, batch_size, bar) -> None:
 
 def _run_vectorised(plan, store, done_mask, bar) -> None:
     from wansim.analytical import evaluate_grid
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     sweep = plan.sweep
     vec, cat = split_fields(plan.fields, plan.values, has_per_stage_lists(plan.base_raw))

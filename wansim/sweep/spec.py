@@ -34,8 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from wansim.errors import _UNSET, WansimInputError
-from wansim.scenario import (
+from wansim.config.scenario import (
     PER_STAGE_PATHS,
     Scenario,
     apply_overrides,
@@ -45,6 +44,7 @@ from wansim.scenario import (
     resolve_file,
     split_path,
 )
+from wansim.errors import _UNSET, WansimInputError
 
 ENGINES = ("des", "analytical")
 KEYS = ("name", "base", "engine", "grid", "zip", "set", "seeds", "vectorize")
@@ -133,7 +133,7 @@ class Sweep:
 
 def load_sweep(path: str | Path) -> Sweep:
     """Parse and check a sweep file's shape (values are checked later, by :func:`plan`)."""
-    from wansim.scenario import read_yaml_mapping
+    from wansim.config.scenario import read_yaml_mapping
 
     path = Path(path)
     raw = read_yaml_mapping(path, "sweep")

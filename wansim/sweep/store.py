@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from wansim import strict_json
 from wansim.errors import WansimInputError
-from wansim.metrics import ORDER
+from wansim.results import strict_json
+from wansim.results.metric_names import ORDER
 from wansim.sweep.spec import Plan, canonical, hash_column, run_seeds
 
 KEY = ["point_hash", "replicate"]

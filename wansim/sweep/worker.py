@@ -9,9 +9,9 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from wansim.config.scenario import Scenario
 from wansim.errors import WansimInputError
-from wansim.metrics import scalar_metrics
-from wansim.scenario import Scenario
+from wansim.results.metric_names import scalar_metrics
 
 
 def run_one(engine: str, scenario: Scenario) -> dict[str, Any]:

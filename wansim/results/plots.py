@@ -48,10 +48,10 @@ def lap_breakdown_table(scenario) -> pd.DataFrame:
 
     Hop i carries S_i's output to S_(i+1); the last hop returns the verdict to S0."""
     from wansim.analytical.sync import lap_parts, ring_message_bytes
-    from wansim.compute import stage_ms_each
-    from wansim.network import hop_mean
-    from wansim.scenario import hop_name
-    from wansim.wire import serialise_ms
+    from wansim.config.scenario import hop_name
+    from wansim.links.expected_delay import hop_mean
+    from wansim.links.wire_bytes import serialise_ms
+    from wansim.stages.compute import stage_ms_each
 
     parts = lap_parts(scenario)
     p = scenario.stages

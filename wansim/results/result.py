@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from wansim.metrics import scalar_metrics
-from wansim.scenario import Scenario
-from wansim.strict_json import non_finite_paths, plain
+from wansim.config.scenario import Scenario
+from wansim.results.metric_names import scalar_metrics
+from wansim.results.strict_json import non_finite_paths, plain
 
 if TYPE_CHECKING:
     import pandas as pd

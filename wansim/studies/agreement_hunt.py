@@ -3,7 +3,9 @@
 Each point draws a scenario from a seeded generator (:func:`draw_scenario`): pipeline depth,
 per-hop links, every jitter kind, loss, drafter placement and overlap, chains, trees and no
 speculation, sync and async schedules, concurrency with and without continuous batching, short
-and long outputs. Both engines run it; a point is *out of band* when
+and long outputs - and the WAN physics of issue 13 on top (:func:`wan_physics`: per-message
+costs, payload per hop, compute noise and stragglers, drift, faults, TCP, the
+flush_on_full_acceptance protocol and the per-round hybrid). Both engines run it; a point is *out of band* when
 
     |analytical - DES| > band * DES + 2 * (the DES's 95% half-width)
 
@@ -11,7 +13,7 @@ on tokens/s, with ``band`` the analytical result's own ``approximation.error_ban
 unvalidated point carries the band measured over the unvalidated points). *Silent* errors are
 out-of-band points whose result said ``validated: true``: the target is none.
 
-    python -m wansim.agreement_hunt [--points N] [--seed S] [--workers W] [--out CSV]
+    python -m wansim.studies.agreement_hunt [--points N] [--seed S] [--workers W] [--out CSV]
 
 ``tests/agreement/test_agreement_hunt.py`` runs a slice in the default suite and a few hundred points
 in the slow run; ``docs/approximations.md`` is rendered from the table this writes.
@@ -29,8 +31,15 @@ import numpy as np
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
 
 
-def draw_scenario(seed: int, serving: bool = True) -> dict:
-    """One random valid scenario (a plain mapping for ``load_scenario(data=...)``).
+def draw_scenario(seed: int) -> dict:
+    """One random valid scenario (a plain mapping for ``load_scenario(data=...)``): the base
+    draw with issue 13's mechanisms on top (:func:`wan_physics`)."""
+    return wan_physics(base_scenario(seed), seed)
+
+
+def base_scenario(seed: int, serving: bool = True) -> dict:
+    """The base draw of ``seed`` (what the hunt drew before issue 13's mechanisms; the
+    regression tests that name a hunt seed of that time rebuild it with this).
 
     Sizes are kept small enough for the DES to run it in about a second: at most ~12k decoded
     tokens, at most 10 stages. ``serving=False``: without the serving mechanisms
@@ -172,7 +181,7 @@ def _serving(data: dict, seed: int) -> dict:
         elif kind == "lognormal":
             need = wl["lengths"]["max_prompt_tokens"] + wl["lengths"]["max_output_tokens"]
         else:  # the trace's largest prompt + output (every row must fit)
-            from wansim.workload import read_trace
+            from wansim.serving.workload import read_trace
 
             trace = read_trace(TRACE)
             need = int((trace.prompt_tokens + trace.output_tokens).max())
@@ -180,6 +189,65 @@ def _serving(data: dict, seed: int) -> dict:
         wl["kv_capacity_tokens"] = int(
             max(need, slots * (wl["prompt_tokens"] + wl["output_tokens"]))
         )
+    return data
+
+
+def wan_physics(data: dict, seed: int) -> dict:
+    """Issue 13's mechanisms on a drawn scenario, from a stream of their own (seed, 13): the
+    base draws of every seed stay what they were. Each is added where both engines model it
+    (the analytical engine refuses the rest: tcp and faults beyond one request of the sync
+    schedule, faults on drifting links, the hybrid with concurrent requests)."""
+    rng = np.random.default_rng([int(seed), 13])
+    net, sched, wl = data["network"], data["schedule"], data["workload"]
+    spec, drafter = data["speculation"], data["drafter"]
+    stages = int(data["stages"])
+    one = wl["concurrency"] == 1 and sched["kind"] == "sync" and not drafter["overlap"]
+    lossless = net["loss_rate"] == 0.0 and not net.get("hops")
+    if rng.random() < 0.2:  # per-message software costs, per-pass overhead
+        net["per_message_ms"] = float(rng.choice([0.5, 3.0, 8.0]))
+        net["codec_ms_per_mb"] = float(rng.choice([0.0, 2.0]))
+        data["model"]["overhead_ms"] = float(rng.choice([0.0, 1.0, 4.0]))
+    if rng.random() < 0.15 and stages > 1:  # auxiliary hidden states accumulating on the ring
+        data["payload"] = {
+            "return_token_bytes": 4,
+            "extra_tensors": [
+                {"stage": int(i), "values_per_token": int(data["model"]["hidden_size"])}
+                for i in sorted(set(rng.integers(0, stages - 1, size=2).tolist()))
+            ],
+        }
+    if rng.random() < 0.15:  # compute noise, intermittent stragglers
+        data["model"]["noise"] = {
+            "kind": str(rng.choice(["lognormal", "gamma"])),
+            "cv": float(rng.choice([0.1, 0.3])),
+        }
+        if rng.random() < 0.5:
+            data["model"]["straggler"] = {
+                "fraction": float(rng.choice([0.05, 0.2])),
+                "factor": float(rng.choice([1.5, 3.0])),
+                "episode_ms": float(rng.choice([0.0, 200.0])),
+            }
+    drift = rng.random() < 0.1
+    if drift:  # the ring slows by ~1.3x over the run's first seconds
+        net["drift"] = {"latency_factor": 1.3, "bandwidth_factor": 0.77, "over_ms": 5000.0}
+    if one and not drift and rng.random() < 0.2:  # a stage fails, a spare takes over
+        data["faults"] = {
+            "recovery": str(rng.choice(["failover", "fail"])),
+            "detection_s": float(rng.choice([0.05, 0.5])),
+            "events": [
+                {"stage": int(rng.integers(0, stages)), "at_s": float(rng.choice([0.2, 1.0]))}
+            ],
+        }
+    elif one and lossless and not drift and rng.random() < 0.25:
+        net["transport"] = "tcp"
+    if sched["kind"] == "async":
+        if spec["k"] >= 2 and rng.random() < 0.3:
+            sched["async_protocol"] = "flush_on_full_acceptance"
+        if wl["concurrency"] == 1 and not drafter["overlap"] and rng.random() < 0.6:
+            sched["hybrid_confident_fraction"] = float(rng.choice([0.2, 0.5, 0.8]))
+            spec["tree"] = {"kind": "sequoia", "budget_nodes": int(rng.choice([4, 8, 16]))}
+            acc = drafter["acceptance"]
+            if "profile" not in acc:  # the tree rounds need sibling rates
+                acc["sibling_logit_offsets"] = [1.0, 2.0]
     return data
 
 
@@ -205,14 +273,33 @@ def mechanisms(data: dict) -> str:
         tags.append(f"lengths-{w['lengths']['kind']}")
     if w.get("kv_capacity_tokens"):
         tags.append("kv")
+    model = data["model"]
+    if n.get("per_message_ms"):
+        tags.append("per-message")
+    if data.get("payload", {}).get("extra_tensors"):
+        tags.append("payload-hops")
+    if model.get("noise"):
+        tags.append("noise")
+    if model.get("straggler"):
+        tags.append("stragglers")
+    if n.get("drift"):
+        tags.append("drift")
+    if data.get("faults"):
+        tags.append("faults")
+    if n.get("transport") == "tcp":
+        tags.append("tcp")
+    if s.get("async_protocol") == "flush_on_full_acceptance":
+        tags.append("flush")
+    if s.get("hybrid_confident_fraction") is not None:
+        tags.append("hybrid")
     return "+".join(tags) or "sync"
 
 
 def evaluate(seed: int) -> dict:
     """Both engines on the scenario drawn from ``seed``: metrics, errors, the verdict."""
     from wansim.analytical import analyze
+    from wansim.config.scenario import load_scenario
     from wansim.errors import WansimInputError
-    from wansim.scenario import load_scenario
     from wansim.sim import simulate
 
     data = draw_scenario(seed)
@@ -348,7 +435,7 @@ def jitter_floor_ms(seed: int) -> float:
     requests. Heavy-tailed jitter (pareto) rarely shows its variance in a few requests, so
     their sample spread understates the mean's noise (hunt seed 94: 16 requests, pareto 5 ms:
     a sample half-width of 0.5% against 2.1% from the stated std)."""
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
     from wansim.sim.metrics import warmup_requests
 
     sc = load_scenario(data=draw_scenario(int(seed)))
@@ -390,7 +477,7 @@ def markdown(table, before=None) -> str:
     """The hunt's section of ``docs/approximations.md``: the verdict, per regime, the worst
     points named (seed, mechanisms) with why each lies outside its measured domain."""
     from wansim.analytical.regime import approximation
-    from wansim.scenario import load_scenario
+    from wansim.config.scenario import load_scenario
 
     s = summary(table)
     ran = table[table["refused"] == ""].copy()
@@ -402,12 +489,14 @@ def markdown(table, before=None) -> str:
     lines = [
         "## The agreement hunt: random scenarios across every mechanism",
         "",
-        f"`python -m wansim.agreement_hunt --points {s['points']}`: {s['ran']} random valid"
-        " scenarios (`wansim.agreement_hunt.draw_scenario`: 1-10 stages, per-hop links, every"
+        f"`python -m wansim.studies.agreement_hunt --points {s['points']}`: {s['ran']} random valid"
+        " scenarios (`wansim.studies.agreement_hunt.draw_scenario`: 1-10 stages, per-hop links, every"
         " jitter kind, 0-4% loss, placement, overlap, chains, trees and no speculation, sync and"
         " async, 1-16 requests with and without continuous batching, 2-8 micro-batches with"
         " chunked prefill and batch caps, lognormal, empirical and trace lengths (the shipped"
-        " trace), KV capacity below the users' need, 4-256 output tokens), both"
+        " trace), KV capacity below the users' need, 4-256 output tokens; on top, issue 13's"
+        " per-message costs, payload per hop, compute noise and stragglers, drift, faults, tcp,"
+        " the flush protocol and the per-round hybrid), both"
         " engines. A point is *beyond its band* when |analytical - DES| exceeds the documented"
         " band of its regime (the table above) plus twice the DES's 95% half-width.",
         "",
@@ -450,7 +539,7 @@ def markdown(table, before=None) -> str:
     lines += [f"- *{head}*: {text}" for head, text in EXPLAINED.items()]
     lines += [
         "",
-        "Rebuild a point: `wansim.agreement_hunt.draw_scenario(seed)` gives its scenario.",
+        "Rebuild a point: `wansim.studies.agreement_hunt.draw_scenario(seed)` gives its scenario.",
         "",
     ]
     return "\n".join(lines)
@@ -504,7 +593,7 @@ EXPLAINED = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m wansim.agreement_hunt")
+    ap = argparse.ArgumentParser(prog="python -m wansim.studies.agreement_hunt")
     ap.add_argument("--points", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0, help="first seed; points use seed..seed+N-1")
     ap.add_argument("--workers", type=int, default=None)

@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim import slowdown
-from wansim.scenario import (
+from wansim.config.scenario import (
     ComputeModel,
     Drafter,
     LinearCompute,
@@ -41,6 +40,7 @@ from wansim.scenario import (
     RooflineCompute,
     TableCompute,
 )
+from wansim.stages import slowdown
 
 
 def stage_ms(model: ComputeModel, n_tokens: np.ndarray | float) -> np.ndarray:
@@ -84,7 +84,7 @@ def stage_pass_ms(model: ComputeModel, overhead_ms: float, n_tokens) -> np.ndarr
 def stage_ms_each(scenario, n_tokens, *, mean=True) -> list[np.ndarray]:
     """Per stage (``Scenario.stage_compute_models``, :func:`stage_overheads_ms`): ms for a pass
     of ``n_tokens`` tokens; its mean under compute noise and stragglers (times E[XY],
-    :mod:`wansim.slowdown`) unless ``mean=False`` (the deterministic time)."""
+    :mod:`wansim.stages.slowdown`) unless ``mean=False`` (the deterministic time)."""
     each = [
         stage_pass_ms(m, o, n_tokens)
         for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)

@@ -49,8 +49,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from wansim.config.scenario import Payload
 from wansim.links.delivery import wire_ms
-from wansim.scenario import Payload
 
 PARENT_INDEX_BYTES = 2  # int16 parent index per verified token
 TOKEN_ID_BYTES = 4

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from wansim import strict_json
-from wansim.metrics import ALL_METRICS, ORDER
-from wansim.result import Result, jsonable
+from wansim.results import strict_json
+from wansim.results.metric_names import ALL_METRICS, ORDER
+from wansim.results.result import Result, jsonable
 
 
 def _fmt(value) -> str:
@@ -111,8 +111,8 @@ def write_outputs(results: dict[str, Result], out_dir: str | Path) -> list[Path]
 
 
 def write_run_details(results: dict[str, Result], out: Path) -> list[Path]:
-    """The DES's per-request table (requests.csv) and the run's plots (wansim.plots)."""
-    from wansim.plots import request_table, write_run_plots
+    """The DES's per-request table (requests.csv) and the run's plots (wansim.results.plots)."""
+    from wansim.results.plots import request_table, write_run_plots
 
     written = []
     if "des" in results and "record" in results["des"].details:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from wansim.config.scenario import Hop, Jitter
 from wansim.links.delivery import busy_ms
 from wansim.links.draws import sample_losses
 from wansim.links.jitter import JitterDist, jitter_dist, read_samples
-from wansim.scenario import Hop, Jitter
-from wansim.wire import serialise_ms
+from wansim.links.wire_bytes import serialise_ms
 
 __all__ = [
     "JitterDist",

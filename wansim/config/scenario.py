@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from wansim.config.user_yaml import load_yaml_text, read_yaml_file
+from wansim.config.validation import parse, spec
 from wansim.data import on_disk_or_shipped, shipped
 from wansim.errors import ScenarioError, WansimInputError
-from wansim.user_yaml import load_yaml_text, read_yaml_file
-from wansim.validation import parse, spec
 
 DRAFTER_KINDS = ("mtp", "dspark", "dflash", "eagle", "draft_model", "ngram")
 PLACEMENTS = ("first_stage", "last_stage")
@@ -30,7 +30,9 @@ HIDDEN_STATE_DRAFTERS = ("mtp", "dspark", "dflash", "eagle")
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
 TRANSPORTS = ("ideal", "tcp")
 POLICIES = ("none", "chain", "tree")
+# verifier rules the engines model; the real path implements REAL_VERIFIERS (no typical)
 VERIFIERS = ("lossless", "greedy", "typical")
+REAL_VERIFIERS = ("greedy", "lossless")
 TREE_KINDS = ("static", "sequoia", "dynamic")
 SCHEDULES = ("sync", "async")
 CANCEL_ON_DIVERGENCE = "cancel_on_divergence"
@@ -144,7 +146,7 @@ class ComputeNoise:
     """Per-pass noise on a stage's pass time (compute model + overhead): the pass takes X times
     its deterministic time, X independent per pass and stage with mean 1 and coefficient of
     variation ``cv`` (lognormal or gamma), at the stages listed in ``stages`` (empty: every
-    stage). :mod:`wansim.slowdown`."""
+    stage). :mod:`wansim.stages.slowdown`."""
 
     kind: str = spec("none", choices=NOISE_KINDS)
     cv: float = spec(0.0, ge=0, le=10)
@@ -165,7 +167,7 @@ class Straggler:
     ``factor`` x their time - for a random ``fraction`` of the time, in episodes of mean
     ``episode_ms`` (exponential, as the gaps between them); ``episode_ms: 0``: each pass is
     slow with probability ``fraction`` on its own. A pass is slow when it starts in an
-    episode. :mod:`wansim.slowdown`."""
+    episode. :mod:`wansim.stages.slowdown`."""
 
     fraction: float = spec(0.0, ge=0, lt=1)
     factor: float = spec(1.0, ge=1, le=1000)
@@ -188,7 +190,7 @@ class Model:
     whose stages differ (``wansim calibrate`` writes measured ``table`` entries here).
     ``overhead_ms`` (or ``stage_overhead_ms``, P entries): a fixed cost per pass per stage on top
     of the compute model (a roofline's own ``overhead_ms`` included), times ``host_cpu_factor``
-    (:func:`wansim.compute.stage_overheads_ms`)."""
+    (:func:`wansim.stages.compute.stage_overheads_ms`)."""
 
     hidden_size: int = spec(7168, ge=1)
     compute: ComputeModel = spec(factory=LinearCompute, variants=COMPUTE_VARIANTS)
@@ -340,7 +342,7 @@ class ExtraTensor:
     consumes it (hops ``stage`` .. ``to_stage - 1``; default the last stage; ``to_stage:
     stages`` carries it over the return hop to S0) - e.g. an EAGLE-3 drafter's auxiliary
     hidden states taken at a few stages, or the last stage's hidden state for a drafter at S0
-    (:func:`wansim.wire.forward_bytes`)."""
+    (:func:`wansim.links.wire_bytes.forward_bytes`)."""
 
     stage: int = spec(0, ge=0)
     values_per_token: int = spec(7168, ge=1)
@@ -353,7 +355,7 @@ class Payload:
     """Bytes on the wire: activations of hidden_size*activation_bits/8 per token (plus one fp16
     scale per ``quant_group_size`` values below 16 bits; 32 = fp32), a header per message, the
     ``extra_tensors`` that ride some hops, and a return message of ``return_bytes`` plus
-    ``return_token_bytes`` per token id it lists (:func:`wansim.wire.verdict_bytes`)."""
+    ``return_token_bytes`` per token id it lists (:func:`wansim.links.wire_bytes.verdict_bytes`)."""
 
     activation_bits: int = spec(16, choices=ACTIVATION_BITS)
     header_bytes: int = spec(64, ge=0)
@@ -502,12 +504,14 @@ class Schedule:
     it, with cancellation messages) or ``flush_on_full_acceptance`` (a block's K drafts count
     only when all are accepted, without a bonus token; else the block commits only the
     target's token at the divergence; stale blocks are computed by every stage they reach and
-    dropped at the last, no cancellation travels).
+    dropped at the last, no cancellation travels). ``hybrid_confident_fraction`` p: the
+    per-round hybrid (:mod:`wansim.speculation.hybrid_rounds`): each round is pipelined chain blocks
+    with probability p, else one synchronous round of the tree ``speculation.tree``.
 
     ``batching: continuous`` shares passes between the requests in flight: by default one batch
     circulates; ``micro_batches: N`` keeps N batches in flight at once, each of at most
     ``max_batch_size`` sequences, with prefill split into chunks of at most
-    ``prefill_chunk_tokens`` per pass (:mod:`wansim.micro_batching`)."""
+    ``prefill_chunk_tokens`` per pass (:mod:`wansim.serving.micro_batching`)."""
 
     kind: str = spec("sync", choices=SCHEDULES)
     max_inflight_blocks: int = spec(1, ge=1)
@@ -523,6 +527,14 @@ class Schedule:
     prefill_chunk_tokens: int | None = spec(
         None, ge=1, le=10_000_000, doc="prompt tokens a pass carries at most; null: whole"
     )
+    hybrid_confident_fraction: float | None = spec(
+        None,
+        ge=0,
+        le=1,
+        doc="async only: share of rounds the drafter is confident (pipelined chain blocks);"
+        " the others are one synchronous round of speculation.tree"
+        " (:mod:`wansim.speculation.hybrid_rounds`); null: every round async",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -537,7 +549,7 @@ class Slo:
 
 @dataclasses.dataclass(frozen=True)
 class Lengths:
-    """Per-request prompt and output lengths (:mod:`wansim.workload`): ``fixed`` (the
+    """Per-request prompt and output lengths (:mod:`wansim.serving.workload`): ``fixed`` (the
     workload's prompt_tokens/output_tokens), ``lognormal`` (those are the means; ``prompt_cv``,
     ``output_cv`` the coefficients of variation; clipped to the maxima), ``empirical`` (pairs
     drawn from ``workload.trace``'s rows) or ``trace`` (its rows in order)."""
@@ -563,7 +575,7 @@ class Workload:
     prefill, the rest committed by verify passes). ``closed``: ``concurrency`` requests in
     flight, a new one starts when one finishes; open arrivals (``poisson``, ``gamma``,
     ``onoff``, ``trace``) wait for one of the ``concurrency`` slots. Arrival processes, length
-    distributions, traces and mixes: :mod:`wansim.workload`."""
+    distributions, traces and mixes: :mod:`wansim.serving.workload`."""
 
     requests: int = spec(64, ge=1, le=1_000_000)
     concurrency: int = spec(1, ge=1, le=65_536)
@@ -749,6 +761,7 @@ class Scenario:
                 sched.async_protocol,
             )
         self._check_micro_batches()
+        self._check_hybrid()
         if sched.kind != "async":
             return
         if sched.async_protocol == FLUSH_ON_FULL_ACCEPTANCE and self.k < 2:
@@ -780,9 +793,53 @@ class Scenario:
                 self.drafter.kind,
             )
 
+    def _check_hybrid(self) -> None:
+        """The per-round hybrid mixes async chain rounds with sync tree rounds
+        (:mod:`wansim.speculation.hybrid_rounds`): it needs the async schedule with a chain, one
+        request's blocks per message (no continuous batching) and S0 drafting."""
+        sched = self.schedule
+        p = sched.hybrid_confident_fraction
+        if p is None:
+            return
+        field = "schedule.hybrid_confident_fraction"
+        if sched.kind != "async":
+            raise ScenarioError(
+                field,
+                f"mixes async chain rounds with tree rounds: needs schedule.kind: async"
+                f" (is {sched.kind})",
+                p,
+            )
+        if self.speculation.policy != "chain":
+            raise ScenarioError(
+                "speculation.policy",
+                "the hybrid's confident rounds are chains (its other rounds verify"
+                " speculation.tree): needs policy chain",
+                self.speculation.policy,
+            )
+        if sched.batching != "none":
+            raise ScenarioError(
+                "schedule.batching",
+                "the hybrid's rounds are per request: needs batching: none",
+                sched.batching,
+            )
+        if self.drafter.overlap:
+            raise ScenarioError(
+                "drafter.overlap",
+                "the hybrid drafts on S0 between its rounds (an overlapped drafter is not"
+                " modelled with it): needs overlap: false",
+                True,
+            )
+        if sched.hedge_branches:
+            raise ScenarioError(
+                "schedule.hedge_branches",
+                "hedge branches are a sync chain's; the hybrid's rounds are async chains or"
+                " trees: needs 0",
+                sched.hedge_branches,
+            )
+
     def _check_micro_batches(self) -> None:
         """Micro-batches are a form of continuous batching in the sync schedule
-        (:mod:`wansim.micro_batching`); their two knobs need them."""
+        (:mod:`wansim.serving.micro_batching`); their two knobs need them."""
         sched = self.schedule
         if sched.micro_batches is None:
             for name in ("max_batch_size", "prefill_chunk_tokens"):
@@ -903,6 +960,9 @@ def load_scenario(
     scenario = parse(Scenario, raw, "")
     scenario = _resolve_files(scenario, base_dir)
     _check_acceptance(scenario)
+    if scenario.schedule.hybrid_confident_fraction is not None:  # its tree rounds' depth
+        tree = dataclasses.replace(scenario.speculation, policy="tree")
+        _check_acceptance(dataclasses.replace(scenario, speculation=tree))
     return scenario
 
 
@@ -1012,7 +1072,7 @@ def deep_merge(base: Mapping, top: Mapping) -> dict:
 
 
 def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict | None:
-    """The file's YAML mapping, read within the limits of :mod:`wansim.user_yaml` (UTF-8,
+    """The file's YAML mapping, read within the limits of :mod:`wansim.config.user_yaml` (UTF-8,
     depth, alias expansion); None for an empty file (each caller decides what that means).
     A missing relative path that names a shipped file (``scenarios/...``) reads that file."""
     p = on_disk_or_shipped(path)
@@ -1312,7 +1372,7 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         found = resolve_file(j.samples_file, base_dir)
         if found is None:
             raise ScenarioError(f"{where}.samples_file", "file not found", j.samples_file)
-        from wansim.network import read_samples
+        from wansim.links.expected_delay import read_samples
 
         read_samples(found, f"{where}.samples_file")  # its values are checked now, not mid-run
         return dataclasses.replace(j, samples_file=str(found))
@@ -1326,7 +1386,9 @@ def _resolve_files(scenario: Scenario, base_dir: Path) -> Scenario:
         wl = dataclasses.replace(wl, trace=str(found))
         scenario = dataclasses.replace(scenario, workload=wl)
     if wl.trace is not None or wl.arrival == "trace" or wl.lengths.kind in ("trace", "empirical"):
-        from wansim.workload import check_workload  # (numpy: only for a workload that needs it)
+        from wansim.serving.workload import (
+            check_workload,
+        )  # (numpy: only for a workload that needs it)
 
         check_workload(wl)
     net = scenario.network
@@ -1426,13 +1488,13 @@ def _tree_depth_needed(scenario: Scenario) -> int:
 
 def _apply_compute_bundle(raw: dict, base_dir: Path) -> dict:
     """``model.compute: {kind: table, from: PROFILE_DIR}``: every stage's table from a profile
-    bundle (``wansim calibrate profile``; :mod:`wansim.stage_cost`), unless ``stage_compute``
+    bundle (``wansim calibrate profile``; :mod:`wansim.stages.profiled_cost`), unless ``stage_compute``
     is given."""
     model = raw.get("model")
     comp = model.get("compute") if isinstance(model, Mapping) else None
     if not isinstance(comp, Mapping) or "from" not in comp:
         return raw
-    from wansim.stage_cost import tables_from_bundle
+    from wansim.stages.profiled_cost import tables_from_bundle
 
     where = "model.compute.from"
     if comp.get("kind", "table") != "table" or set(comp) - {"kind", "from"}:
@@ -1458,7 +1520,7 @@ def _apply_drafter_preset(raw: dict) -> dict:
     drafter = raw.get("drafter")
     if not isinstance(drafter, Mapping) or drafter.get("preset") is None:
         return raw
-    from wansim.drafters import preset_mapping
+    from wansim.speculation.drafters import preset_mapping
 
     merged = preset_mapping(drafter["preset"], drafter)
     return {**raw, "drafter": merged}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.normal_functions import t_ppf
+from wansim.numerics.normal_functions import t_ppf
 
 
 def t_half_width(values, level: float = 0.95) -> float:

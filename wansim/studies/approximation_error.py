@@ -577,9 +577,9 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - start
         if args.keep and args.group:
             kept = pd.read_csv(args.keep)
-            kept = kept[~kept["group"].isin(args.group) & kept["group"].isin(list(BOUNDS))]
+            kept = kept[~kept["group"].isin(args.group) & kept["group"].isin(GROUPS)]
             table = pd.concat([kept, table], ignore_index=True)
-            order = {g: i for i, g in enumerate(BOUNDS)}
+            order = {g: i for i, g in enumerate(GROUPS)}
             table = table.sort_values("group", key=lambda c: c.map(order), kind="stable")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -36,10 +36,10 @@ from pathlib import Path
 REFERENCE = "scenarios/v4pro-dspark-10stage-wan.yaml"
 WORKER = r"""
 import json, sys, time
-try:
-    from wansim.config.scenario import load_scenario
-except ImportError:  # the baseline, before the layout move
-    from wansim.scenario import load_scenario
+import importlib
+# the tree's own scenario module (the baseline predates the layout move; the editable
+# install's finder would otherwise serve this tree's wansim.config to the baseline)
+load_scenario = importlib.import_module(sys.argv[2]).load_scenario
 from wansim.sim import simulate
 for line in sys.stdin:
     over = json.loads(line)
@@ -66,13 +66,19 @@ CASES = {
 }
 
 
+def _scenario_module(tree: Path) -> str:
+    """Where the tree keeps ``load_scenario`` (before and after the layout move)."""
+    moved = (tree / "wansim" / "config" / "scenario.py").exists()
+    return "wansim.config.scenario" if moved else "wansim.scenario"
+
+
 class Worker:
     """One tree's long-lived process: send overrides, read back one timing."""
 
     def __init__(self, tree: Path):
         env = {**os.environ, "PYTHONPATH": str(tree)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(tree / REFERENCE)],
+            [sys.executable, "-c", WORKER, str(tree / REFERENCE), _scenario_module(tree)],
             cwd=tree,
             env=env,
             stdin=subprocess.PIPE,

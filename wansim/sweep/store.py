@@ -110,8 +110,8 @@ class ResultStore:
         tmp = self.parts / f"tmp-{name}"
         frame.to_parquet(tmp, index=False)
         os.replace(tmp, self.parts / name)
-        if self._frames is not None:
-            self._frames.append(frame)
+        # not kept in memory (the parent stays flat over a long sweep): read back when needed
+        self._frames = None
         return self.parts / name
 
     @property
@@ -120,7 +120,7 @@ class ResultStore:
         return self._count
 
     def read_parts(self) -> pd.DataFrame:
-        """Every shard on disk (read once; shards written since are added in memory)."""
+        """Every shard on disk (read once, and again after a shard is written)."""
         if self._frames is None:
             self._frames = []
             for path in self._part_files():

@@ -127,8 +127,11 @@ def numeric_fields(cls: type = Scenario, prefix: str = "") -> dict[str, tuple[ty
         if item is not None:
             out.update(numeric_fields(item, sub))
             continue
+        words_beside_number = str in typing.get_args(tp)  # e.g. a fraction or ``profile``
         for num in (int, float):
-            if (tp is num or num in typing.get_args(tp)) and f.metadata.get("choices") is None:
+            if (tp is num or num in typing.get_args(tp)) and (
+                f.metadata.get("choices") is None or words_beside_number
+            ):
                 out[sub] = (num, dict(f.metadata))
     return out
 

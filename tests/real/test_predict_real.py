@@ -1,6 +1,6 @@
 """Out of sample in CI: profile a small bundle on 2-stage runs, then predict 4- and 6-stage
-cells (other latencies, other prompts) from their configuration + the bundle alone, run them
-twice interleaved, and check the errors against loose bounds.
+cells (other latencies, other prompts; two chains and a draft tree) from their configuration +
+the bundle alone, run them twice interleaved, and check the errors against loose bounds.
 
 Bounds (stated here, checked per cell, DES):
 - the pipeline model: |error| <= 45% on tokens/s and <= 35% on lap p50. Loose because the
@@ -27,6 +27,8 @@ pytestmark = pytest.mark.real
 CELLS = [
     {"stages": 4, "latency_ms": 50, "k": 4},
     {"stages": 6, "latency_ms": 20, "k": 2},
+    # a draft tree (2K nodes): the bundle's tree width, tree drafting and sibling acceptance
+    {"stages": 4, "latency_ms": 50, "k": 2, "policy": "tree"},
 ]
 TOKENS_PER_S_BOUND = 0.45
 LAP_P50_BOUND = 0.35

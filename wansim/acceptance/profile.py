@@ -17,6 +17,9 @@ File format (YAML, ``format: wansim-profile/1``)::
         dispersion: 0.3                 # optional: between-prompt share of Var(A)
         siblings: [P_2, P_3, ...]       # optional, measured: rank-r sibling acceptance (trees)
         sibling_logit_offsets: [D_2, ...]  # optional, model: rank-r rate = sigmoid(logit p_d - D_r)
+        hybrid_confident_fraction: 0.8  # optional, measured: share of rounds whose drafter is
+                                        # confident (e.g. an n-gram match), in [0, 1]; a scenario's
+                                        # schedule.hybrid_confident_fraction: profile reads it
         notes: ...
     verifier_logit_shift: {greedy: 0.5, typical: 0.7}   # optional: other verifier rules
     activation_quality: wire-quality-tiny.yaml  # optional: cost per activation bit width (a
@@ -64,6 +67,7 @@ class WorkloadProfile:
     siblings: tuple[float, ...] | None = spec(None, ge=0, le=1)
     sibling_logit_offsets: tuple[float, ...] | None = spec(None)
     steps: int | None = spec(None, ge=0)
+    hybrid_confident_fraction: float | None = spec(None, ge=0, le=1)
     notes: str = spec("")
 
     def check(self, path: str) -> None:
@@ -245,6 +249,8 @@ def profile_to_mapping(profile: Profile) -> dict:
             body["sibling_logit_offsets"] = [round(float(x), 6) for x in wp.sibling_logit_offsets]
         if wp.steps is not None:
             body["steps"] = int(wp.steps)
+        if wp.hybrid_confident_fraction is not None:
+            body["hybrid_confident_fraction"] = float(wp.hybrid_confident_fraction)
         if wp.notes:
             body["notes"] = wp.notes
         out["workloads"][name] = body

@@ -37,6 +37,12 @@ Model (vectorised over grid points and the difficulty quadrature):
   E_w[M / E[T]] (1 + Var T / E[T]^2) with Var T = c^2 Var N + (E[N] / E[G]) Var(C - c G) +
   Var R (chains + blocks that waited for a verdict), c = E[T] / E[N].
 
+- Retransmissions: the recursion runs on the lossless hops; a request's K lost transmissions
+  (over its passes and forwarded stale blocks) come back as stalls of the whole window, each
+  costing (1 - r) c + r max(0, c - slack), c = ser + RTO, slack = B issue - block lap, less
+  the losses repaired inside another stall (:func:`loss_stalls`); tokens/s conditions on K
+  (:func:`wansim.analytical.rate.mean_rate`).
+
 Exact in the limits: B = 1 without overlap is the sync lap; with every bet won (r = 1) and no
 jitter the issue times are the DES's.
 """
@@ -50,7 +56,7 @@ import numpy as np
 from wansim import speculation
 from wansim.acceptance import closed_form
 from wansim.acceptance.bet import bet_win_probability, guess_acceptance
-from wansim.analytical.resequencing import ring_hol_ms
+from wansim.analytical.rate import mean_rate
 from wansim.analytical.sync import lap_breakdown
 from wansim.config.scenario import Scenario
 from wansim.speculation.block_schedule import flushes
@@ -58,6 +64,7 @@ from wansim.stages.compute import mean_stage_ms, stage_ms_each, stages_differ
 
 MAX_CHAIN = 256  # blocks per chain considered (a chain longer than a request is cut there)
 JITTER_NODES = 5
+ABSORBED = 0.5  # share of the in-flight blocks' crossings that fall inside a stall (loss_stalls)
 BIG = 1e12
 
 
@@ -259,34 +266,38 @@ def block_metrics(
     else:  # last_stage (sync + overlap): blocks are released at the last stage
         c0 = np.zeros_like(mean_stage)
         rest = stages * mean_stage + fwd + ret
-    if np.any(window > 1):
-        # in-order links: a request's own blocks follow each other (one per issue interval,
-        # at most a window per lap), so a retransmitted or late block holds up those behind
-        # it; their mean hold adds to the rest of the lap (wansim.analytical.resequencing)
-        issue = np.maximum((0.0 if overlap else d) + c0, d if overlap else 0.0)
-        lap = rest + c0 + (0.0 if overlap else d)
-        rate = np.where(
-            window > 1,
-            np.minimum(1.0 / np.maximum(issue, 1e-9), window / np.maximum(lap, 1e-9)),
-            0.0,
-        )
-        # (retransmissions only: a request's own blocks spaced by its issue interval are
-        # rarely overtaken by jitter, which the measured grids cover without this term)
-        from wansim.analytical.sync import forward_sizes
+    # Retransmissions leave the recursion (it runs on the lossless hops) and return as stalls
+    # (:func:`loss_stalls`): in-order links hold every block behind a lost message, so one
+    # loss stalls the whole window once instead of adding its mean to every verdict
+    from wansim.analytical.sync import _loss_sums, forward_sizes
 
-        rest = rest + ring_hol_ms(
-            scenario, rate, forward_sizes(parts), parts["return_bytes"], lossy_only=True
-        )
+    loss = _loss_sums(scenario, forward_sizes(parts), parts["return_bytes"])
+    rest = rest - loss["delay_mean_ms"]
+    var = np.maximum(var - loss["delay_var_ms2"], 0.0)
+    issue = np.maximum((0.0 if overlap else d) + c0, d if overlap else 0.0)
+    block_lap = rest + c0 + (0.0 if overlap else d)
+    slack = np.maximum(window * issue - block_lap, 0.0)
+    in_flight = np.clip(block_lap / np.maximum(issue, 1e-9), 1.0, window)
     acc = acceptance_nodes(scenario, m)
     shape = np.broadcast_shapes(
         *(np.shape(x) for x in (d, c0, rest, var, window, m, n, stages)), acc["w"].shape[:-1]
     )
-    shape = np.broadcast_shapes(shape, np.shape(s0_wait), np.shape(draft_wait))
+    lost = (loss[k] for k in ("count_mean", "count_var", "delay_mean_ms", "delay_var_ms2"))
+    lost = tuple(lost)
+    shape = np.broadcast_shapes(
+        shape,
+        np.shape(s0_wait),
+        np.shape(draft_wait),
+        np.shape(slack),
+        np.shape(in_flight),
+        *map(np.shape, lost),
+    )
     flat = [
         np.broadcast_to(x, shape).ravel()
-        for x in (d, c0, rest, var, window, m, n, stages, s0_wait, draft_wait)
+        for x in (d, c0, rest, var, window, m, n, stages, s0_wait, draft_wait, slack, in_flight)
     ]
-    d_, c0_, rest_, var_, window_, m_, n_, p_, wait_, dwait_ = flat
+    d_, c0_, rest_, var_, window_, m_, n_, p_, wait_, dwait_, slack_, flight_ = flat
+    g_, g_var_, delay_, delay_var_ = (np.broadcast_to(x, shape).ravel() for x in lost)
     nodes = {
         k: np.broadcast_to(v, (*shape, v.shape[-1])).reshape(-1, v.shape[-1])
         for k, v in acc.items()
@@ -348,7 +359,18 @@ def block_metrics(
     t_mean = n_mean * per_pass
     jitter = var_[:, None] * (chains + total["gated"])  # the verdicts on the critical path
     t_var = per_pass**2 * n_var + chains * var_cycle + jitter
-    rate = 1e3 * m_[:, None] / t_mean * (1.0 + t_var / t_mean**2)
+    stall = loss_stalls(
+        r_nodes, n_mean, n_var, total["fwd"], g_, g_var_, delay_, delay_var_, slack_, flight_
+    )
+    rate = 1e3 * mean_rate(
+        m_[:, None], t_mean, t_var, stall["k_mean"], stall["k_var"], stall["jump"], stall["v"]
+    )
+    added = stall["k_mean"] * stall["jump"]
+    if atoms is not None:  # the laps carry the stalls' mean (their spread is in lap_ms_var)
+        atoms = (atoms[0] + (w * added).sum() / (w * n_mean).sum(), atoms[1])
+    t_mean = t_mean + added
+    t_var = t_var + stall["jump"] ** 2 * stall["k_var"] + stall["v"] * stall["k_mean"]
+    per_pass = t_mean / n_mean
     out = {
         "tokens_per_s": (w * rate).sum(axis=1),
         "decode_ms": (w * t_mean).sum(axis=1),
@@ -370,6 +392,46 @@ def block_metrics(
     return {
         k: (v.reshape(shape) if isinstance(v, np.ndarray) and v.ndim == 1 else v)
         for k, v in out.items()
+    }
+
+
+def loss_stalls(r, n_mean, n_var, stale_fwd, g, g_var, delay, delay_var, slack, in_flight) -> dict:
+    """The retransmissions of a request under the block schedule (per point, per difficulty
+    node): K lost transmissions of mean cost ``jump`` (spread ``v``) on top of the lossless
+    decode time.
+
+    A request sends one message per hop for each verify pass and for each forwarded stale block
+    (``stale_fwd``): K has mean (E[N] + stale) g and variance (E[N] + stale) Var G + Var N g^2,
+    with g, Var G the lost transmissions of one lap (all hops). A lost transmission delays its
+    message by c = ser + RTO, and the link delivers in order, so every block behind it is held
+    until it arrives: the window stalls once, not per held block. S0 feels it when the lost
+    block's verdict was due to open the window: it had ``slack`` = B issue - lap (the lossless
+    block lap) to spare, so the stall costs max(0, c - slack). A bet lost on the held block
+    (probability 1 - r) restarts the chain at its verdict: that costs the whole c. So
+
+        jump = (1 - r) c + r max(0, c - slack),
+
+    exact for the sync lap (B = 1: no slack) and for a window that never fills (slack >= c
+    and every bet won: the verdicts come late, nothing waits for them)."""
+    g = np.asarray(g, dtype=float)[:, None]
+    c = np.where(g > 0, np.asarray(delay)[:, None] / np.maximum(g, 1e-300), 0.0)
+    v = np.where(
+        g > 0,
+        np.maximum((np.asarray(delay_var)[:, None] - np.asarray(g_var)[:, None] * c**2), 0.0)
+        / np.maximum(g, 1e-300),
+        0.0,
+    )
+    # stalls overlap: while the ring is held by one loss, the blocks in flight (``in_flight``
+    # of them in a lap) keep crossing the hops ahead of and behind the held one, and a loss
+    # among them, half of those crossings on average, is repaired inside the same stall
+    share = 1.0 / (1.0 + ABSORBED * g * (np.asarray(in_flight, dtype=float)[:, None] - 1.0))
+    sent = n_mean + stale_fwd
+    jump = (1.0 - r) * c + r * np.maximum(c - np.asarray(slack)[:, None], 0.0)
+    return {
+        "k_mean": sent * g,
+        "k_var": sent * np.asarray(g_var)[:, None] + n_var * g**2,
+        "jump": jump * share,
+        "v": v * share**2,
     }
 
 

@@ -143,7 +143,16 @@ def _hol_groups(atoms, visits) -> list:
     return list(groups.values())
 
 
-def solve(n_customers, alone, stations, *, chain_blocks=None, scv=1.0, convoy_share=1.0):
+def solve(
+    n_customers,
+    alone,
+    stations,
+    *,
+    chain_blocks=None,
+    scv=1.0,
+    convoy_share=1.0,
+    prefill_scv=None,
+):
     """Throughput and loaded times of N requests (module docstring).
 
     ``alone``: prefill_ms, decode_ms, passes (arrays); ``stations``: s_d, s_p, v_d, v_p and
@@ -151,7 +160,10 @@ def solve(n_customers, alone, stations, *, chain_blocks=None, scv=1.0, convoy_sh
     station). ``chain_blocks``: E[G] of the block schedule (valid blocks per chain; a chain's
     time gains one lap's waits plus S0's wait per extra block), None for sync.
     ``convoy_share``: the share of the other requests' prefills that land while a request
-    continues (:func:`wansim.analytical.slots.synchrony`)."""
+    continues (:func:`wansim.analytical.slots.synchrony`). ``prefill_scv``: the arrivals'
+    c_a^2 a prefill sees (default ``scv``): a new request enters in the phase its predecessor
+    leaves, so only the links' randomness mixes it with the others, not the requests'
+    lengths (hunt seed 43, a deterministic ring: TTFT +85% -> 0%)."""
     n = np.asarray(n_customers, dtype=float)
     s_d, s_p, v_d, v_p = (stations[k] for k in ("s_d", "s_p", "v_d", "v_p"))
     dpath, ppath = stations["decode_path"], stations["prefill_path"]
@@ -164,14 +176,25 @@ def solve(n_customers, alone, stations, *, chain_blocks=None, scv=1.0, convoy_sh
     slower = (np.maximum(s_p - s_d, 0.0) * ppath).sum(axis=1)
     messages = (v_d * ppath).max(axis=1)  # verify messages per request on the forward path
     eg = None if chain_blocks is None else np.maximum(chain_blocks, 1.0)
-    # in-order links: the messages offered to a hop are the other requests' (one message of
-    # the request's own in flight under sync) or all of them (a request's own blocks follow
-    # each other under the block schedule)
-    own = np.ones_like(n) if chain_blocks is not None else (n - 1.0) / n
+    # in-order links: the messages offered to a hop that can hold a request's pass are the
+    # other requests' (its own in flight: one under sync; under the block schedule its own
+    # blocks' holds are the stalls of the schedule alone, wansim.analytical.blocks.loss_stalls)
+    own = (n - 1.0) / n
     hol = _hol_groups(stations.get("delay_atoms", ()), v_d + v_p)
 
-    def waits(x):
+    # a prefill enters in the phase its predecessor leaves: only the links' randomness mixes
+    # it with the others (prefill_scv), not the requests' lengths
+    ratio = np.where(
+        np.asarray(scv) > 0,
+        np.asarray(prefill_scv if prefill_scv is not None else scv) / np.maximum(scv, 1e-300),
+        1.0,
+    )
+    ratio = np.broadcast_to(ratio, n.shape)[:, None]
+
+    def waits(x, prefill=False):
         wait, rho = ring_waits(x, n, s_d, s_p, v_d, v_p, scv)
+        if prefill:
+            wait = wait * ratio
         for cols, (values, weights) in hol:
             offered = x * (v_d[:, cols[0]] + v_p[:, cols[0]]) * own
             extra = resequencing_wait_ms(offered, values, weights)
@@ -188,7 +211,7 @@ def solve(n_customers, alone, stations, *, chain_blocks=None, scv=1.0, convoy_sh
         for _ in range(CONVOY_SWEEPS):  # the convoy delay depends on the lap it lengthens
             conv = convoy_wait(n, lap, slower, messages) * messages / passes * convoy_share
             lap = decode / passes + lap_wait + conv
-        pre = prefill + (wait * ppath).sum(axis=1)
+        pre = prefill + (waits(x, prefill=True)[0] * ppath).sum(axis=1)
         if parts:
             return lap_wait, conv, lap
         return pre, passes * lap, rho
@@ -413,12 +436,56 @@ def concurrent_metrics(scenario, alone: dict, parts: dict, blocks: bool) -> dict
         mid = 0.5 * (lo + hi)
         f = _concurrent(scenario, alone, parts, stale_at(mid))[column]
         lo, hi = np.where(f > mid, mid, lo), np.where(f > mid, hi, mid)
-    stale = stale_at(0.5 * (lo + hi))
+    # the stale counts can step in w (a wait that crosses the time to the verdict at every
+    # quadrature node at once): then f jumps across w at the fixed point and the queue runs a
+    # mixture of the two states, the share theta of the lower one where theta f(lo) +
+    # (1 - theta) f(hi) = w (continuous in the scenario: hunt seed 48, 4x the bandwidth gave
+    # -18% when the last midpoint fell on the other side of the step)
+    below, above = stale_at(lo), stale_at(hi)
+    f_lo = _concurrent(scenario, alone, parts, below)[column]
+    f_hi = _concurrent(scenario, alone, parts, above)[column]
+    w = 0.5 * (lo + hi)
+    theta = np.clip((w - f_hi) / np.where(f_lo > f_hi, f_lo - f_hi, np.inf), 0.0, 1.0)
+    theta = np.where(f_lo > f_hi, theta, 0.5)
+    stale = dict(above)
+    for key in STALE_KEYS:
+        stale[key] = theta * below[key] + (1.0 - theta) * above[key]
     out = _concurrent(scenario, alone, parts, stale)
+    if overlap and scenario.schedule.kind == "sync":
+        out = _drafter_saturated(scenario, alone, parts, out, block_schedule_metrics)
     # the wire and the waste follow the stale blocks actually computed under load
     for key in ("wasted_token_fraction", "bytes_per_token"):
         out[key] = np.where(np.asarray(scenario.workload.concurrency) > 1, stale[key], alone[key])
     return out
+
+
+def _drafter_saturated(scenario, alone, parts, out, block_schedule_metrics) -> dict:
+    """The overlapped drafter (sync schedule: one block per request in flight) as the ring's
+    bottleneck: its FIFO queue holds one draft of every request (queued when the request's previous block is released, while that block's
+    pass travels), so a draft waits for the N - 1 ahead of it, (N - 1) d. Once that covers
+    the pass's travel (release to verdict, T), every draft starts after its bet is settled and
+    drafts from the correction: none is stale, and the drafter runs back to back (a lap of
+    N d). The M/D/1 wait of the fixed point averages over visits and misses this state (hunt
+    seed 297: 16 requests on a 4 ms drafter, -34% on tokens/s); where (N - 1) d >= T the
+    answer is the ring without stale drafts."""
+    fresh = block_schedule_metrics(scenario, draft_wait=1e12)  # every draft after its verdict
+    cand = _concurrent(scenario, alone, parts, fresh)
+    n = np.minimum(
+        np.asarray(scenario.workload.concurrency, dtype=float),
+        np.asarray(scenario.workload.requests, dtype=float),
+    )
+    d = np.asarray(parts["draft_ms"], dtype=float)
+    travel = np.asarray(cand["lap_ms_mean"]) - d - np.asarray(cand["draft_wait_ms"])
+    saturated = (n > 1) & ((n - 1.0) * d >= travel)
+    if not np.any(saturated):
+        return out
+    merged = dict(out)
+    for key, value in cand.items():
+        if key in out and np.shape(value) == np.shape(out[key]):
+            merged[key] = np.where(saturated, value, out[key])
+    for key in ("wasted_token_fraction", "bytes_per_token"):
+        merged[key] = np.where(saturated, fresh[key], out[key])
+    return merged
 
 
 def _concurrent(scenario, alone: dict, parts: dict, stale: dict | None) -> dict:
@@ -472,7 +539,24 @@ def _concurrent(scenario, alone: dict, parts: dict, stale: dict | None) -> dict:
     share = convoy_share(
         w, n_mean, n_var + drift, base["prefill_ms"] / lap_alone, flat(requests) / flat(n_conc)
     )
-    res = solve(flat(n_conc), base, ring, chain_blocks=chain, scv=scv, convoy_share=share)
+    # requests of equal length finish together only if they start together: their prefills
+    # queue at the slowest station, so they start that station's prefill service apart, and
+    # where N - 1 of those outlast a request's decode they never share a wave (hunt seed 210:
+    # 8 requests of 2 passes behind 590 ms prefills on 100 Mbit/s hops, +391% -> see tests)
+    staggered = (flat(n_conc) - 1.0) * ring["s_p"].max(axis=1) > base["decode_ms"]
+    share = np.where(staggered, 1.0, share)
+    prefill_scv = arrival_scv(
+        flat(alone["lap_ms_mean"]), flat(alone["lap_ms_var"]), base["passes"], 0.0
+    )
+    res = solve(
+        flat(n_conc),
+        base,
+        ring,
+        chain_blocks=chain,
+        scv=scv,
+        convoy_share=share,
+        prefill_scv=prefill_scv,
+    )
     stretch = res["decode_ms"] / base["decode_ms"]
     per_pass = res["decode_ms"] / base["passes"]
     residence = res["prefill_ms"] + res["decode_ms"]

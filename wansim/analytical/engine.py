@@ -239,6 +239,7 @@ def analyze(scenario: Scenario) -> Result:
         return analyze_hybrid(scenario, analyze)
     requested = scenario
     scenario = kv_admitted(scenario)
+    judged = scenario  # the regime is judged on the transport asked for
     if scenario.network.transport == "tcp":  # the sync lap under the window, then ideal forms
         scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
     parts = lap_parts(scenario)
@@ -259,7 +260,7 @@ def analyze(scenario: Scenario) -> Result:
         )
     metrics, details = _metrics(answer), answer.details
     metrics.update(serving_metrics(scenario, answer.means))
-    trust = approximation(scenario).to_json()
+    trust = approximation(judged).to_json()
     if queued:
         trust["regime"] += " + KV admission queue"
         scenario = requested

@@ -4,7 +4,8 @@ Every analytical result carries ``approximation = {"regime", "validated", "error
 
 - ``regime``: the model that produced it (the groups of ``docs/approximations.md``);
 - ``error_band``: per metric, the largest error measured against the DES over that regime's
-  grid, rounded up (relative for tokens/s, throughput and TTFT; absolute for the bubble and
+  grid (and over the agreement hunt's validated points, less twice the DES's half-width),
+  rounded up (relative for tokens/s, throughput and TTFT; absolute for the bubble and
   wasted fractions) - the same numbers ``wansim.approximation_error`` checks;
 - ``validated``: the scenario lies inside the measured domain of its regime. Outside it (a
   mechanism combination or a parameter range no measurement covered, or one where the
@@ -66,13 +67,16 @@ REGIMES: dict[str, Regime] = {
             "N requests without batching: closed ring of FIFO stations, deterministic "
             "service, M/D/1 waits with the arrival theorem, prefill convoys, the bottleneck's "
             "cap, slot makespan (wansim/analytical/concurrent.py)",
-            _band(0.15, 0.18, 0.40, 0.10, 0.02),
+            _band(0.15, 0.18, 0.45, 0.10, 0.02),  # TTFT: 42.8% measured (4 stages, 32 users)
         ),
         Regime(
             "async+concurrent",
             "the block schedule's passes and stale blocks as the ring's load; a request's "
             "stale blocks recomputed with S0's queueing (concurrent.py)",
-            _band(0.20, 0.15, 0.30, 0.10, 0.10),
+            # TTFT: the grid's 30% widened to the agreement hunt's validated points (seed 26,
+            # 4 requests with windows of 8 on a ring without link randomness: +57% against
+            # the DES's half-width of 12%)
+            _band(0.20, 0.15, 0.35, 0.10, 0.10),
         ),
         Regime(
             "continuous batching",
@@ -174,6 +178,12 @@ def outside(scenario) -> str:
             " its commit rule and bet, checked against the DES in"
             " tests/engines/test_async_protocols.py (within 10%), not on the approximation-error"
             " grid"
+        )
+    if scenario.network.transport == "tcp":
+        return (
+            "transport tcp: the mean TTFT was measured -57% from the DES's (agreement hunt"
+            " seed 16: 16-token prompts, per-message costs, 25 ms hops); the tcp grid measured"
+            " the lap, not the first window of a prefill"
         )
     if name not in REGIMES:
         return f"{name}: no measured regime covers this combination"

@@ -2,12 +2,15 @@
 profile bundle alone, run them, and compare.
 
 A cell's scenario (:func:`cell_scenario`) takes from the cell only its configuration (stages,
-latency, bandwidth, K, policy, concurrency, schedule, bits, tokens) and from the bundle only
-hardware/software properties: each stage's service time from its role and its layers (the even
-split of the target's layers that the real runner uses), the drafting time at K, the per-message
-cost of a hop by role (the bundle's measured distribution as empirical jitter: its mean is the
-per-message cost), the acceptance profile fitted across K. Nothing measured on the cell enters
-its prediction.
+latency, bandwidth, K, policy, drafter, concurrency, batching, schedule, bits, tokens) and from
+the bundle only hardware/software properties, each through the scenario field that models it:
+a stage's fixed cost per pass as ``model.stage_overhead_ms`` (the load factor as
+``model.host_cpu_factor``), the rest of its service time (role, layers of the runner's even
+split, tokens per pass, codec) as its ``table``, the drafting time at K (+ ``width_ms`` for a
+tree; the MTP head's at the last stage), a hop's mean per-message cost as its
+``per_message_ms`` with the rest of the bundle's distribution as zero-mean empirical jitter, the
+chain / tree / MTP acceptance profile fitted across K with the bundle's wire-quality table.
+Nothing measured on the cell enters its prediction.
 
 Load matching (the machine is shared): every round starts with a short re-profile (2 stages,
 3+3 layers, K=4, three of the profile's prompts; one more closes the last round); its median

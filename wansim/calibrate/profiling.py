@@ -12,12 +12,16 @@ is in the bundle.
 
 Fits (pure functions, tested on synthetic data; the bundle's model in
 :mod:`wansim.calibrate.bundle`): a stage's measured service time per pass (frame in -> frame
-out, :func:`wansim.calibrate.measure.decompose`) is regressed on its role (first | last),
-layers, tokens per pass and codec operations at each bit width; a middle stage, which a
-2-stage pipeline does not have, is the last stage without its verification plus stage 0's
-encode (both measured per pass: ``verify_ms``, ``codec_ms``). Drafting: K drafts' time linear
-in K. Per-message cost: each hop's achieved - scheduled delay per frame, by hop role. The
-acceptance profile: fitted from the traces of all profiled K pooled (per-position rates are
+out, :func:`wansim.calibrate.measure.decompose`), less the codec cost measured directly (the
+stages' own ``codec_ms``), is fitted by non-negative least squares on its role (first | last),
+layers and tokens per pass (chains K + 1, trees 2K + 1); a middle stage, which a 2-stage
+pipeline does not have, is the last stage without its verification plus stage 0's encode (both
+measured per pass: ``verify_ms``, ``codec_ms``). Drafting: linear in K and in the tree's extra
+nodes (``width_ms``); the MTP head's drafting linear in K, and its pipeline's first/last fixed
+costs. Per-message cost: each hop's achieved - scheduled delay per frame, by hop role. Wire
+quality: :func:`wansim.real.wire_quality.activation_quality` at every profiled width. The
+acceptance profiles (chain, static tree, MTP head): fitted from the traces of all profiled K
+pooled (per-position rates are
 the maximum-likelihood estimates across block sizes, :mod:`wansim.acceptance.trace`), decoded
 in process (:func:`wansim.real.speculative.speculative_decode`, the staged pipeline's algorithm,
 greedy output equal to it; CI checks that) on more prompts than the timed runs: acceptance is a

@@ -506,7 +506,8 @@ class Schedule:
     target's token at the divergence; stale blocks are computed by every stage they reach and
     dropped at the last, no cancellation travels). ``hybrid_confident_fraction`` p: the
     per-round hybrid (:mod:`wansim.speculation.hybrid_rounds`): each round is pipelined chain blocks
-    with probability p, else one synchronous round of the tree ``speculation.tree``.
+    with probability p, else one synchronous round of the tree ``speculation.tree``; ``profile``
+    takes p from the acceptance profile's selected workload row.
 
     ``batching: continuous`` shares passes between the requests in flight: by default one batch
     circulates; ``micro_batches: N`` keeps N batches in flight at once, each of at most
@@ -527,13 +528,15 @@ class Schedule:
     prefill_chunk_tokens: int | None = spec(
         None, ge=1, le=10_000_000, doc="prompt tokens a pass carries at most; null: whole"
     )
-    hybrid_confident_fraction: float | None = spec(
+    hybrid_confident_fraction: float | str | None = spec(
         None,
         ge=0,
         le=1,
+        choices=("profile",),
         doc="async only: share of rounds the drafter is confident (pipelined chain blocks);"
         " the others are one synchronous round of speculation.tree"
-        " (:mod:`wansim.speculation.hybrid_rounds`); null: every round async",
+        " (:mod:`wansim.speculation.hybrid_rounds`); profile: the selected acceptance-profile"
+        " workload's hybrid_confident_fraction; null: every round async",
     )
 
 
@@ -961,6 +964,9 @@ def load_scenario(
     scenario = _resolve_files(scenario, base_dir)
     _check_acceptance(scenario)
     if scenario.schedule.hybrid_confident_fraction is not None:  # its tree rounds' depth
+        from wansim.speculation.hybrid_rounds import confident_fraction
+
+        confident_fraction(scenario)  # ``profile`` resolves (else one line, exit 2)
         tree = dataclasses.replace(scenario.speculation, policy="tree")
         _check_acceptance(dataclasses.replace(scenario, speculation=tree))
     return scenario

@@ -131,6 +131,8 @@ def _convert(tp: Any, value: Any, path: str, meta: Mapping, default: Any) -> Any
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
+        if set(args) == {float, str}:
+            return _convert_number_or_word(value, path, meta)
         if len(args) != 1:
             raise TypeError(f"unsupported union {tp}")
         return _convert(args[0], value, path, meta, default)
@@ -140,6 +142,19 @@ def _convert(tp: Any, value: Any, path: str, meta: Mapping, default: Any) -> Any
         base = default if isinstance(default, tp) else None
         return parse(tp, value, path, base)
     return _convert_scalar(tp, value, path, meta)
+
+
+def _convert_number_or_word(value: Any, path: str, meta: Mapping) -> float | str:
+    """``float | str``: a number within the field's bounds, or one of its ``choices`` (the
+    words it accepts in place of a number)."""
+    words = meta.get("choices") or ()
+    if isinstance(value, str):
+        if value not in words:
+            raise ScenarioError(path, f"must be a number or one of {' | '.join(words)}", value)
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ScenarioError(path, f"must be a number or one of {' | '.join(words)}", value)
+    return _convert_scalar(float, value, path, {**meta, "choices": None})
 
 
 def _convert_variant(variants: Mapping[str, type], value: Any, path: str, default: Any) -> Any:

@@ -28,19 +28,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from wansim.real.records import step_row
+from wansim.real.concurrent_schedule import Request, commit_prefill, commit_verdict
 from wansim.real.speculative import prompt_generators
-
-
-@dataclass
-class Request:
-    index: int
-    prompt: dict
-    tokens: list[int]
-    dgen: object
-    committed: list[int] = field(default_factory=list)
-    n_new: int = 0
-    step: int = 0
 
 
 @dataclass
@@ -150,34 +139,10 @@ def generate_batched(worker, job: dict) -> dict:
         for req, kind, drafts, pos in entries:
             acc, nxt = verdicts[req.index]
             if kind == "prefill":
-                req.committed = [*req.tokens, nxt]
-                req.n_new = 1
+                commit_prefill(req, nxt)
             else:
-                if not 0 <= acc <= k:
-                    raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
-                req.committed.extend(drafts[:acc])
-                req.committed.append(nxt)
-                req.n_new += acc + 1
-                worker.steps.write(
-                    step_row(
-                        job=job["job"],
-                        workload=req.prompt["workload"],
-                        prompt_id=req.prompt["prompt_id"],
-                        prompt_index=req.index,
-                        step=req.step,
-                        pass_=pid,
-                        k=k,
-                        accepted=acc,
-                        pos=pos,
-                        start_ns=t_start,
-                        draft_end_ns=t_draft,
-                        sent_ns=sent,
-                        verdict_ns=t_verdict,
-                        stage0_ms=s0_ms,
-                        send_ns_verdict=v_send,
-                    )
-                )
-                req.step += 1
+                times = (t_start, t_draft, sent, s0_ms, t_verdict, v_send)
+                commit_verdict(worker, job, req, pid, k, acc, nxt, drafts, pos, times)
             if req.n_new < max_new:
                 mb.members.append(req)
             else:

@@ -33,6 +33,57 @@ class Request:
     step: int = 0
 
 
+def commit_prefill(req: Request, nxt: int) -> None:
+    """The prefill's verdict: the prompt plus the first token."""
+    req.committed = [*req.tokens, nxt]
+    req.n_new = 1
+
+
+def commit_verdict(
+    worker,
+    job: dict,
+    req: Request,
+    pid: int,
+    k: int,
+    acc: int,
+    nxt: int,
+    drafts: list[int],
+    pos: int,
+    times: tuple,
+) -> None:
+    """One verify pass's verdict for ``req``: commit its ``acc`` accepted drafts and the next
+    token, and write the step's record. ``times``: (start, draft end, sent ns; stage-0 ms;
+    verdict ns, verdict send ns)."""
+    from wansim.real.worker import StageFailure
+
+    if not 0 <= acc <= k:
+        raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
+    t_start, t_draft, sent, s0_ms, t_verdict, v_send = times
+    req.committed.extend(drafts[:acc])
+    req.committed.append(nxt)
+    req.n_new += acc + 1
+    worker.steps.write(
+        step_row(
+            job=job["job"],
+            workload=req.prompt["workload"],
+            prompt_id=req.prompt["prompt_id"],
+            prompt_index=req.index,
+            step=req.step,
+            pass_=pid,
+            k=k,
+            accepted=acc,
+            pos=pos,
+            start_ns=t_start,
+            draft_end_ns=t_draft,
+            sent_ns=sent,
+            verdict_ns=t_verdict,
+            stage0_ms=s0_ms,
+            send_ns_verdict=v_send,
+        )
+    )
+    req.step += 1
+
+
 def generate_concurrent(worker, job: dict) -> dict:
     """Stage 0's loop for a job with ``concurrency`` requests in flight."""
     from wansim.real.worker import StageFailure
@@ -83,35 +134,11 @@ def generate_concurrent(worker, job: dict) -> dict:
         pid, req, kind, block = outstanding.popleft()
         acc, nxt, t_verdict, v_send = worker.wait_verdict(pid)
         if kind == "prefill":
-            req.committed = [*req.tokens, nxt]
-            req.n_new = 1
+            commit_prefill(req, nxt)
         else:
             drafts, pos, t_start, t_draft, sent, s0_ms = block
-            if not 0 <= acc <= k:
-                raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
-            req.committed.extend(drafts[:acc])
-            req.committed.append(nxt)
-            req.n_new += acc + 1
-            worker.steps.write(
-                step_row(
-                    job=job["job"],
-                    workload=req.prompt["workload"],
-                    prompt_id=req.prompt["prompt_id"],
-                    prompt_index=req.index,
-                    step=req.step,
-                    pass_=pid,
-                    k=k,
-                    accepted=acc,
-                    pos=pos,
-                    start_ns=t_start,
-                    draft_end_ns=t_draft,
-                    sent_ns=sent,
-                    verdict_ns=t_verdict,
-                    stage0_ms=s0_ms,
-                    send_ns_verdict=v_send,
-                )
-            )
-            req.step += 1
+            times = (t_start, t_draft, sent, s0_ms, t_verdict, v_send)
+            commit_verdict(worker, job, req, pid, k, acc, nxt, drafts, pos, times)
         if req.n_new < max_new:
             send_block(req)
         else:

@@ -5,7 +5,9 @@ Real rings mix two ways of speculating: when the drafter is confident (an n-gram
 long run of accepted drafts) S0 pipelines chain blocks ahead of their verdicts (the async
 schedule); otherwise it drafts a tree from the last verified token and waits for that tree's
 verdict (a synchronous tree round). The mix depends on the workload (code repeats itself and
-matches n-grams more often than chat), so the scenario gives it as a number per workload.
+matches n-grams more often than chat), so the scenario gives it as a number, or as
+``profile``: the selected workload row's ``hybrid_confident_fraction`` in the acceptance profile
+(measured per workload; :func:`confident_fraction` resolves it, for both engines).
 
 Model (decisions):
 
@@ -46,9 +48,41 @@ from wansim.errors import ScenarioError
 
 
 def confident_fraction(scenario: Scenario) -> float | None:
-    """p, or None when the hybrid is off."""
+    """p, or None when the hybrid is off; ``profile`` reads p from the acceptance profile's
+    selected workload row (``drafter.acceptance.workload``, else the profile's first), and is
+    one line naming the field when there is no profile, a per-request ``workload.mix`` or the
+    row has no value."""
     p = scenario.schedule.hybrid_confident_fraction
-    return None if p is None else float(p)
+    if p is None:
+        return None
+    if p != "profile":
+        return float(p)
+    from wansim.acceptance.profile import load_profile
+
+    field = "schedule.hybrid_confident_fraction"
+    acc = scenario.drafter.acceptance
+    if acc.profile is None:
+        raise ScenarioError(
+            field, "profile needs an acceptance profile (drafter.acceptance.profile)", p
+        )
+    if scenario.workload.mix:
+        raise ScenarioError(
+            field,
+            "profile with workload.mix would give each request its row's fraction (not"
+            " modelled: one fraction per run): give a number",
+            p,
+        )
+    prof = load_profile(acc.profile)
+    workload = acc.workload or prof.default_workload
+    row = prof.workload(workload).hybrid_confident_fraction
+    if row is None:
+        raise ScenarioError(
+            field,
+            f"profile: the profile's workload {workload!r} has no hybrid_confident_fraction"
+            f" ({acc.profile}); give a number",
+            p,
+        )
+    return float(row)
 
 
 def is_hybrid(scenario: Scenario) -> bool:

@@ -9,6 +9,7 @@ lengths that vary: lognormal and the shipped trace). This module runs both engin
 the table of measured errors (``docs/approximations.md``): nothing in it is typed in.
 
     python -m wansim.studies.approximation_error [--fast] [--out docs/approximations.md] [--workers N]
+        [--group G ... --keep docs/approximations.csv]  (re-run some groups, keep the others)
 
 ``BOUNDS`` are the documented bounds (the largest error measured over each group's grid,
 rounded up);
@@ -558,6 +559,11 @@ def main(argv: list[str] | None = None) -> int:
         "--hunt-before", help="one line comparing the hunt with the code before, verbatim"
     )
     ap.add_argument(
+        "--keep",
+        help="with --group: the other groups' rows from this table (an earlier run's CSV), so"
+        " one document holds the re-run groups beside the unchanged ones",
+    )
+    ap.add_argument(
         "--from-table",
         help="re-render the document (and check the bounds) from a table an earlier run wrote",
     )
@@ -569,6 +575,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         table = run(args.group, fast=args.fast, workers=args.workers)
         seconds = time.perf_counter() - start
+        if args.keep and args.group:
+            kept = pd.read_csv(args.keep)
+            kept = kept[~kept["group"].isin(args.group) & kept["group"].isin(GROUPS)]
+            table = pd.concat([kept, table], ignore_index=True)
+            order = {g: i for i, g in enumerate(GROUPS)}
+            table = table.sort_values("group", key=lambda c: c.map(order), kind="stable")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     text = markdown(table, float(table["des_s"].sum()), args.fast)

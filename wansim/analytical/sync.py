@@ -170,15 +170,24 @@ def lap_parts(scenario: Scenario) -> dict[str, np.ndarray]:
 
 def lap_breakdown(lap, tokens, draft, stage, fwd, ret) -> dict[str, np.ndarray]:
     """Tokens per pass and the parts of the lap (for breakdowns), each in ``lap``'s shape:
-    drafting, one stage's compute, the forward hops, the return hop."""
-    ones = np.ones_like(lap)
+    drafting, one stage's compute, the forward hops, the return hop. On an array ``lap`` they
+    are read-only broadcast views (a part that depends on few grid axes is not written out)."""
     return {
-        "tokens_per_pass": tokens * ones,
-        "draft_ms": draft * ones,
-        "stage_compute_ms": stage * ones,
-        "forward_hops_ms": fwd * ones,
-        "return_hop_ms": ret * ones,
+        "tokens_per_pass": like_lap(tokens, lap),
+        "draft_ms": like_lap(draft, lap),
+        "stage_compute_ms": like_lap(stage, lap),
+        "forward_hops_ms": like_lap(fwd, lap),
+        "return_hop_ms": like_lap(ret, lap),
     }
+
+
+def like_lap(value, lap):
+    """``value * np.ones_like(lap)``: the same values and dtype; a scalar ``lap`` gives what
+    that product gives, an array ``lap`` a read-only broadcast view (no full-size copy)."""
+    if np.ndim(lap) == 0:
+        return value * np.ones_like(lap)
+    dtype = np.result_type(value, lap)  # the product's dtype (``ones_like`` keeps lap's)
+    return np.broadcast_to(np.asarray(value, dtype=dtype), np.shape(lap))
 
 
 def forward_sizes(parts: dict):
@@ -251,11 +260,13 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
         "bubble_fraction": 1.0 - busy_all / (stages * duration),
         "bytes_per_token": passes * wire / (b * m),
         "wasted_token_fraction": 1.0 - m / (passes * n),
-        "target_exact": np.full(np.shape(lap), exact),
+        "target_exact": np.broadcast_to(exact, np.shape(lap))
+        if np.ndim(lap)
+        else np.full((), exact),
         **lap_breakdown(lap, n, draft, stage, fwd, ret),
         "prefill_ms": prefill,
         "passes_per_request": passes,
-        "lap_ms_var": lap_var * np.ones_like(lap),
+        "lap_ms_var": like_lap(lap_var, lap),
     }
 
 

@@ -954,7 +954,7 @@ def load_scenario(
         raw = to_plain(data)
     if not isinstance(raw, Mapping):
         raise ScenarioError("scenario", "must be a mapping", raw)
-    raw = apply_overrides(raw, overrides or ())
+    raw = apply_overrides(raw, overrides or (), in_place=data is not None)  # to_plain(data) copied
     for key, resolve in RAW_RESOLVERS.items():  # e.g. a deployment (``nodes``): wansim.deploy
         if key in raw:
             raw = resolve(raw, base_dir)
@@ -1170,7 +1170,9 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError(key, f"value: {err.problem}", value) from None
 
 
-def apply_overrides(raw: dict, overrides: Iterable[str] | Mapping[str, Any]) -> dict:
+def apply_overrides(
+    raw: dict, overrides: Iterable[str] | Mapping[str, Any], *, in_place: bool = False
+) -> dict:
     """Set dotted fields in a copy of the raw mapping (before validation), with the precedence
     rules of per-stage lists (README, "Overrides, sweeps and per-stage lists"):
 
@@ -1185,8 +1187,11 @@ def apply_overrides(raw: dict, overrides: Iterable[str] | Mapping[str, Any]) -> 
       (``network.latency_ms``, ``bandwidth_mbps``, ``jitter``, ``loss_rate``), or
       ``model.compute`` when ``model.stage_compute`` is given, is an error: it would have no
       effect (unless the same overrides also give the list).
+
+    ``in_place=True``: set them in ``raw`` itself (a plain mapping the caller owns).
     """
-    raw = to_plain(raw)
+    if not in_place:
+        raw = to_plain(raw)
     items = list(
         overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
     )

@@ -77,20 +77,28 @@ def field_names(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
 
+@cache
+def _fields(cls: type) -> tuple[tuple[dataclasses.Field, ...], frozenset[str]]:
+    """A dataclass's fields and their names (fixed once the class is defined)."""
+    fields = dataclasses.fields(cls)
+    return fields, frozenset(f.name for f in fields)
+
+
 def parse(cls: type, raw: Any, path: str, base: Any = None) -> Any:
     """Build ``cls`` from ``raw`` (a mapping); ``base`` supplies defaults for omitted keys."""
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ScenarioError(path or "scenario", "must be a mapping", raw)
-    allowed = field_names(cls)
+    fields, names = _fields(cls)
     for key in raw:
-        if key not in allowed:
+        if key not in names:
             where = f"{path}.{key}" if path else str(key)
-            raise ScenarioError(where, f"unknown key (allowed: {', '.join(allowed)})", raw[key])
+            allowed = ", ".join(f.name for f in fields)
+            raise ScenarioError(where, f"unknown key (allowed: {allowed})", raw[key])
     hints = _hints(cls)
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
+    for f in fields:
         where = f"{path}.{f.name}" if path else f.name
         default = _default_of(f, base)
         if f.name in raw:

@@ -60,8 +60,9 @@ class WansimInputError(ValueError):
         self.problem = problem
         self.value = value
         shown = _one_line(path)
-        if len(shown) > MAX_PATH_CHARS:
-            shown = shown[: MAX_PATH_CHARS - 3] + "..."
+        if len(shown) > MAX_PATH_CHARS:  # keep both ends: the file and the field inside it
+            head = MAX_PATH_CHARS // 3
+            shown = shown[:head] + "..." + shown[len(shown) - (MAX_PATH_CHARS - head - 3) :]
         text = f"{shown}: {problem}" if path else problem
         if value is not _UNSET:
             text += f", got {format_value(value)}"

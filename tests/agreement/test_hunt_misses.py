@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import itertools
 
+import numpy as np
 import pytest
 
 from wansim.analytical import analyze
@@ -185,3 +186,22 @@ def test_passes_pmf_keeps_the_spread_below_half_a_pass():
     shares = [synchrony(passes_pmf([1.0], [22.0], [v]), 9.35, 4.0) for v in (0.2, 0.3)]
     assert shares[0] > 0.2  # no longer 0: the spread already mixes the waves
     assert all(b >= a for a, b in itertools.pairwise(shares))
+
+
+def test_passes_pmf_is_continuous_across_the_lattice_and_the_normal():
+    """The lattice (sd below 1/2) and the discretised normal (above 3/4) are blended in
+    between: no step at either end (the normal's centre cell at sd 1/2 is 0.683 against the
+    lattice's 0.75, a step of 0.067 in the pmf and so in the convoys' share), and the mean
+    stays the node's (the normal's discretisation is symmetric about an integer mean)."""
+    from wansim.analytical.slots import passes_pmf
+
+    for mean in (22.0, 22.3):
+        for sd in (0.5, 0.75):
+            below = passes_pmf([1.0], [mean], [(sd - 1e-7) ** 2])
+            above = passes_pmf([1.0], [mean], [(sd + 1e-7) ** 2])
+            size = max(len(below), len(above))
+            below, above = (np.pad(p, (0, size - len(p))) for p in (below, above))
+            assert np.abs(below - above).max() < 1e-5, (mean, sd)
+    for sd in np.linspace(0.3, 1.0, 15):
+        pmf = passes_pmf([1.0], [22.0], [sd**2])
+        assert pmf @ np.arange(len(pmf)) == pytest.approx(22.0, abs=1e-9)

@@ -45,37 +45,54 @@ J_CAP = 256  # others admitted at one verdict, followed one by one up to this (t
 U_FINE = 1e-3  # admission probabilities below this are binned by decade, above by 1e-3
 
 
+LATTICE_SD = (0.5, 0.75)  # a node's sd: below, on the lattice; above, the normal; blended in
+
+
 def passes_pmf(w, n_mean, n_var) -> np.ndarray:
     """P(N = k), k = 0, 1, ..., of one request's verify passes (at least 1): the difficulty
-    mixture, each node a normal discretised on the integers (a node with sd below 1/2 on the
-    three integers around its mean, keeping its mean and variance, or the two around it where
-    the variance is below the least a lattice allows: a continuous passage from no spread to
-    the discretised normal, hunt seed 8192: the laps' drift crossing sd 1/2 switched the
-    convoys from none to half and lower latency lowered tokens/s by 7%)."""
+    mixture, each node a normal discretised on the integers. A node of small spread (sd below
+    1/2) sits on the three integers around its mean, keeping its mean and variance (or the two
+    around it where the variance is below the least a lattice allows); between sd 1/2 and 3/4
+    the two are blended linearly, so the pmf moves continuously from no spread to the
+    discretised normal (hunt seed 8192: the laps' drift crossing sd 1/2 switched the convoys
+    from none to half and lower latency lowered tokens/s by 7%; the discretised normal's
+    centre cell at sd 1/2 is 0.68 against the lattice's 0.75)."""
     w, mu, var = (np.asarray(x, dtype=float) for x in (w, n_mean, n_var))
     sd = np.sqrt(np.maximum(var, 0.0))
     live = w > 0
     top = int(np.ceil(np.max(np.where(live, mu + 8.0 * sd, 1.0)))) + 2
     k = np.arange(top + 1, dtype=float)
     pmf = np.zeros(top + 1)
+    low, high = LATTICE_SD
     for wq, m, s in zip(w[live], mu[live], sd[live], strict=True):
         m = max(m, 1.0)
-        k0 = int(np.rint(m))
-        off = m - k0
-        second = s * s + off * off  # E[(N - k0)^2]
-        if s < 0.5 and k0 >= 2 and second >= abs(off):
-            pmf[k0 - 1] += wq * 0.5 * (second - off)
-            pmf[k0] += wq * (1.0 - second)
-            pmf[k0 + 1] += wq * 0.5 * (second + off)
-        elif s < 0.5:
-            lo = int(np.floor(m))
-            pmf[lo] += wq * (1.0 - (m - lo))
-            pmf[lo + 1] += wq * (m - lo)
-        else:
+        blend = min(max((s - low) / (high - low), 0.0), 1.0)
+        if blend < 1.0:
+            pmf += wq * (1.0 - blend) * _lattice(m, s, top + 1)
+        if blend > 0.0:
             cell = nf.norm_cdf((k + 0.5 - m) / s) - nf.norm_cdf((k - 0.5 - m) / s)
             cell[0] = 0.0
-            pmf += wq * cell / cell.sum()
+            pmf += wq * blend * cell / cell.sum()
     return pmf / pmf.sum()
+
+
+def _lattice(m: float, s: float, size: int) -> np.ndarray:
+    """A spread of sd ``s`` < 3/4 about ``m`` >= 1 on the integers: the three around round(m)
+    with mean m and variance s^2, or (a variance too small for them, or m below 3/2) the two
+    around m with mean m."""
+    out = np.zeros(size)
+    k0 = int(np.rint(m))
+    off = m - k0
+    second = s * s + off * off  # E[(N - k0)^2]
+    if k0 >= 2 and second >= abs(off):
+        out[k0 - 1] = 0.5 * (second - off)
+        out[k0] = 1.0 - second
+        out[k0 + 1] = 0.5 * (second + off)
+    else:
+        lo = int(np.floor(m))
+        out[lo] = 1.0 - (m - lo)
+        out[lo + 1] = m - lo
+    return out
 
 
 def waves(pmf_n, gap_laps: float, rounds: float) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 from hypothesis import example, given, settings
@@ -78,6 +79,18 @@ def test_overlapping_stalls_at_four_percent_loss(data):
     """Within the async band (10%) plus twice the DES's 95% half-width, the hunt's criterion."""
     ana, des, half = _both(data)
     assert abs(ana - des) <= 0.10 * des + 2 * half, (ana, des, half)
+
+
+def test_stale_counts_do_not_flip_with_the_bandwidth():
+    """A window of 2 on a ring without jitter: block g + 2 starts the instant the verdict on
+    g arrives, a tie that rounding had decided (the forwarded stale blocks 4.42 <-> 5.31 per
+    request as the bandwidth grew, tokens/s 14.90, 14.85, 14.98, 14.87): now monotone."""
+    rates = []
+    for bandwidth in (1000.0, 3000.0, 10000.0, 100000.0):
+        data = ring(alpha=0.95, window=2, latency_ms=25.0)
+        data["network"]["bandwidth_mbps"] = bandwidth
+        rates.append(analyze(load_scenario(data=data)).metrics["tokens_per_s"])
+    assert all(b >= a for a, b in itertools.pairwise(rates)), rates
 
 
 # ------------------------------------------------------------------------------ properties

@@ -65,7 +65,6 @@ from wansim.stages.compute import mean_stage_ms, stage_ms_each, stages_differ
 MAX_CHAIN = 256  # blocks per chain considered (a chain longer than a request is cut there)
 JITTER_NODES = 5
 ABSORBED = 0.3  # share of the window's other crossings whose losses overlap a stall (loss_stalls)
-BIG = 1e12
 
 
 @dataclasses.dataclass
@@ -164,11 +163,21 @@ def chain_schedule(
         verdict[:, k] = end[:, k] + r_mean
     z, wz = np.polynomial.hermite_e.hermegauss(JITTER_NODES)
     wz = wz / wz.sum()
-    offsets = (rows * BIG)[:, None]
 
     def last_before(times: np.ndarray, when: np.ndarray) -> np.ndarray:
-        """Per row: the last column k with times[k] < when (row-wise searchsorted)."""
-        idx = np.searchsorted((times + offsets).ravel(), (when + offsets).ravel(), side="left")
+        """Per row: the last column k with times[k] < when (row-wise searchsorted over rows
+        laid end to end, each shifted by the span of all times). A block started the instant
+        a verdict arrives (it waited for that verdict) was started after it: ties within
+        1e-9 of the span count as not before, so rounding never decides (the stale counts of
+        a window of 2 on a ring without jitter had flipped with the bandwidth: tokens/s
+        -0.7% for 10x the bandwidth at 4% loss)."""
+        lo = min(float(times.min()), float(when.min()))
+        span = max(float(times.max()), float(when.max())) - lo + 1.0
+        offsets = (rows * span - lo)[:, None]
+        tie = 1e-9 * span
+        idx = np.searchsorted(
+            (times + offsets).ravel(), (when + offsets - tie).ravel(), side="left"
+        )
         return idx.reshape(when.shape) - 1 - rows[:, None] * ks
 
     heard_all, started, finished, drafted = [], [], [], []

@@ -74,9 +74,9 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-from simpy.events import Timeout
 
 from wansim.acceptance.trees import sample_survival
+from wansim.sim.kernel import Timeout
 from wansim.sim.messages import VERIFY, Pass
 from wansim.speculation.block_schedule import flushes
 from wansim.speculation.hybrid_rounds import confident, round_draws

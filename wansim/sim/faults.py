@@ -33,10 +33,10 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from simpy.events import Timeout
 
 from wansim.config.scenario import Faults
 from wansim.errors import ScenarioError
+from wansim.sim.kernel import Timeout
 from wansim.sim.messages import PREFILL, Pass
 
 MS_PER_S = 1e3

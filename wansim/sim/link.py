@@ -15,12 +15,12 @@ from collections.abc import Callable
 
 import numpy as np
 import simpy
-from simpy.events import Timeout
 
 from wansim.config.scenario import Hop
 from wansim.links.delivery import HopSender, software_ms
 from wansim.links.draws import LinkDraws
 from wansim.links.expected_delay import jitter_dist
+from wansim.sim.kernel import Timeout
 from wansim.sim.messages import VERIFY, Pass
 
 

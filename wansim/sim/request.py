@@ -28,10 +28,10 @@ from collections import deque
 from collections.abc import Callable
 
 import simpy
-from simpy.events import Timeout
 
 from wansim.config.scenario import Workload
 from wansim.serving.workload import RequestPlan
+from wansim.sim.kernel import Timeout
 
 
 class Request:

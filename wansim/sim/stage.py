@@ -60,8 +60,8 @@ from __future__ import annotations
 from collections import deque
 
 import simpy
-from simpy.events import Event, Timeout
 
+from wansim.sim.kernel import Event, Kernel, Start, Timeout
 from wansim.sim.link import Link, decode_share
 from wansim.sim.messages import KIND_NAMES, PREFILL, VERIFY, Pass
 from wansim.sim.micro_batches import MicroBatchMessage
@@ -119,15 +119,24 @@ class Stage:
         self._compute_cache: dict[int, float] = {}  # n tokens -> ms (sizes repeat)
         self.closed_form = False
         self.process: simpy.Process | None = None
+        self._in_service: tuple | None = None  # (batch, n, start, draft, compute) on the Kernel
+        self._serve_next_cb = self._serve_next
+        self._served_cb = self._served
 
     def start(self) -> None:
         """Begin serving (after wiring: ``link_out``, ``source`` and ``hooks`` are set).
 
         A stage that can serve in closed form (:meth:`serves_in_closed_form`) needs no process
-        (module docstring); every other stage is a process with a mailbox.
+        (module docstring); every other stage is a process with a mailbox: on SimPy a generator
+        (:meth:`run`, the reference), on the :class:`~wansim.sim.kernel.Kernel` the same steps
+        as callbacks (:meth:`_serve_next`, :meth:`_served`: the same events in the same order).
         """
         self.closed_form = self.serves_in_closed_form()
-        if not self.closed_form:
+        if self.closed_form:
+            return
+        if isinstance(self.env, Kernel):
+            Start(self.env, self._serve_next_cb)
+        else:
             self.process = self.env.process(self.run())
 
     def serves_in_closed_form(self) -> bool:
@@ -170,6 +179,35 @@ class Stage:
             yield Timeout(env, draft + compute)
             self._account(batch, start, draft, compute)
         return batch, n
+
+    def _serve_next(self, _event=None) -> None:
+        """:meth:`_compute_next` as a callback: start the next pass or batch (a timeout to
+        :meth:`_served`), or wait for a pass (a wake-up event back to this method)."""
+        env = self.env
+        mailbox = self.mailbox
+        while mailbox:
+            batch, n = self._next_batch()
+            if batch:
+                start = env._now
+                draft, compute = self._service_ms(batch, n, start)
+                self._in_service = (batch, n, start, draft, compute)
+                Timeout(env, draft + compute).callbacks.append(self._served_cb)
+                return
+        wake = self.wake = Event(env)
+        wake.callbacks.append(self._serve_next_cb)
+
+    def _served(self, _event) -> None:
+        """A pass or batch is computed: account for it, hand it on (:meth:`_after`), serve on."""
+        batch, n, start, draft, compute = self._in_service
+        self._in_service = None
+        self._account(batch, start, draft, compute)
+        if self._after(batch, n):
+            self._serve_next()
+
+    def _after(self, batch: list[Pass], n: int) -> bool:
+        """What the role does with a computed pass or batch (as in its :meth:`run`); False
+        when it holds the stage longer (it then serves on itself)."""
+        raise NotImplementedError
 
     def _next_batch(self) -> tuple[list[Pass], int]:
         """The oldest pass of the (non-empty) mailbox, or with continuous batching every pass
@@ -276,17 +314,20 @@ class RelayStage(Stage):
         return size, share
 
     def run(self):
-        hooks = self.hooks
         while True:
             batch, n = yield from self._compute_next()
+            if batch:
+                self._after(batch, n)
+
+    def _after(self, batch: list[Pass], n: int) -> bool:
+        hooks = self.hooks
+        if hooks is not None:  # count the work; cancelled meanwhile: not forwarded
+            batch = hooks.done(self.index, batch)
             if not batch:
-                continue
-            if hooks is not None:  # count the work; cancelled meanwhile: not forwarded
-                batch = hooks.done(self.index, batch)
-                if not batch:
-                    continue
-                n = sum(p.n for p in batch)
-            self._forward(batch, n, None)
+                return True
+            n = sum(p.n for p in batch)
+        self._forward(batch, n, None)
+        return True
 
 
 class LastStage(Stage):
@@ -339,15 +380,48 @@ class LastStage(Stage):
                 start = env._now
                 draft = self.draft_after(len(following))
                 yield Timeout(env, draft)
-                self.busy_ms += draft
-                if self.timeline is not None:
-                    self.timeline.append((self.index, start, env._now, "draft", following))
-            if self.micro is None:
-                self.link_out.send(following, self.return_bytes * len(following), 1.0)
-            elif self.micro.still_circulates(batch.index):  # back to S0, one record a sequence
-                records = max(len(following) + chunks, 1)
-                back = MicroBatchMessage(batch.index, following)
-                self.link_out.send(back, self.return_bytes * records, 1.0)
+                self._drafted(following, start, draft)
+            self._send_back(batch, following, chunks)
+
+    def _after(self, batch: list[Pass], n: int) -> bool:
+        """:meth:`run`'s steps after a computed pass or batch, on the Kernel (the drafting
+        after the verdicts is a timeout to :meth:`_drafted_then_send`)."""
+        hooks = self.hooks
+        if hooks is not None:
+            hooks.verdicts(self, hooks.done(self.index, batch))
+            return True
+        following, chunks = self._verdicts(batch)
+        if not following and self.micro is None:
+            return True
+        if following and (self.draft_after_ms or self.draft_after_per_sequence_ms):
+            start = self.env._now
+            draft = self.draft_after(len(following))
+            Timeout(self.env, draft).callbacks.append(
+                lambda _e: self._drafted_then_send(batch, following, chunks, start, draft)
+            )
+            return False
+        self._send_back(batch, following, chunks)
+        return True
+
+    def _drafted_then_send(self, batch, following, chunks, start: float, draft: float) -> None:
+        self._drafted(following, start, draft)
+        self._send_back(batch, following, chunks)
+        self._serve_next()
+
+    def _drafted(self, following: list[Pass], start: float, draft: float) -> None:
+        """The drafting after the verdicts has ended (busy time, its timeline slice)."""
+        self.busy_ms += draft
+        if self.timeline is not None:
+            self.timeline.append((self.index, start, self.env._now, "draft", following))
+
+    def _send_back(self, batch, following: list[Pass], chunks: int) -> None:
+        """The next passes ride the return hop to S0 (micro-batches: the micro-batch)."""
+        if self.micro is None:
+            self.link_out.send(following, self.return_bytes * len(following), 1.0)
+        elif self.micro.still_circulates(batch.index):  # back to S0, one record a sequence
+            records = max(len(following) + chunks, 1)
+            back = MicroBatchMessage(batch.index, following)
+            self.link_out.send(back, self.return_bytes * records, 1.0)
 
     def _verdicts(self, batch: list[Pass]) -> tuple[list[Pass], int]:
         """First tokens and verdicts; returns the next passes of unfinished requests and the

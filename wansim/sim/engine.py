@@ -40,7 +40,7 @@ from wansim.serving.workload import plan_requests
 from wansim.sim import lone_ring
 from wansim.sim.async_speculation import Scheduler, TreeRounds, guess_rates
 from wansim.sim.faults import FaultInjector, fault_seed
-from wansim.sim.kernel import Kernel
+from wansim.sim.kernel import Kernel, Reference
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
 from wansim.sim.metrics import (
@@ -174,7 +174,7 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
     the sim's event loop (:class:`~wansim.sim.kernel.Kernel`), or with ``reference=True`` on
     ``simpy.Environment`` (the same order of events: the reference the loop is tested against)."""
     # a float clock from the start (times are floats)
-    env = simpy.Environment(0.0) if reference else Kernel(0.0)
+    env = Reference(0.0) if reference else Kernel(0.0)
     p_stages = scenario.stages
     # the block schedule's bets come from one more child, after the documented streams
     seeds = ring_seeds(scenario.seed, p_stages)

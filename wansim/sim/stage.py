@@ -61,12 +61,14 @@ from collections import deque
 
 import simpy
 
-from wansim.sim.kernel import Event, Kernel, Start, Timeout
+from wansim.sim.kernel import Event, Kernel, Reference, Timeout
 from wansim.sim.link import Link, decode_share
 from wansim.sim.messages import KIND_NAMES, PREFILL, VERIFY, Pass
 from wansim.sim.micro_batches import MicroBatchMessage
 from wansim.sim.request import RequestSource
 from wansim.sim.verifier import Verifier
+
+WAKE_CALL = object()  # Stage.wake on the Kernel: idle, to be woken by a call of _serve_next
 
 
 class Stage:
@@ -78,7 +80,7 @@ class Stage:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Kernel | Reference,
         index: int,
         compute_ms,
         *,
@@ -135,7 +137,7 @@ class Stage:
         if self.closed_form:
             return
         if isinstance(self.env, Kernel):
-            Start(self.env, self._serve_next_cb)
+            self.env.start(self._serve_next_cb)
         else:
             self.process = self.env.process(self.run())
 
@@ -158,7 +160,10 @@ class Stage:
         wake = self.wake
         if wake is not None:
             self.wake = None
-            wake.succeed()
+            if wake is WAKE_CALL:  # the Kernel: the wake-up's callback, at Event.succeed's key
+                self.env.call(0, self._serve_next_cb)
+            else:
+                wake.succeed()
 
     def _serve(self, p: Pass) -> None:
         raise NotImplementedError
@@ -191,10 +196,9 @@ class Stage:
                 start = env._now
                 draft, compute = self._service_ms(batch, n, start)
                 self._in_service = (batch, n, start, draft, compute)
-                Timeout(env, draft + compute).callbacks.append(self._served_cb)
+                env.call(draft + compute, self._served_cb)
                 return
-        wake = self.wake = Event(env)
-        wake.callbacks.append(self._serve_next_cb)
+        self.wake = WAKE_CALL  # (receive schedules this method at the wake-up's key)
 
     def _served(self, _event) -> None:
         """A pass or batch is computed: account for it, hand it on (:meth:`_after`), serve on."""
@@ -227,8 +231,10 @@ class Stage:
             batch = [p]
             n = p.n
         if self.hooks is not None:  # drop cancelled blocks before starting them
-            batch = self.hooks.take(self.index, batch)
-            n = sum(p.n for p in batch)
+            kept = self.hooks.take(self.index, batch)
+            if kept is not batch:  # (the same list back: nothing dropped)
+                batch = kept
+                n = sum(p.n for p in batch)
         return batch, n
 
     def _service_ms(self, batch: list[Pass], n: int, start: float = 0.0) -> tuple[float, float]:
@@ -269,7 +275,7 @@ class RelayStage(Stage):
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Kernel | Reference,
         index: int,
         compute_ms,
         forward_bytes,
@@ -322,10 +328,12 @@ class RelayStage(Stage):
     def _after(self, batch: list[Pass], n: int) -> bool:
         hooks = self.hooks
         if hooks is not None:  # count the work; cancelled meanwhile: not forwarded
-            batch = hooks.done(self.index, batch)
-            if not batch:
+            kept = hooks.done(self.index, batch)
+            if not kept:
                 return True
-            n = sum(p.n for p in batch)
+            if kept is not batch:  # (the same list back: nothing dropped)
+                batch = kept
+                n = sum(p.n for p in batch)
         self._forward(batch, n, None)
         return True
 
@@ -340,7 +348,7 @@ class LastStage(Stage):
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Kernel | Reference,
         index: int,
         compute_ms,
         return_bytes: float,
@@ -396,8 +404,8 @@ class LastStage(Stage):
         if following and (self.draft_after_ms or self.draft_after_per_sequence_ms):
             start = self.env._now
             draft = self.draft_after(len(following))
-            Timeout(self.env, draft).callbacks.append(
-                lambda _e: self._drafted_then_send(batch, following, chunks, start, draft)
+            self.env.call(
+                draft, lambda _e: self._drafted_then_send(batch, following, chunks, start, draft)
             )
             return False
         self._send_back(batch, following, chunks)

@@ -2,7 +2,8 @@
 
 The reference scenario with async in-pipe speculation (K = 3, 8 blocks in flight, drafter on
 S0: ``bench_des.ASYNC``), alone or with ``--concurrency`` requests in flight, ``--requests``
-requests of 256 tokens. Prints the best CPU seconds of ``--repeat`` runs (``cpu_s``, what
+requests of 256 tokens (``--sync-batched``: the sync schedule with continuous batching instead,
+``bench_des.py``'s concurrency case). Prints the best CPU seconds of ``--repeat`` runs (``cpu_s``, what
 ``paired.py --field cpu_s_best`` reads), tokens, events, and a digest of the metrics (sha256 of
 their JSON), so two source trees run alternately by ``paired.py`` can be checked to give the
 same metrics bit for bit. Uses only ``load_scenario`` and ``simulate`` (any tree has them).
@@ -38,10 +39,14 @@ def main() -> dict:
     parser.add_argument("--requests", type=int, default=80)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--sync-batched", action="store_true", help="the sync schedule, continuous batching"
+    )
     args = parser.parse_args()
+    schedule = ["schedule.batching=continuous"] if args.sync_batched else ASYNC
     over = [
         f"workload.requests={args.requests}",
-        *ASYNC,
+        *schedule,
         f"workload.concurrency={args.concurrency}",
     ]
     scenario = load_scenario(REFERENCE, over)

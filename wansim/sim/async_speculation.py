@@ -205,6 +205,43 @@ class RequestState:
 class Scheduler:
     """The block schedule of one run (module docstring)."""
 
+    __slots__ = (
+        "batching",
+        "bet_seed",
+        "bets_lost",
+        "bets_won",
+        "cancel_bytes",
+        "cancel_messages",
+        "cancelled_blocks",
+        "cancelled_stage_tokens",
+        "confident_rounds",
+        "draft_ms",
+        "draft_queue",
+        "drafter_busy",
+        "drafter_busy_ms",
+        "drafter_passes",
+        "drafter_wasted_blocks",
+        "dropped_unstarted",
+        "env",
+        "first_stage",
+        "flush",
+        "full",
+        "k",
+        "last",
+        "n_stages",
+        "outbox",
+        "overlap",
+        "p_guess",
+        "stage_epochs",
+        "stages",
+        "states",
+        "tokens",
+        "tree_round_count",
+        "tree_rounds",
+        "verifier",
+        "window",
+    )
+
     def __init__(
         self,
         env,

@@ -77,6 +77,33 @@ class Stage:
     busy time and timeline slices. Wire ``link_out`` and ``source`` before :meth:`start`."""
 
     is_last = False
+    __slots__ = (
+        "_compute_cache",
+        "_in_service",
+        "_serve_next_cb",
+        "_served_cb",
+        "batching",
+        "busy_ms",
+        "closed_form",
+        "compute_ms",
+        "draft_before_ms",
+        "draft_before_per_sequence_ms",
+        "env",
+        "free_ms",
+        "hooks",
+        "index",
+        "link_out",
+        "mailbox",
+        "micro",
+        "passes",
+        "process",
+        "slowdown",
+        "slowdowns",
+        "source",
+        "timeline",
+        "tree_draft_ms",
+        "wake",
+    )
 
     def __init__(
         self,
@@ -273,6 +300,8 @@ class RelayStage(Stage):
     """A stage before the last (S0 included when the ring has more than one stage): serves a
     pass, then offers it (header + n activations, + tree masks) to its forward hop."""
 
+    __slots__ = ("forward_bytes", "mask_bytes_per_sequence", "tree_mask_bytes")
+
     def __init__(
         self,
         env: Kernel | Reference,
@@ -345,6 +374,7 @@ class LastStage(Stage):
     last_stage``."""
 
     is_last = True
+    __slots__ = ("draft_after_ms", "draft_after_per_sequence_ms", "return_bytes", "verifier")
 
     def __init__(
         self,

@@ -710,6 +710,8 @@ def run_profile(
             "quick": bool(quick),
             "load_avg_1min": {"min": min(loads), "max": max(loads)},
             "seconds": round(time.perf_counter() - t0, 1),
+            # the cores every stage process shares (the predictions' model.host_cores)
+            "host_cores": len(os.sched_getaffinity(0)),
         },
         "stage_cost": fit_stage_cost(stage),  # the draft model's pipelines only
         "drafter": fit_drafter(draft),

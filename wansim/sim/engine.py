@@ -40,6 +40,7 @@ from wansim.serving.workload import plan_requests
 from wansim.sim import lone_ring
 from wansim.sim.async_speculation import Scheduler, TreeRounds, guess_rates
 from wansim.sim.faults import FaultInjector, fault_seed
+from wansim.sim.host import SharedHost
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
 from wansim.sim.metrics import (
@@ -215,12 +216,22 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         return_message_bytes(scenario, tree_nodes, 1, pol.tokens_per_pass(), pol.nodes)
     )
 
+    # every stage on one host of model.host_cores cores (wansim.sim.host): only where computes
+    # can overlap (one request in flight in the sync ring never does: the same run without it)
+    cores = scenario.model.host_cores
+    host = (
+        SharedHost(env, cores)
+        if cores is not None and (blocks or int(np.max(serving_slots(scenario))) > 1)
+        else None
+    )
+
     def shared(i: int) -> dict:
         """What every stage role takes: batching, the timeline, its compute noise/stragglers;
         S0 its drafter duty (placement first_stage: drafting before its compute)."""
         duties = {
             "batching": scenario.schedule.batching == "continuous",
             "timeline": tl.stage_slices if tl else None,
+            "host": host,
             "slowdown": (
                 StageSlowdown(scenario.model, i, stage_rng(scenario.seed, i))
                 if StageSlowdown.enabled(scenario.model, i)

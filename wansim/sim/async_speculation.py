@@ -71,6 +71,7 @@ s x n (``cancelled_stage_tokens``); a block dropped before any stage started it 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 
 import numpy as np
@@ -145,17 +146,18 @@ CHAIN_ROUND = 1  # RequestState.round values (per-round hybrid)
 TREE_ROUND = 2
 
 
+@dataclasses.dataclass(frozen=True)
 class TreeRounds:
-    """The per-round hybrid's tree rounds: p (confident fraction), the tree's tokens per pass,
-    S0's drafting cost for it, its accepted-length survival per request (commit rule
-    applied) and its verdict's bytes."""
+    """The per-round hybrid's tree rounds: ``p`` (confident fraction), the tree's tokens per
+    pass, its accepted-length survival per request (commit rule applied), its verdict's bytes,
+    and its depth and nodes (S0's drafting cost, the mask)."""
 
-    def __init__(self, p: float, tokens: int, survival: np.ndarray, return_bytes: float):
-        self.p = float(p)
-        self.tokens = int(tokens)
-        self.survival = np.asarray(survival, dtype=float)
-        self.return_bytes = float(return_bytes)
-        self.depth = self.nodes = 0  # the tree's (S0's drafting cost, the mask)
+    p: float
+    tokens: int
+    survival: np.ndarray
+    return_bytes: float
+    depth: int
+    nodes: int
 
 
 class RequestState:

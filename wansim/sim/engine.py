@@ -361,9 +361,14 @@ def _tree_rounds(scenario: Scenario, rng_difficulty: np.random.Generator) -> Tre
     survival = speculation.commit_survival(sc, pol.survival(rates))
     tokens = pol.tokens_per_pass()
     ret = float(return_message_bytes(sc, pol.nodes, 1, tokens, pol.nodes))
-    rounds = TreeRounds(confident_fraction(scenario), tokens, survival, ret)
-    rounds.depth, rounds.nodes = pol.depth, pol.nodes
-    return rounds
+    return TreeRounds(
+        float(confident_fraction(scenario)),
+        int(tokens),
+        np.asarray(survival, dtype=float),
+        ret,
+        int(pol.depth),
+        int(pol.nodes),
+    )
 
 
 def _slots(scenario: Scenario) -> int:

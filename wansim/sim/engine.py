@@ -40,6 +40,7 @@ from wansim.serving.workload import plan_requests
 from wansim.sim import lone_ring
 from wansim.sim.async_speculation import Scheduler, TreeRounds, guess_rates
 from wansim.sim.faults import FaultInjector, fault_seed
+from wansim.sim.host import SharedHost
 from wansim.sim.kernel import Kernel, Reference
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
@@ -172,9 +173,12 @@ class Pipeline:
 def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False) -> Pipeline:
     """Wire the stages, links, verifier, request source (and block schedule) of a scenario, on
     the sim's event loop (:class:`~wansim.sim.kernel.Kernel`), or with ``reference=True`` on
-    ``simpy.Environment`` (the same order of events: the reference the loop is tested against)."""
+    ``simpy.Environment`` (the same order of events: the reference the loop is tested against).
+    A shared host (``model.host_cores``: :mod:`wansim.sim.host`, whose stages wait on its
+    events in their SimPy processes) always runs on SimPy's loop."""
     # a float clock from the start (times are floats)
-    env = Reference(0.0) if reference else Kernel(0.0)
+    simpy_loop = reference or scenario.model.host_cores is not None
+    env = Reference(0.0) if simpy_loop else Kernel(0.0)
     p_stages = scenario.stages
     # the block schedule's bets come from one more child, after the documented streams
     seeds = ring_seeds(scenario.seed, p_stages)
@@ -219,12 +223,22 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
         return_message_bytes(scenario, tree_nodes, 1, pol.tokens_per_pass(), pol.nodes)
     )
 
+    # every stage on one host of model.host_cores cores (wansim.sim.host): only where computes
+    # can overlap (one request in flight in the sync ring never does: the same run without it)
+    cores = scenario.model.host_cores
+    host = (
+        SharedHost(env, cores)
+        if cores is not None and (blocks or int(np.max(serving_slots(scenario))) > 1)
+        else None
+    )
+
     def shared(i: int) -> dict:
         """What every stage role takes: batching, the timeline, its compute noise/stragglers;
         S0 its drafter duty (placement first_stage: drafting before its compute)."""
         duties = {
             "batching": scenario.schedule.batching == "continuous",
             "timeline": tl.stage_slices if tl else None,
+            "host": host,
             "slowdown": (
                 StageSlowdown(scenario.model, i, stage_rng(scenario.seed, i))
                 if StageSlowdown.enabled(scenario.model, i)

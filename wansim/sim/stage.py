@@ -91,6 +91,7 @@ class Stage:
         "env",
         "free_ms",
         "hooks",
+        "host",
         "index",
         "link_out",
         "mailbox",
@@ -118,6 +119,7 @@ class Stage:
         hooks=None,
         micro=None,
         slowdown=None,
+        host=None,
     ):
         self.env = env
         self.index = index
@@ -138,6 +140,9 @@ class Stage:
         # compute noise and stragglers (wansim.stages.slowdown.StageSlowdown), None when off
         self.slowdown = slowdown
         self.slowdowns: list | None = None  # (stage, start, end, factor) when kept (Perfetto)
+        # the host's cores shared with the other stages (wansim.sim.host.SharedHost), None when
+        # every stage has its own CPU
+        self.host = host
         self.mailbox: deque[Pass] = deque()
         self.wake: simpy.Event | None = None
         self.link_out: Link | None = None
@@ -208,7 +213,11 @@ class Stage:
         if batch:
             start = env._now
             draft, compute = self._service_ms(batch, n, start)
-            yield Timeout(env, draft + compute)
+            if self.host is None:
+                yield Timeout(env, draft + compute)
+            else:
+                yield self.host.compute(draft + compute)
+                draft, compute = self._stretched(start, draft, compute)
             self._account(batch, start, draft, compute)
         return batch, n
 
@@ -285,6 +294,13 @@ class Stage:
             compute *= factor
         return draft, compute
 
+    def _stretched(self, start: float, draft: float, compute: float) -> tuple[float, float]:
+        """(drafting, compute) as they took on the shared host: stretched alike to the time
+        from ``start`` to now."""
+        work = draft + compute
+        stretch = (self.env._now - start) / work if work > 0 else 1.0
+        return draft * stretch, compute * stretch
+
     def _account(self, batch: list[Pass], start: float, draft: float, compute: float) -> None:
         """Busy time, pass count and (when kept) the timeline slices of one pass."""
         self.busy_ms += draft + compute
@@ -318,9 +334,9 @@ class RelayStage(Stage):
         self.tree_mask_bytes = 0.0  # the per-round hybrid: a tree round's block's mask
 
     def serves_in_closed_form(self) -> bool:
-        """Neither batching nor the block schedule: a FIFO server with a fixed service time
-        per pass, in closed form (module docstring)."""
-        return not self.batching and self.hooks is None
+        """Neither batching, the block schedule nor a shared host: a FIFO server with a fixed
+        service time per pass, in closed form (module docstring)."""
+        return not self.batching and self.hooks is None and self.host is None
 
     def _serve(self, p: Pass) -> None:
         """Closed-form FIFO service of one pass arriving now: it starts when the stage is free,
@@ -417,7 +433,11 @@ class LastStage(Stage):
             if following and (self.draft_after_ms or self.draft_after_per_sequence_ms):
                 start = env._now
                 draft = self.draft_after(len(following))
-                yield Timeout(env, draft)
+                if self.host is None:
+                    yield Timeout(env, draft)
+                else:  # as long as it took on the shared host
+                    yield self.host.compute(draft)
+                    draft = env._now - start
                 self._drafted(following, start, draft)
             self._send_back(batch, following, chunks)
 

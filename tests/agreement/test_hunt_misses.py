@@ -205,3 +205,14 @@ def test_passes_pmf_is_continuous_across_the_lattice_and_the_normal():
     for sd in np.linspace(0.3, 1.0, 15):
         pmf = passes_pmf([1.0], [22.0], [sd**2])
         assert pmf @ np.arange(len(pmf)) == pytest.approx(22.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [32, 62])
+def test_micro_batches_with_extra_tensors_are_answered(seed):
+    """Hunt seeds 32 and 62 (micro-batches, auxiliary hidden states on the ring): the
+    analytical engine crashed (the return message's features asked for the ring's size that
+    the micro-batched ring never passes); now it answers, and the hunt's rule holds: within
+    the documented band plus twice the DES's half-width, or ``validated: false``."""
+    row = hunt.evaluate(seed)
+    assert not row["refused"], row["refused"]
+    assert not row["out_of_band"] or not row["validated"], row

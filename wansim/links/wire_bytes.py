@@ -127,7 +127,9 @@ def verdict_bytes(
         + (np.asarray(chain_drafts, dtype=float) if drafter_on_last_stage else 0.0)
     )
     features = 0.0
-    if payload.extra_tensors:
+    # no verified ids listed (the micro-batched ring's records): no features either, and no
+    # ring size needed (hunt seeds 32, 62, 76: the analytical engine crashed on int(None))
+    if payload.extra_tensors and np.any(np.asarray(verified_tokens) != 0):
         features = np.asarray(verified_tokens, dtype=float) * extra_bytes_per_token(
             payload, int(stages) - 1, int(stages)
         )

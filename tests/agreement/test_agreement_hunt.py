@@ -154,3 +154,14 @@ def test_des_monotone_and_utilisation_at_most_one(seed):
 @given(seed=st.integers(0, 10**6))
 def test_des_monotone_and_utilisation_at_most_one_fresh(seed):
     _des_monotone(seed)
+
+
+def test_the_hunts_text_names_only_the_mechanisms_its_table_has():
+    """docs/approximations.md once claimed issue 13's draws for a table made before them: the
+    paragraph now reads them from the table's ``mechanisms``."""
+    older = pd.DataFrame({"mechanisms": ["sync", "async+loss", "concurrent+hops"]})
+    assert "predate" in hunt.drawn_in(older)
+    newer = pd.DataFrame({"mechanisms": ["loss+tcp", "async+flush+hybrid", "sync"]})
+    text = hunt.drawn_in(newer)
+    assert "tcp (1)" in text and "the flush protocol (1)" in text and "hybrid (1)" in text
+    assert "per-message" not in text and "drift" not in text

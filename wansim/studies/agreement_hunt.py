@@ -494,11 +494,9 @@ def markdown(table, before=None) -> str:
         " jitter kind, 0-4% loss, placement, overlap, chains, trees and no speculation, sync and"
         " async, 1-16 requests with and without continuous batching, 2-8 micro-batches with"
         " chunked prefill and batch caps, lognormal, empirical and trace lengths (the shipped"
-        " trace), KV capacity below the users' need, 4-256 output tokens; on top, issue 13's"
-        " per-message costs, payload per hop, compute noise and stragglers, drift, faults, tcp,"
-        " the flush protocol and the per-round hybrid), both"
-        " engines. A point is *beyond its band* when |analytical - DES| exceeds the documented"
-        " band of its regime (the table above) plus twice the DES's 95% half-width.",
+        " trace), KV capacity below the users' need, 4-256 output tokens), both engines."
+        f" {drawn_in(table)} A point is *beyond its band* when |analytical - DES| exceeds the"
+        " documented band of its regime (the table above) plus twice the DES's 95% half-width.",
         "",
         f"- validated (inside a measured regime): {s['validated']} of {s['ran']};",
         f"- beyond the documented band: {int(ran['beyond'].sum())}"
@@ -507,7 +505,8 @@ def markdown(table, before=None) -> str:
         f"- silent errors (beyond the result's own band while validated): {s['silent']} on"
         f" tokens/s, {s['ttft_silent']} on the mean TTFT (its band plus twice the DES's"
         " half-width on it, `ttft_half_rel`);",
-        f"- refused or crashed: {s['refused']}.",
+        f"- refused (a combination the analytical engine does not model) or crashed:"
+        f" {s['refused']}, of them crashed: {crashed(table)}.",
         "",
     ]
     if before is not None:
@@ -548,6 +547,35 @@ def markdown(table, before=None) -> str:
     return "\n".join(lines)
 
 
+WAN_TAGS = {
+    "per-message": "per-message costs",
+    "payload-hops": "payload per hop",
+    "noise": "compute noise",
+    "stragglers": "stragglers",
+    "drift": "drift",
+    "faults": "faults",
+    "tcp": "tcp",
+    "flush": "the flush protocol",
+    "hybrid": "the per-round hybrid",
+}
+
+
+def drawn_in(table) -> str:
+    """Which of issue 13's mechanisms the table's points carry, with their counts (read from
+    the table's ``mechanisms``, so the text never claims draws the table lacks)."""
+    tags = table["mechanisms"].str.split("+")
+    counts = {name: int(tags.map(lambda t, k=tag: k in t).sum()) for tag, name in WAN_TAGS.items()}
+    present = [f"{name} ({n})" for name, n in counts.items() if n]
+    if not present:
+        return "Its draws predate issue 13's WAN physics (none of its points carries them)."
+    return "Issue 13's WAN physics on top, points per mechanism: " + ", ".join(present) + "."
+
+
+def crashed(table) -> int:
+    """Points where the analytical engine raised something other than an input error."""
+    return int(table["refused"].astype(str).str.startswith("analytical crashed").sum())
+
+
 EXPLAINED = {
     "loss with several messages in flight": "links deliver in order (TCP), so a lost "
     "message holds every message behind it for its retransmission (200 ms by default, often "
@@ -555,16 +583,21 @@ EXPLAINED = {
     "(`wansim/analytical/resequencing.py`, checked against a simulation to 5%). A request's "
     "own async blocks: the window stalls once per loss, not once per held block, and losses "
     "among the blocks still crossing other hops are repaired inside the same stall "
-    "(`wansim.analytical.blocks.loss_stalls`); the single-request async points with loss "
-    "(seeds 89, 156, 216, 250 of the draws before the serving mechanisms) went from -68%, "
-    "-73%, -60%, -19% to -2%, +1%, +1%, -4%, and async on a ring of 8 requests (seed 48) "
-    "from -41% to -11%. The worst left: 4% loss on 10 hops with 17 blocks in flight and every "
-    "bet won (seed 287, +35%: its stalls overlap less than the half of the crossings taken), "
-    "16 async requests at 4% loss (seed 101, +37%), and requests without speculation whose "
-    "4-token outputs ride behind 512-token prefills (seed 24, -41%). Seed 210 (+391%, now "
-    "inside the DES's 95% interval): 8 requests whose 7 MB prefills take 590 ms a hop at "
-    "100 Mbit/s start 590 ms apart, so requests of equal length never finish together and "
-    "their successors' prefills convoy them (`staggered` in `wansim/analytical/concurrent.py`).",
+    "(`wansim.analytical.blocks.loss_stalls`): while one loss holds the ring S0 fills its "
+    "window, and losses among the other blocks' crossings overlap the stall, each loss "
+    "costing its stall / sqrt(1 + 2x) with x = 0.3 g (B - 1) (fitted on 17 single-request "
+    "lossy async points against the DES, tests/engines/test_async_loss_stalls.py). It counts "
+    "the window, not the blocks of the lossless lap, so a faster ring never absorbs fewer "
+    "losses (halving latency had cost up to 7% of tokens/s). The single-request async points "
+    "with loss of the draws before the serving mechanisms (seeds 89, 156, 216, 250) went from "
+    "-68%, -73%, -60%, -19% to -5%, +1%, -6%, -5%; 4% loss with near-certain acceptance on "
+    "10 stages (17 blocks in flight) from +44% (+36%: seed 287) to +8% (-14%). Left: 16 async "
+    "requests at 4% loss (seed 101 +38%, seed 84 +52% against a DES half-width of 72%), and "
+    "requests without speculation whose 4-token outputs ride behind 512-token prefills "
+    "(seed 24, -31%). Seed 210 (+391%, now inside the DES's 95% interval): 8 requests whose "
+    "7 MB prefills take 590 ms a hop at 100 Mbit/s start 590 ms apart, so requests of equal "
+    "length never finish together and their successors' prefills convoy them (`staggered` in "
+    "`wansim/analytical/concurrent.py`).",
     "no measured regime covers this combination": "the overlapped drafter with concurrent "
     "requests was never measured on a grid. Its drafter device is shared: a queued draft that "
     "starts after its request's lost bet is heard drafts from the correction, so a loaded "
@@ -589,6 +622,13 @@ EXPLAINED = {
     "jitter beyond 5 ms": "heavy or heavy-tailed jitter on a loaded ring holds messages "
     "behind late ones (the resequencing wait models the hold, not the bunches it releases "
     "downstream); the DES's own intervals are wide there (26-56% half-widths).",
+    "micro-batches with loss or long trees": "micro-batched rings are `validated: false` "
+    "outside their measured grid (chunked prefill, no loss); with 4% loss their resequencing "
+    "holds overlap across the batches in flight (seed 128: +30%), and 32-node trees in 2-8 "
+    "micro-batches pipeline where the model keeps them in lockstep (seed 35: +66% against a "
+    "DES half-width of 32%). Six points of this kind (seeds 32, 62, 76, 128, 154, 163: "
+    "auxiliary hidden states on a micro-batched ring) crashed the engine before this table "
+    "(the return message's features asked for a ring size; `wire_bytes.verdict_bytes`).",
     "several requests on links below 1000 Mbit/s": "prefills of hundreds of tokens hold a "
     "slow link for seconds; the convoys they form dominate the ring (100 Mbit/s, 8 requests, "
     "no speculation: -54%).",

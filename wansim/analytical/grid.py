@@ -19,6 +19,7 @@ import pandas as pd
 
 from wansim.analytical.engine import GRID_KEYS, check_supported, mean_metrics
 from wansim.config.scenario import Scenario, load_scenario, scenario_to_dict, split_path
+from wansim.config.validation import parsing_memoised
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
 
@@ -162,10 +163,11 @@ def _validate(base: Scenario, arrays: Mapping[str, np.ndarray]) -> None:
     combos = 1
     for values in distinct.values():
         combos *= len(values)
-    if combos <= 256:
-        for combo in itertools.product(*distinct.values()):
-            load_scenario(data=raw, overrides=dict(zip(distinct, combo, strict=True)))
-        return
-    for key, values in distinct.items():
-        for v in values:
-            load_scenario(data=raw, overrides={key: v})
+    with parsing_memoised():  # the sub-configs no value touches are parsed once
+        if combos <= 256:
+            for combo in itertools.product(*distinct.values()):
+                load_scenario(data=raw, overrides=dict(zip(distinct, combo, strict=True)))
+            return
+        for key, values in distinct.items():
+            for v in values:
+                load_scenario(data=raw, overrides={key: v})

@@ -108,3 +108,49 @@ def test_tpot_p99_with_varied_lengths_agrees_with_the_des(case):
     for metric in ("tpot_ms_p50", "tpot_ms_p99"):
         err = ana[metric] / des[metric] - 1.0
         assert abs(err) <= 0.25, (metric, des[metric], ana[metric])
+
+
+def _trust(**over):
+    base = {
+        "stages": 4,
+        "workload.concurrency": 8,
+        "workload.requests": 32,
+        "workload.output_tokens": 64,
+        "workload.lengths.kind": "lognormal",
+        "workload.lengths.output_cv": 1.0,
+        "schedule.batching": "continuous",
+    }
+    return analyze(load_scenario(REFERENCE, {**base, **over})).approximation
+
+
+def test_varied_lengths_are_validated_only_where_measured():
+    """Inside the measured domain the result is validated with the wider of its regime's band
+    and the varied-lengths band (TPOT p99 included); each way out names itself."""
+    from wansim.analytical.regime import REGIMES, VARIED_LENGTHS_BAND
+
+    inside = _trust()
+    assert inside["validated"], inside
+    assert "expectation over" in inside["regime"]
+    for k, v in VARIED_LENGTHS_BAND.items():
+        own = REGIMES["continuous batching"].error_band.get(k, 0.0)
+        assert inside["error_band"][k] == max(v, own)
+    outside = {
+        "lengths with a coefficient of variation of 1.50": {"workload.lengths.output_cv": 1.5},
+        "beyond 64 users": {
+            "workload.concurrency": 96,
+            "workload.requests": 96,
+            "schedule.batching": "none",
+        },
+        "a mix of acceptance rows": {
+            "workload.mix": [{"workload": "math", "share": 1}, {"workload": "chat", "share": 1}]
+        },
+        "varied lengths with overlap": {
+            "drafter.overlap": True,
+            "drafter.placement": "first_stage",
+            "workload.concurrency": 1,
+            "schedule.batching": "none",
+        },
+    }
+    for needle, over in outside.items():
+        trust = _trust(**over)
+        assert not trust["validated"] and needle in trust["why"], (needle, trust)

@@ -30,7 +30,7 @@ from wansim.analytical.hybrid import analyze_hybrid
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces
-from wansim.analytical.regime import approximation
+from wansim.analytical.regime import approximation, varied_approximation
 from wansim.analytical.serving import serving_metrics
 from wansim.analytical.sync import (
     lap_constant,
@@ -323,15 +323,16 @@ def _over_nodes(scenario: Scenario) -> Result:
     if all(d is not None for _, d in decode):  # own passes, the population's waits
         p50, p99 = population_tpot_quantiles(decode)
         metrics["tpot_ms_p50"], metrics["tpot_ms_p99"] = float(p50), float(p99)
-    first = dict(parts[0][2].approximation or {})
-    first["regime"] = f"{first.get('regime', '')} + expectation over {len(parts)} workload nodes"
-    first["validated"] = False
+    trust = varied_approximation(scenario, [dict(r.approximation or {}) for _, _, r in parts])
+    trust = dataclasses.replace(
+        trust, regime=f"{trust.regime} + expectation over {len(parts)} workload nodes"
+    )
     return Result(
         scenario=scenario,
         engine="analytical",
         metrics=metrics,
-        details={"approximation": first["regime"], "nodes": len(parts)},
-        approximation=first,
+        details={"approximation": trust.regime, "nodes": len(parts)},
+        approximation=trust.to_json(),
     )
 
 

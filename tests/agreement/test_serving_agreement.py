@@ -11,8 +11,8 @@ own 95% half-width h (its moving-block interval on tokens/s):
 on tokens/s, and on throughput with the same h relative to tokens/s (the DES gives no interval
 on throughput; both come from the same requests). The band is the one the analytical result
 carries where it says ``validated: true``; trace workloads outside the validated domain are
-held to the band the approximation-error table documents for them
-(``approximation_error.BOUNDS["varied lengths"]``); other unvalidated draws are skipped
+held to the worst the approximation-error table measured for them over all its points
+(``UNVALIDATED_TRACE_BAND``); other unvalidated draws are skipped
 (``assume``). Where the band names a tail (TPOT p99 with varied lengths), it is checked too,
 within the band plus twice the DES's bootstrap half-width on it. Several mechanisms per example keep the DES cost near a few seconds each.
 """
@@ -27,8 +27,12 @@ from tests.conftest import REFERENCE
 from wansim.analytical import analyze
 from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
-from wansim.studies.approximation_error import BOUNDS, TRACE
+from wansim.studies.approximation_error import TRACE
 
+# trace workloads outside the validated domain (continuous batches that would split in
+# groups): the worst the "varied lengths" group measured over all its points, validated or not
+# (docs/approximations.csv: 16.3% on tokens/s, 45.2% on throughput), rounded up
+UNVALIDATED_TRACE_BAND = {"tokens_per_s": 0.20, "throughput_tokens_per_s": 0.50}
 PROMPT = 512  # the reference scenario's prompt_tokens
 OUTPUT = 128
 
@@ -75,7 +79,7 @@ def check(mech: str, over: dict) -> None:
     ana = analyze(sc)
     trust = ana.approximation
     if mech in ("trace", "empirical") and not trust["validated"]:
-        band = BOUNDS["varied lengths"]  # the table's band for them, validated or not
+        band = UNVALIDATED_TRACE_BAND
     else:
         assume(trust["validated"])
         band = trust["error_band"]

@@ -55,10 +55,8 @@ ASSUMPTIONS = {name: r.model for name, r in REGIMES.items()}
 # the serving workloads (issue 15) answered on top of a regime: KV admission (the admitted
 # slots by the regime's model, the users' wait by Little's law: wansim.analytical.engine) keeps
 # the band of the regime it runs on; varied lengths (expectations over workload nodes:
-# wansim.analytical.mixture) are never validated (the results carry the unvalidated band);
-# the table's bound for them is what its grid measured, rounded up (max 23.2% tokens/s, 37.5%
-# throughput: a few long requests set the DES's makespan at 3 requests per user; 69% TTFT;
-# 0.18 bubble; 0.03 wasted)
+# wansim.analytical.mixture) are validated inside their measured domain, with the band their
+# grids measured over those points (wansim.analytical.regime.VARIED_LENGTHS_BAND)
 BOUNDS["KV admission"] = dict(REGIMES["continuous batching"].error_band)
 ASSUMPTIONS["KV admission"] = (
     "KV capacity below the users' need (continuous batching): the regime's model at the slots"
@@ -604,10 +602,14 @@ def markdown(table: pd.DataFrame, seconds: float, fast: bool) -> str:
         ]
         lines += ["|---|---|---|---|---|---|---|"]
 
-        def named(r, varies=varies):
-            return ", ".join(
-                f"{c[4:].split('.')[-1]}={_plain(r[c])}" for c in varies if r[c] == r[c]
-            )
+        last = [c[4:].split(".")[-1] for c in varies]
+        short = {c: n if last.count(n) == 1 else c[4:] for c, n in zip(varies, last, strict=True)}
+
+        def named(r, varies=varies, short=short, group=group):
+            text = ", ".join(f"{short[c]}={_plain(r[c])}" for c in varies if r[c] == r[c])
+            if group in VALIDATED_ONLY and str(r.get("validated", "")).lower() != "true":
+                text += " (not validated)"
+            return text
 
         for _, r in worst.head(3).iterrows():
             lines.append(

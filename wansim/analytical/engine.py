@@ -32,6 +32,7 @@ from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces
 from wansim.analytical.regime import approximation, varied_approximation
 from wansim.analytical.serving import serving_metrics
+from wansim.analytical.shared_host import analyze_shared_host, contended
 from wansim.analytical.sync import (
     lap_constant,
     lap_parts,
@@ -236,6 +237,8 @@ def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
     with the approximation it was answered by (:mod:`wansim.analytical.regime`)."""
     check_supported(scenario)
+    if contended(scenario):  # computes share the host's cores (wansim.analytical.shared_host)
+        return analyze_shared_host(scenario, analyze)
     if network_modulation(scenario.network) is not None:  # drift, trace: quasi-static pieces
         return analyze_pieces(scenario, analyze)
     if varies(scenario):

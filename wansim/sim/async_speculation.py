@@ -75,7 +75,6 @@ import dataclasses
 from collections import deque
 
 import numpy as np
-from simpy.events import Timeout
 
 from wansim.acceptance.trees import sample_survival
 from wansim.sim.messages import VERIFY, Pass
@@ -208,6 +207,43 @@ class RequestState:
 class Scheduler:
     """The block schedule of one run (module docstring)."""
 
+    __slots__ = (
+        "batching",
+        "bet_seed",
+        "bets_lost",
+        "bets_won",
+        "cancel_bytes",
+        "cancel_messages",
+        "cancelled_blocks",
+        "cancelled_stage_tokens",
+        "confident_rounds",
+        "draft_ms",
+        "draft_queue",
+        "drafter_busy",
+        "drafter_busy_ms",
+        "drafter_passes",
+        "drafter_wasted_blocks",
+        "dropped_unstarted",
+        "env",
+        "first_stage",
+        "flush",
+        "full",
+        "k",
+        "last",
+        "n_stages",
+        "outbox",
+        "overlap",
+        "p_guess",
+        "stage_epochs",
+        "stages",
+        "states",
+        "tokens",
+        "tree_round_count",
+        "tree_rounds",
+        "verifier",
+        "window",
+    )
+
     def __init__(
         self,
         env,
@@ -329,11 +365,10 @@ class Scheduler:
 
     # ------------------------------------------------------------------------- stage hooks
     def _stale_at(self, index: int, block: Block) -> bool:
-        st = self.states[block.request.rid]
         if index == self.last:  # (flush: computed, then dropped at the verdict)
-            return not self.flush and block.epoch < st.epoch
+            return not self.flush and block.epoch < self.states[block.request.rid].epoch
         if index == 0 and self.first_stage:
-            return block.epoch < st.known_epoch
+            return block.epoch < self.states[block.request.rid].known_epoch
         return block.epoch < self.stage_epochs[index].get(block.request.rid, 0)
 
     def _cancelled(self, block: Block) -> None:
@@ -558,7 +593,7 @@ class Scheduler:
         self.draft_queue.append(req)
         if not self.drafter_busy:  # start at the end of this instant: requests whose verdicts
             self.drafter_busy = True  # arrive together are drafted together
-            Timeout(self.env, 0).callbacks.append(self._start_pass)
+            self.env.call(0, self._start_pass)
 
     def _start_pass(self, _event=None) -> None:
         self.drafter_busy = False
@@ -588,7 +623,7 @@ class Scheduler:
         self.drafter_busy = True
         self.drafter_busy_ms += self.draft_ms
         self.drafter_passes += 1
-        Timeout(self.env, self.draft_ms).callbacks.append(lambda _e: self._drafted_pass(blocks))
+        self.env.call(self.draft_ms, lambda _e: self._drafted_pass(blocks))
 
     def _drafted_pass(self, blocks: list) -> None:
         self.drafter_busy = False

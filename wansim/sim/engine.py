@@ -41,6 +41,7 @@ from wansim.sim import lone_ring
 from wansim.sim.async_speculation import Scheduler, TreeRounds, guess_rates
 from wansim.sim.faults import FaultInjector, fault_seed
 from wansim.sim.host import SharedHost
+from wansim.sim.kernel import Kernel, Reference
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
 from wansim.sim.metrics import (
@@ -159,7 +160,7 @@ class Pipeline:
     """The wired components of one run (before it runs): what :func:`build` returns."""
 
     scenario: Scenario
-    env: simpy.Environment
+    env: Kernel | simpy.Environment
     stages: list[Stage]
     links: list[Link]
     verifier: Verifier
@@ -169,9 +170,15 @@ class Pipeline:
     faults: FaultInjector | None = None
 
 
-def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
-    """Wire the stages, links, verifier, request source (and block schedule) of a scenario."""
-    env = simpy.Environment(0.0)  # a float clock from the start (times are floats)
+def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False) -> Pipeline:
+    """Wire the stages, links, verifier, request source (and block schedule) of a scenario, on
+    the sim's event loop (:class:`~wansim.sim.kernel.Kernel`), or with ``reference=True`` on
+    ``simpy.Environment`` (the same order of events: the reference the loop is tested against).
+    A shared host (``model.host_cores``: :mod:`wansim.sim.host`, whose stages wait on its
+    events in their SimPy processes) always runs on SimPy's loop."""
+    # a float clock from the start (times are floats)
+    simpy_loop = reference or scenario.model.host_cores is not None
+    env = Reference(0.0) if simpy_loop else Kernel(0.0)
     p_stages = scenario.stages
     # the block schedule's bets come from one more child, after the documented streams
     seeds = ring_seeds(scenario.seed, p_stages)
@@ -416,11 +423,13 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
 
     A lone request in the sync ring (concurrency 1, closed arrivals, and only mechanisms on
     :mod:`wansim.sim.lone_ring`'s whitelist) is computed lap by lap in vectorised blocks: the
-    same arithmetic as the events, the same record to the bit, no event scheduled.
-    ``per_event=True`` runs every scenario event by event (the reference it is tested against).
+    same arithmetic as the events, the same record to the bit, no event scheduled. Every other
+    run goes event by event on :class:`~wansim.sim.kernel.Kernel` (SimPy's order of events in a
+    lighter loop). ``per_event=True`` runs every scenario event by event on SimPy's own loop
+    (the reference both are tested against).
     """
     check_supported(scenario)
-    pipe = build(scenario, timeline=timeline)
+    pipe = build(scenario, timeline=timeline, reference=per_event)
     record = None
     if not per_event and lone_ring.applies(pipe):
         record = lone_ring.run(pipe)  # None where its event-step check gives up: events then
@@ -479,7 +488,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
     return Result(scenario=scenario, engine="des", metrics=metrics, details=details)
 
 
-def _events_scheduled(env: simpy.Environment) -> int:
+def _events_scheduled(env: Kernel | simpy.Environment) -> int:
     """Events the environment scheduled (SimPy numbers them with a counter)."""
     counter = getattr(env, "_eid", None)
     return int(next(counter)) if counter is not None else -1

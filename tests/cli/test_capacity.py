@@ -255,9 +255,9 @@ def test_a_tail_without_its_own_band_is_not_vouched_for_with_varied_lengths():
         "validated": True,
         "error_band": {"tokens_per_s": 0.2, "ttft_ms_mean": 0.35, "tpot_ms_p99": 0.3},
     }
-    assert unmeasured_tail([parse_bound("--slo", "tpot_ms_p99<=100")], varied) == ""
-    why = unmeasured_tail([parse_bound("--slo", "ttft_ms_p99<=900")], varied)
+    assert unmeasured_tail(["tpot_ms_p99", "tokens_per_s"], varied) == ""
+    why = unmeasured_tail(["ttft_ms_p99"], varied)
     assert why.startswith("ttft_ms_p99 with varied request lengths: no band measured")
     assert "measured: tpot_ms_p99" in why
     alike = {**varied, "regime": "concurrent"}
-    assert unmeasured_tail([parse_bound("--slo", "ttft_ms_p99<=900")], alike) == ""
+    assert unmeasured_tail(["ttft_ms_p99"], alike) == ""

@@ -125,6 +125,7 @@ def test_bands_move_bounds_the_documented_way():
     assert metric_band("queue_ms_mean", band) == (0.4, True)
     assert metric_band("goodput_requests_per_s", band) == (0.2, True)
     assert metric_band("bubble_fraction", band) == (0.05, False)
+    assert metric_band("tpot_ms_p99", {**band, "tpot_ms_p99": 0.5}) == (0.5, True)  # measured
     up = parse_bound("--slo", "tpot_ms_p99<=100")
     assert widened(up, 0.1, True, +1).value == pytest.approx(110)
     assert widened(up, 0.1, True, -1).value == pytest.approx(90)

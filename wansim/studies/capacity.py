@@ -199,10 +199,13 @@ def metric_band(metric: str, error_band: dict) -> tuple[float, bool]:
     """The documented error (value, relative?) that applies to a bounded metric: the regime's
     band on tokens/s for per-token and per-request times and rates (TPOT, laps, end-to-end,
     tau, bytes), on TTFT for TTFT and the queueing delay, on throughput for throughput and
-    goodput, absolute for the bubble and wasted fractions. Tails take their mean's band (no
-    band is measured for a percentile: an assumption)."""
+    goodput, absolute for the bubble and wasted fractions. A tail takes its own band where one
+    was measured (``tpot_ms_p99`` with varied lengths: docs/approximations.md), else its
+    mean's (an assumption)."""
     if metric in ("bubble_fraction", "wasted_token_fraction"):
         return float(error_band[metric]), False
+    if metric in error_band:
+        return float(error_band[metric]), True
     if metric.startswith(("ttft_", "queue_")):
         return float(error_band["ttft_ms_mean"]), True
     if metric.startswith(("throughput_", "goodput_")):

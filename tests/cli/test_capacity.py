@@ -243,3 +243,21 @@ def test_optimize_constraint_nobody_meets_is_one_line(run_cli):
     )
     assert code == 2 and "--constraint: no evaluated point meets" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_tail_without_its_own_band_is_not_vouched_for_with_varied_lengths():
+    """An expectation over workload nodes vouches only for the tails its band names (TPOT
+    p99); a bound on another tail says why; requests alike keep the mean's band."""
+    from wansim.studies.capacity import unmeasured_tail
+
+    varied = {
+        "regime": "concurrent + expectation over 14 workload nodes",
+        "validated": True,
+        "error_band": {"tokens_per_s": 0.2, "ttft_ms_mean": 0.35, "tpot_ms_p99": 0.3},
+    }
+    assert unmeasured_tail([parse_bound("--slo", "tpot_ms_p99<=100")], varied) == ""
+    why = unmeasured_tail([parse_bound("--slo", "ttft_ms_p99<=900")], varied)
+    assert why.startswith("ttft_ms_p99 with varied request lengths: no band measured")
+    assert "measured: tpot_ms_p99" in why
+    alike = {**varied, "regime": "concurrent"}
+    assert unmeasured_tail([parse_bound("--slo", "ttft_ms_p99<=900")], alike) == ""

@@ -255,7 +255,7 @@ def _analytical_check(answer: int, bounds, run, trust, low, high, value):
 
 
 def unmeasured_tail(metrics: list[str], trust: dict) -> str:
-    """Why a tail (a bound's or optimize's metric) cannot rest on a validated result of requests that differ
+    """Why a bound on a tail cannot rest on a validated result of requests that differ
     (an expectation over workload nodes): only the tails in its error band were measured
     (TPOT p99: docs/approximations.md); the others take normals through each node's
     percentiles, a shape no grid measured (TTFT p99 with the shipped trace at 8 users: -46%

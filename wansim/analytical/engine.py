@@ -88,14 +88,6 @@ def check_supported(scenario: Scenario) -> None:
     ]
     if is_hybrid(scenario):
         check_tree_rounds(scenario)
-        unsupported.append(
-            (
-                "workload.concurrency",
-                scenario.workload.concurrency,
-                not concurrent(scenario),
-                "the per-round hybrid with concurrent requests is",
-            )
-        )
     net = scenario.network
     if net.transport == "tcp":
         one = not (blocks or batched(scenario) or concurrent(scenario))

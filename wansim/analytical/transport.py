@@ -8,9 +8,11 @@ becomes the hop's per-message cost, and the ideal closed forms do the rest. The 
 times depend on each other (a longer lap lets the window restart), so the two are iterated to a
 fixed point, starting from a cold connection (every frame from the initial window): a ring whose
 frames restart stays cold, one whose window survives the lap warms up (the DES from its first
-frame does the same). Scope: one request in the sync schedule, no loss (a loss's effect on the window of
-later messages is not in the closed forms); the prefill message is given the verify message's
-window regime (approximate TTFT). The rest is refused (use the DES).
+frame does the same). The prefill message has a window regime of its own
+(:func:`prefill_extra_ms`: a cold connection for the first request, then one lap after the
+previous request's train), added to TTFT. Scope: one request in the sync schedule, no loss (a
+loss's effect on the window of later messages is not in the closed forms). The rest is refused
+(use the DES).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 
 from wansim.config.scenario import HopOverride, Scenario
 from wansim.links.delivery import wire_ms
-from wansim.links.tcp import periodic_busy_ms, tcp_params
+from wansim.links.tcp import periodic_busy_ms, prefill_busy_ms, tcp_params
 
 ITERATIONS = 8
 
@@ -70,3 +72,37 @@ def tcp_equivalent(scenario: Scenario, lap_of) -> Scenario:
             break
         lap = new
     return out
+
+
+def prefill_extra_ms(scenario: Scenario, equivalent: Scenario, lap_ms: float) -> float:
+    """TTFT under TCP beyond what the ideal ``equivalent`` (:func:`tcp_equivalent`) charges:
+    per forward hop, the prefill message's mean busy time under the window
+    (:func:`wansim.links.tcp.prefill_busy_ms`: each request's prefill, then its verify frames
+    one ``lap_ms`` apart) less the
+    equivalent's (its serialisation plus the verify frame's window cost)."""
+    from wansim.analytical.path import hop_bytes
+    from wansim.analytical.sync import lap_parts, prefill_sizes, ring_message_bytes
+
+    tcp = tcp_params(scenario.network)
+    parts = lap_parts(scenario)
+    sizes = ring_message_bytes(scenario, parts)
+    prompt = float(np.asarray(parts["batch"])) * scenario.workload.prompt_tokens
+    pre = prefill_sizes(scenario, prompt)
+    hops, eq_hops = scenario.resolved_hops(), equivalent.resolved_hops()
+    extra = 0.0
+    for h in range(int(scenario.stages) - 1):
+        hop, size = hops[h], float(hop_bytes(pre, h))
+        busy = prefill_busy_ms(
+            tcp,
+            hop.bandwidth_mbps,
+            hop.latency_ms,
+            hop.retransmit_ms,
+            size,
+            sizes[h],
+            float(lap_ms),
+            int(scenario.workload.requests),
+            round(float(np.asarray(parts["passes"]))),
+        )
+        charged = float(wire_ms(size, hop.bandwidth_mbps)) + eq_hops[h].per_message_ms
+        extra += busy + hop.per_message_ms - charged
+    return extra

@@ -257,7 +257,7 @@ def drift_outside(scenario, request_ms: float) -> str:
     """Why a time-varying link lies outside what the approximation-error grid measured ('' when
     inside): a drift (no trace) of at most 1.3x slower, on the sync schedule's lone request,
     spanning at least ``DRIFT_REQUESTS_MEASURED`` requests of ``request_ms`` (the grid: 1.3x
-    over 17 minutes and 2 hours of requests of ~9 s)."""
+    over 20 minutes and 2 hours of requests of ~10 s)."""
     net = scenario.network
     if net.trace_file is not None:
         return "a trace file's steps were not measured on the grid (drifts were)"

@@ -207,10 +207,11 @@ def outside(scenario) -> str:
     lossy = any(float(np.max(np.asarray(link.loss_rate))) > 0 for link in links)
     jitter_ms = max(float(link.jitter.std_ms) for link in links)
     heavy = any(link.jitter.kind in ("pareto", "empirical") for link in links)
-    if scenario.network.transport == "tcp" and (jitter_ms > JITTER_MS_MEASURED or heavy):
+    if scenario.network.transport == "tcp" and (jitter_ms > TCP_JITTER_MS_MEASURED or heavy):
         return (
-            f"transport tcp with jitter beyond {JITTER_MS_MEASURED:g} ms (or heavy-tailed): the"
-            " window's restart after idle was measured with jitter up to 3 ms"
+            f"transport tcp with jitter beyond {TCP_JITTER_MS_MEASURED:g} ms (or heavy-tailed):"
+            " the window restarts after idle where a lap's gaps cross the RTO, which jitter"
+            " blurs (agreement hunt seed 260, 5 ms: lap -2%, TTFT -1%)"
         )
     window = scenario.schedule.kind == "async" and scenario.schedule.max_inflight_blocks > 1
     if lossy and (many or window):
@@ -366,6 +367,7 @@ MICRO_LATENCY_MS_MEASURED = 25.0
 MICRO_BATCHES_MEASURED = 10
 MICRO_STAGES_MEASURED = 10
 CHUNK_PASS_RATIO_MEASURED = 2.2
+TCP_JITTER_MS_MEASURED = 3.0  # the tcp grid's lognormal jitter
 JITTER_MS_MEASURED = 5.0  # concurrency was measured with 3 ms lognormal jitter
 CERTAIN_ALPHA = 0.99
 SLOW_MBPS = 1000.0

@@ -6,8 +6,9 @@ Runs the 10-stage reference scenario with enough requests for >= 100,000 output 
 run: a bare SimPy loop -- one process yielding ``env.timeout`` -- scheduling as many timeouts as
 the engine scheduled events, so the ratio is the engine's cost per event over SimPy's own.
 Each repeat times the engine as ``simulate`` runs it (the vectorised lone ring where it
-applies: ``wansim/sim/lone_ring.py``), the per-event engine (``per_event=True``) and the bare
-loop back to back; ratios are the medians of those paired ratios (robust to a shared machine's
+applies: ``wansim/sim/lone_ring.py``, else events on ``wansim/sim/kernel.py``'s loop), the
+per-event engine on SimPy's own loop (``per_event=True``, the reference) and the bare loop back
+to back; ratios are the medians of those paired ratios (robust to a shared machine's
 load shifting between repeats), the times the best of ``--repeat`` (wall, and CPU seconds of
 the process, which a loaded machine inflates less). Also: the same with the timeline kept (Perfetto), a
 concurrency-8 continuous-batching variant, and async in-pipe speculation (K = 3, 8 blocks in

@@ -4,11 +4,12 @@ Property test over random valid scenarios (stages 1-16, latency 0-200 ms, bandwi
 1 Mbit/s-100 Gbit/s, activation bits {3,4,8,16}, K 1-16 or policy none, alpha or per-position
 acceptance with ``extrapolate`` where K exceeds the list, optional per-prompt difficulty, every
 jitter kind or none, loss, per-hop overrides, per-message software costs per hop and by
-default, per-stage pass overheads and a host-CPU factor, either drafter placement). Each example
-makes four comparisons, each at level 1 - FAMILY_ALPHA / (4 x examples) (Bonferroni, so the whole run
-fails by chance with probability <= FAMILY_ALPHA if the analytical model is right; 0.001: at
-0.05 the derandomised 300-example run drew a 40-request sample 3.8 standard errors out, where
-the t-interval's far tail is no longer exact for skewed, lattice-valued pass counts):
+default, per-stage pass overheads, a host-CPU factor and a shared host of 1-2 cores, either
+drafter placement). Each example makes four comparisons, each at level 1 - FAMILY_ALPHA /
+(4 x examples) (Bonferroni, so the whole run fails by chance with probability <= FAMILY_ALPHA
+if the analytical model is right; 0.001: at 0.05 the derandomised 300-example run drew a
+40-request sample 3.8 standard errors out, where the t-interval's far tail is no longer exact
+for skewed, lattice-valued pass counts):
 
 - tokens_per_s: the analytical value inside the DES interval recomputed at that level, by the
   same method as ``tokens_per_s_ci95`` (Student-t over the independent requests);
@@ -101,6 +102,8 @@ def scenarios(draw) -> dict:
     overheads = {
         "overhead_ms": draw(st.sampled_from([0.0, 0.0, 1.5])),
         "host_cpu_factor": draw(st.sampled_from([1.0, 1.0, 1.7])),
+        # one request in flight never overlaps computes: a shared host changes nothing
+        "host_cores": draw(st.sampled_from([None, None, 1, 2])),
     }
     if draw(st.integers(0, 5)) == 0:
         overheads["stage_overhead_ms"] = draw(

@@ -196,7 +196,7 @@ def make_bundle(
             "drafter_kind": "draft_model",
             "drafter_config_sha256": config_sha256(drafter),
         },
-        "profiled": {"stages": 2, "prompt_tokens": 64, "ks": [2, 4, max_k]},
+        "profiled": {"stages": 2, "prompt_tokens": 64, "ks": [2, 4, max_k], "host_cores": 2},
         "stage_cost": fit_stage_cost(rows),
         "drafter": fit_drafter(draft),
         "message": fit_messages(errors),
@@ -315,6 +315,12 @@ def test_bundle_round_trip(tmp_path):
                 )
             ),
             "stage_cost.per_layer_ms: must be a finite number",
+        ),
+        (
+            lambda p: (p / MANIFEST).write_text(
+                (p / MANIFEST).read_text().replace("host_cores: 2", "host_cores: 0")
+            ),
+            "profiled.host_cores: must be an integer >= 1",
         ),
     ],
 )
@@ -511,6 +517,7 @@ def test_fixed_costs_reach_the_engines_through_scenario_fields(tmp_path):
         [fixed["first"], fixed["middle"], fixed["middle"], fixed["last"]]
     )
     assert raw["model"]["host_cpu_factor"] == 1.5
+    assert raw["model"]["host_cores"] == b.host_cores == 2  # the profiled host's cores
     hops = raw["network"]["hops"]
     assert [h["per_message_ms"] for h in hops] == pytest.approx([0.8, 0.8, 0.8, 0.9])
     for h in hops:
@@ -684,6 +691,22 @@ def test_predict_bad_input_exits_2_with_one_line(tmp_path, capsys, no_processes)
     corrupt = make_bundle(tmp_path / "c")
     (corrupt / FILES["stage_passes"]).write_bytes(b"\x00\xff\xfe")
     cases.append((["--profile", str(corrupt)], "stage_passes.csv"))
+    m3 = tmp_path / "m3.yaml"
+    m3.write_text(yaml.safe_dump({"cells": [{"stages": 4, "latency_ms": 5, "k": 2}]}))
+    cases.append(
+        (
+            ["--profile", str(good), "--matrix", str(m3), "--reuse", str(tmp_path / "nothing")],
+            "--reuse: must be a calibrate predict output dir holding predict.json",
+        )
+    )
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "predict.json").write_text('{"cells": []}')
+    cases.append(
+        (
+            ["--profile", str(good), "--matrix", str(m3), "--reuse", str(tmp_path / "half")],
+            "--reuse: must be a",
+        )
+    )
     for extra, message in cases:
         code, err = _run(["calibrate", "predict", "--out", str(tmp_path / "o"), *extra], capsys)
         assert code == 2, (extra, err)
@@ -873,3 +896,17 @@ def test_stage_cost_fit_never_goes_negative():
     assert min(fit["fixed_ms"].values()) >= 0
     assert fit["per_layer_ms"] >= 0 and fit["per_token_ms"] >= 0
     assert fit["per_layer_token_ms"] >= 0
+
+
+def test_sample_p99_is_the_real_estimator():
+    """The p99 of n requests (np.quantile, linear) averaged over draws of n: by hand for a
+    two-value population (every draw of 2 is {0, 1}: 0.99), and against the order statistics
+    of n = 4 draws without replacement from 1..1000 (E[x_(k)] = k 1001 / 5, so the estimator's
+    mean is x_(3) + 0.97 (x_(4) - x_(3)) = 794.794; 2,000 draws: standard error ~3.6, bound 15)."""
+    from wansim.calibrate.predict import sample_p99
+
+    assert sample_p99([0.0, 1.0], 2) == pytest.approx(0.99, abs=1e-12)
+    exact = 3 * 1001 / 5 + 0.97 * (4 * 1001 / 5 - 3 * 1001 / 5)
+    assert sample_p99(np.arange(1.0, 1001.0), 4) == pytest.approx(exact, abs=15.0)
+    # for a few requests it sits well below the population's p99 (near their maximum)
+    assert sample_p99(np.arange(1.0, 1001.0), 4) < np.quantile(np.arange(1.0, 1001.0), 0.99)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import simpy
 
 from wansim.config.scenario import Hop, Jitter
 from wansim.links.delivery import HopSender, busy_ms, software_ms, wire_ms
 from wansim.links.draws import hop_streams, ring_seeds
 from wansim.links.expected_delay import hop_mean_ms
+from wansim.sim.kernel import Kernel
 from wansim.sim.link import Link
 
 
@@ -55,7 +55,7 @@ def test_des_link_mean_one_way_is_the_analytical_expectation(hop):
     """Idle hop (messages far apart): the DES link's mean one-way time, run through the shared
     rule with its own draws, against hop_mean_ms (the engines' closed form of the same rule)."""
     n_bytes, count = 20_000.0, 20_000
-    env = simpy.Environment()
+    env = Kernel()
     log: list = []
     link = Link(env, 0, hop, lambda _p: None, *hop_streams(ring_seeds(7, 1), 0), log)
     for i in range(count):

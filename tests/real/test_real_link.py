@@ -244,10 +244,9 @@ HOPS = [
 
 def _des_deliveries(spec: LinkSpec, offers_ms, sizes) -> list[float]:
     """The DES's own Link on the hop ``spec`` describes, with the DES's streams for its seed."""
-    import simpy
-
     from wansim.config.scenario import Hop, Jitter
     from wansim.links.draws import hop_streams, ring_seeds
+    from wansim.sim.kernel import Kernel
     from wansim.sim.link import Link
 
     jitter = Jitter(
@@ -269,7 +268,7 @@ def _des_deliveries(spec: LinkSpec, offers_ms, sizes) -> list[float]:
     streams = hop_streams(ring_seeds(spec.seed, spec.ring_stages), spec.hop)
     tcp = LinkScheduler(spec).sender.tcp
     link = Link(
-        simpy.Environment(),
+        Kernel(),
         spec.hop,
         hop,
         lambda _p: None,

@@ -381,3 +381,77 @@ def approximation(scenario) -> Approximation:
     why = outside(scenario)
     band = REGIMES[name].error_band if name in REGIMES and not why else UNVALIDATED_BAND
     return Approximation(regime=name, validated=not why, error_band=dict(band), why=why)
+
+
+# Requests that differ in length (wansim.analytical.mixture): the largest error the
+# approximation-error grids measured over their validated points ("varied lengths": 4 and 10
+# stages, 1-32 users, 32 of 40 points; "varied-length tails": chains, trees and async,
+# micro-batching on and off, 1-64 users, 16 of 26 points), rounded up: tokens/s 16.3%,
+# throughput 45.2% (32 users without batching: the run's last, long requests set the DES's
+# makespan), TTFT 32.0%, bubble 0.199, wasted 0.048 (async, 64 users), TPOT p99 29.4%
+VARIED_LENGTHS_BAND = {
+    **_band(0.20, 0.50, 0.35, 0.20, 0.05),
+    "tpot_ms_p99": 0.30,
+}
+VARIED_REGIMES_MEASURED = (
+    "sync",
+    "concurrent",
+    "continuous batching",
+    "micro-batched",
+    "async",
+    "async+concurrent",
+)
+VARIED_USERS_MEASURED = 64
+LENGTH_CV_MEASURED = 1.0
+
+
+def length_cvs(workload) -> tuple[float, float]:
+    """The coefficients of variation of the prompt and output lengths a workload draws."""
+    lengths = workload.lengths
+    if lengths.kind == "fixed":
+        return 0.0, 0.0
+    if lengths.kind == "lognormal":
+        return float(lengths.prompt_cv), float(lengths.output_cv)
+    from wansim.serving.workload import read_trace
+
+    trace = read_trace(workload.trace)
+    rows = slice(0, workload.requests if lengths.kind == "trace" else None)
+    out = []
+    for x in (trace.prompt_tokens[rows], trace.output_tokens[rows]):
+        x = np.asarray(x, dtype=float)
+        out.append(float(x.std() / x.mean()))
+    return out[0], out[1]
+
+
+def varied_approximation(scenario, node_approximations: list[dict]) -> Approximation:
+    """The approximation of requests that differ (expectations over workload nodes): the
+    nodes' regime, validated where every node is and the workload lies in the measured domain
+    (a regime measured with varied lengths, at most ``VARIED_USERS_MEASURED`` users, length
+    CVs up to ``LENGTH_CV_MEASURED``, no acceptance mix), with the wider of the nodes' band and
+    ``VARIED_LENGTHS_BAND`` per metric."""
+    first = node_approximations[0]
+    name = first.get("regime", "")
+    base = regime_name(scenario)
+    wl = scenario.workload
+    why = next(
+        (a.get("why") or "not validated" for a in node_approximations if not a.get("validated")), ""
+    )
+    cvs = length_cvs(wl)
+    if not why and wl.mix:
+        why = "a mix of acceptance rows per request: not measured against the DES"
+    elif not why and base not in VARIED_REGIMES_MEASURED:
+        why = f"varied lengths with {base}: not measured against the DES"
+    elif not why and int(np.max(np.asarray(wl.concurrency))) > VARIED_USERS_MEASURED:
+        why = f"varied lengths beyond {VARIED_USERS_MEASURED} users: not measured"
+    elif not why and max(cvs) > LENGTH_CV_MEASURED:
+        why = (
+            f"lengths with a coefficient of variation of {max(cvs):.2f}: measured up to"
+            f" {LENGTH_CV_MEASURED:g}"
+        )
+    if why:
+        band = dict(UNVALIDATED_BAND)
+    else:
+        band = dict(first.get("error_band") or {})
+        for k, v in VARIED_LENGTHS_BAND.items():
+            band[k] = max(band.get(k, 0.0), v)
+    return Approximation(regime=name, validated=not why, error_band=band, why=why)

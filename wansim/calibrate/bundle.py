@@ -141,6 +141,13 @@ class Bundle:
         return int(self.manifest["profiled"]["prompt_tokens"])
 
     @property
+    def host_cores(self) -> int | None:
+        """The cores the profiled stage processes shared (None: a bundle from before
+        ``profiled.host_cores`` was recorded; its cells are predicted on an unlimited host)."""
+        cores = self.manifest["profiled"].get("host_cores")
+        return None if cores is None else int(cores)
+
+    @property
     def acceptance_profile(self) -> Path:
         return self.path / FILES["acceptance"]
 
@@ -292,6 +299,9 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
     max_k = _num(man, "acceptance.max_k", where)
     _num(man, "profiled.prompt_tokens", where)
     _num(man, "profiled.stages", where)
+    cores = man["profiled"].get("host_cores")
+    if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
+        raise _bad(f"{where}: profiled.host_cores", "must be an integer >= 1", cores)
     if max_k < 1:
         raise _bad(f"{where}: acceptance.max_k", "must be >= 1", max_k)
     per_msg = {r: _num(man, f"message.per_message_ms.{r}", where) for r in HOP_ROLES}

@@ -168,6 +168,8 @@ def cell_scenario(
             "stage_compute": tables,
             "stage_overhead_ms": overhead,
             "host_cpu_factor": factors.compute,
+            # every stage process (and the drafter) on the profiled host's cores
+            "host_cores": bundle.host_cores,
         },
         "network": {
             "latency_ms": cell.latency_ms,
@@ -287,19 +289,56 @@ def predicted_components(cell: Cell, bundle: Bundle, factors: Factors) -> dict:
     }
 
 
-def engines(scenario_path: Path, des: bool = True) -> dict:
-    """DES and analytical metrics of a scenario file."""
+def engines(scenario_path: Path, des: bool = True, sample_requests: int | None = None) -> dict:
+    """DES and analytical metrics of a scenario file. With ``sample_requests`` (the real cell's
+    request count) ``tpot_ms_p99`` is the same estimator as the real cell's: the expected p99
+    of that many requests' TPOTs (:func:`sample_p99`; the population's is kept as
+    ``tpot_ms_p99_population``)."""
     from wansim.analytical import analyze
     from wansim.config.scenario import load_scenario
     from wansim.results.result import jsonable
 
     sc = load_scenario(scenario_path)
-    out = {"analytical": jsonable(analyze(sc).metrics)}
+    ana = analyze(sc)
+    out = {"analytical": jsonable(ana.metrics)}
+    if sample_requests:
+        m = out["analytical"]
+        # the closed forms give TPOT quantiles: a normal through its p50 and p99
+        sd = max(0.0, (m["tpot_ms_p99"] - m["tpot_ms_p50"]) / NORMAL_Z99)
+        draws = np.random.default_rng(TPOT_SEED).normal(m["tpot_ms_p50"], sd, TPOT_DRAWS)
+        m["tpot_ms_p99_population"] = m["tpot_ms_p99"]
+        m["tpot_ms_p99"] = sample_p99(draws, sample_requests)
     if des:
         from wansim.sim import simulate
+        from wansim.sim.metrics import measured_mask
 
-        out["des"] = jsonable(simulate(sc).metrics)
+        res = simulate(sc)
+        out["des"] = jsonable(res.metrics)
+        if sample_requests:
+            rec = res.details["record"]
+            tpot = (rec.decode_ms / rec.decode_tokens)[measured_mask(rec)]
+            out["des"]["tpot_ms_p99_population"] = out["des"]["tpot_ms_p99"]
+            out["des"]["tpot_ms_p99"] = sample_p99(tpot, sample_requests)
     return out
+
+
+NORMAL_Z99 = 2.3263478740408408  # the standard normal's 0.99 quantile
+TPOT_SEED = 12
+TPOT_DRAWS = 4000
+TPOT_SAMPLES = 2000
+
+
+def sample_p99(population, n: int, samples: int = TPOT_SAMPLES, seed: int = TPOT_SEED) -> float:
+    """The mean over ``samples`` random draws of ``n`` values from ``population`` (without
+    replacement when it has enough) of their p99 (``np.quantile``, linear interpolation, as
+    the real cell computes it over its ``n`` requests): the predicted value of the real
+    estimator, which for a few requests sits near their maximum, not at the population's
+    p99."""
+    x = np.asarray(population, dtype=float)
+    rng = np.random.default_rng(seed)
+    replace = len(x) < n
+    picks = np.stack([rng.choice(x, size=n, replace=replace) for _ in range(samples)])
+    return float(np.mean(np.quantile(picks, 0.99, axis=1)))
 
 
 # ----------------------------------------------------------------------------- real runs
@@ -435,6 +474,7 @@ class PredictSettings:
     rounds: int = 2
     des_requests: int = 1000
     seed: int = 0
+    reuse: str | None = None  # a predict output dir: its real runs and re-profiles, no new run
 
 
 def prepare(s: PredictSettings) -> tuple[Bundle, list[Cell]]:
@@ -457,6 +497,8 @@ def prepare(s: PredictSettings) -> tuple[Bundle, list[Cell]]:
         raise WansimInputError("--profile", "was profiled on a target with other layers", s.profile)
     cells = load_matrix(s.matrix, quick=s.quick)
     check_cells(cells, bundle, s.matrix or "heldout.yaml")
+    if s.reuse:
+        _recorded(s.reuse)  # a recorded predict.json to reuse (else one line, exit 2)
     if any(c.drafter == "mtp" and c.runnable for c in cells) and mtp is None:
         raise WansimInputError(
             "--mtp", "must be an MTP head directory holding mtp_config.json", s.mtp_dir
@@ -499,8 +541,15 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
         )
 
     failed: BaseException | None = None
+    if s.reuse:  # predict the recorded real runs again (after an engine change): no torch
+        prior = _recorded(s.reuse)
+        for entry in prior["cells"]:
+            if entry["name"] in runs and entry.get("real"):
+                runs[entry["name"]] = entry["real"]["runs"]
+        rounds_info = prior["summary"]["rounds"]
+        say(f"reusing the real runs of {s.reuse} ({sum(map(bool, runs.values()))} cells)")
     try:
-        for r in range(s.rounds):
+        for r in range(0 if s.reuse else s.rounds):
             say(f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4), then every cell")
             measure_load(r)
             order = runnable if r % 2 == 0 else runnable[::-1]
@@ -521,12 +570,14 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                     f"{real['load_avg_1min'][1]:.1f}, {time.perf_counter() - t0:.0f} s"
                 )
                 checkpoint("predict-cell", sum(map(len, runs.values())))
-        say("closing re-profile")
-        measure_load(s.rounds)
+        if not s.reuse:
+            say("closing re-profile")
+            measure_load(s.rounds)
     except (PipelineError, KeyboardInterrupt) as err:
         failed = err  # keep the finished cells: predicted and reported below, then re-raised
         say(f"stopped: {err or type(err).__name__}; predicting the finished cells")
-    rounds_info = []
+    if not s.reuse:
+        rounds_info = []
     for r in range(min(s.rounds, len(profiles))):
         after = profiles[r + 1] if r + 1 < len(profiles) else profiles[r]  # stopped: no closing
         f = bracket(Factors(**profiles[r]["factors"]), Factors(**after["factors"]))
@@ -543,7 +594,7 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                     continue
                 f = Factors(**info["factors"])
                 cell_scenario(c, bundle, cdir / f"round{r}", f, s.des_requests, s.seed)
-                pred = engines(cdir / f"round{r}" / "scenario.yaml")
+                pred = engines(cdir / f"round{r}" / "scenario.yaml", sample_requests=c.prompts)
                 pred["components"] = predicted_components(c, bundle, f)
                 per_round.append(pred)
         try:
@@ -567,6 +618,20 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
     write_outputs(result, out)
     say(f"wrote {out / 'predict.json'} and the plots in {time.perf_counter() - t0:.0f} s")
     return result
+
+
+def _recorded(out_dir: str) -> dict:
+    """A finished ``predict.json`` to reuse (one line, exit 2, when there is none)."""
+    path = Path(out_dir) / "predict.json"
+    try:
+        prior = json.loads(path.read_text())
+        if not isinstance(prior["summary"]["rounds"], list) or not isinstance(prior["cells"], list):
+            raise TypeError("rounds and cells must be lists")
+    except (OSError, ValueError, KeyError, TypeError):
+        raise WansimInputError(
+            "--reuse", "must be a calibrate predict output dir holding predict.json", out_dir
+        ) from None
+    return prior
 
 
 class PredictStopped(RuntimeError):

@@ -3,6 +3,7 @@
     wansim calibrate profile --out DIR [--quick] [--target DIR] [--drafter DIR] [--mtp DIR|none]
     wansim calibrate predict --profile DIR [--matrix MATRIX.yaml] [--quick] [--json]
                              [--rounds 2] [--out DIR] [--des-requests 1000] [--mtp DIR]
+                             [--reuse DIR]
 
 Progress on stderr; ``predict`` prints the table (or with ``--json`` the strict JSON object of
 ``wansim.calibrate.report``) on stdout and writes ``OUT/predict.json``,
@@ -102,6 +103,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         out=args.out,
         rounds=_int("--rounds", args.rounds),
         des_requests=_int("--des-requests", args.des_requests),
+        reuse=args.reuse,
     )
     prepare(s)  # every input check before any process starts (run_predict repeats it: cheap)
     from wansim.calibrate.predict import PredictStopped
@@ -150,6 +152,11 @@ def register_actions(calibrate: argparse.ArgumentParser) -> None:
     q.add_argument("--target", default=None, help="target checkpoint dir (default tiny-target)")
     q.add_argument("--drafter", default=None, help="drafter checkpoint dir (default tiny-drafter)")
     q.add_argument("--mtp", default=None, help="MTP head dir for drafter: mtp cells (tiny-mtp)")
+    q.add_argument(
+        "--reuse",
+        default=None,
+        help="a predict output dir: predict its recorded real runs again (no real run)",
+    )
     q.add_argument("--json", action="store_true", help="print one strict JSON object")
     q.add_argument("--quiet", action="store_true", help="no progress on stderr")
     q.set_defaults(func=cmd_predict)

@@ -301,13 +301,23 @@ def acceptance_trace(target_dir: str, drafter_dir: str, prompts, ks, tokens: int
     torch.set_num_threads(1)
     target = load_lm(target_dir)
     drafter = Drafter(load_lm(drafter_dir, field="drafter_dir"))
+    return _chain_trace(
+        prompts,
+        ks,
+        lambda ids, k, j: speculative_decode(target, drafter, ids, tokens, k, prompt_index=j)[1],
+    )
+
+
+def _chain_trace(prompts, ks, accepted_of) -> pd.DataFrame:
+    """The trace frame of a chain drafter: one row per verify step of every prompt at every K;
+    ``accepted_of(token_ids, k, prompt_index)`` decodes one prompt and returns the accepted
+    count per step."""
     rows = []
     for k in ks:
         for j, p in enumerate(prompts):
-            _, acc = speculative_decode(target, drafter, list(p.tokens), tokens, k, prompt_index=j)
             rows += [
                 {"workload": p.workload, "prompt_id": p.prompt_id, "step": s, "k": k, "accepted": a}
-                for s, a in enumerate(acc)
+                for s, a in enumerate(accepted_of(list(p.tokens), k, j))
             ]
     return pd.DataFrame(rows)
 
@@ -324,15 +334,11 @@ def mtp_acceptance_trace(target_dir: str, mtp_dir: str, prompts, ks, tokens: int
     torch.set_num_threads(1)
     target = load_lm(target_dir)
     head = load_mtp(mtp_dir, target)
-    rows = []
-    for k in ks:
-        for j, p in enumerate(prompts):
-            _, acc = mtp_speculative_decode(target, head, list(p.tokens), tokens, k, prompt_index=j)
-            rows += [
-                {"workload": p.workload, "prompt_id": p.prompt_id, "step": s, "k": k, "accepted": a}
-                for s, a in enumerate(acc)
-            ]
-    return pd.DataFrame(rows)
+    return _chain_trace(
+        prompts,
+        ks,
+        lambda ids, k, j: mtp_speculative_decode(target, head, ids, tokens, k, prompt_index=j)[1],
+    )
 
 
 def tree_acceptance_trace(
@@ -704,6 +710,8 @@ def run_profile(
             "quick": bool(quick),
             "load_avg_1min": {"min": min(loads), "max": max(loads)},
             "seconds": round(time.perf_counter() - t0, 1),
+            # the cores every stage process shares (the predictions' model.host_cores)
+            "host_cores": len(os.sched_getaffinity(0)),
         },
         "stage_cost": fit_stage_cost(stage),  # the draft model's pipelines only
         "drafter": fit_drafter(draft),

@@ -190,7 +190,8 @@ class Model:
     whose stages differ (``wansim calibrate`` writes measured ``table`` entries here).
     ``overhead_ms`` (or ``stage_overhead_ms``, P entries): a fixed cost per pass per stage on top
     of the compute model (a roofline's own ``overhead_ms`` included), times ``host_cpu_factor``
-    (:func:`wansim.stages.compute.stage_overheads_ms`)."""
+    (:func:`wansim.stages.compute.stage_overheads_ms`). ``host_cores``: every stage on one host
+    of that many cores, passes computing at once sharing them (:mod:`wansim.stages.host_cpu`)."""
 
     hidden_size: int = spec(7168, ge=1)
     compute: ComputeModel = spec(factory=LinearCompute, variants=COMPUTE_VARIANTS)
@@ -205,6 +206,12 @@ class Model:
     )
     host_cpu_factor: float = spec(
         1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
+    )
+    host_cores: int | None = spec(
+        None,
+        ge=1,
+        doc="CPU cores of the one host every stage (and its drafting) runs on; computes "
+        "overlapping beyond it share the cores (null: unlimited, each stage its own CPU)",
     )
     noise: ComputeNoise = spec(factory=ComputeNoise)
     straggler: Straggler = spec(factory=Straggler)

@@ -50,16 +50,34 @@ def commit_verdict(
     drafts: list[int],
     pos: int,
     times: tuple,
+    *,
+    path: tuple[int, ...] = (),
+    tree=None,
+    draft_stage: int = 0,
 ) -> None:
-    """One verify pass's verdict for ``req``: commit its ``acc`` accepted drafts and the next
-    token, and write the step's record. ``times``: (start, draft end, sent ns; stage-0 ms;
-    verdict ns, verdict send ns)."""
+    """One verify pass's verdict for ``req``: commit its ``acc`` accepted drafts (of a chain) or
+    the accepted ``path`` of node indices (of a ``tree`` pass) and the next token, and write the
+    step's record. ``times``: (start, draft end, sent ns; stage-0 ms; verdict ns, verdict send
+    ns). A verdict that names drafts the pass did not carry is a ``StageFailure``."""
     from wansim.real.worker import StageFailure
 
-    if not 0 <= acc <= k:
-        raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
+    ranks = children = ""
+    if tree is None:
+        if not 0 <= acc <= k or path:
+            raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
+        req.committed.extend(drafts[:acc])
+        nodes = len(drafts)
+    else:
+        from wansim.real.tree_speculative import walk_record
+
+        if any(not 1 <= n <= tree.nodes for n in path):
+            raise StageFailure(f"stage 0: verdict path {list(path)} outside the tree")
+        rec = walk_record(tree.shape, path)
+        req.committed.extend(tree.tokens[n] for n in path)
+        nodes = tree.nodes
+        ranks = ";".join(map(str, rec.ranks))
+        children = ";".join(map(str, rec.children))
     t_start, t_draft, sent, s0_ms, t_verdict, v_send = times
-    req.committed.extend(drafts[:acc])
     req.committed.append(nxt)
     req.n_new += acc + 1
     worker.steps.write(
@@ -79,6 +97,10 @@ def commit_verdict(
             verdict_ns=t_verdict,
             stage0_ms=s0_ms,
             send_ns_verdict=v_send,
+            draft_stage=draft_stage,
+            nodes=nodes,
+            accepted_ranks=ranks,
+            walk_children=children,
         )
     )
     req.step += 1

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from wansim.real import codec
+from wansim.real.concurrent_schedule import Request, commit_prefill, commit_verdict
 from wansim.real.frames import (
     BATCHED_POS,
     Kind,
@@ -31,7 +32,7 @@ from wansim.real.frames import (
     with_request,
 )
 from wansim.real.model import load_lm
-from wansim.real.records import CancelRow, RecordLog, StageRow, StepRow, step_row
+from wansim.real.records import CancelRow, RecordLog, StageRow, StepRow
 from wansim.real.speculative import Drafter, prompt_generators
 from wansim.real.worker import StageConfig, StageFailure, StageWorker, _tree_spec
 
@@ -133,41 +134,10 @@ class FirstStageWorker(StageWorker):
         start = time.monotonic_ns()
         out = self._forward(torch.tensor(ids), 0, step, None, batch=blocks)
         end = time.monotonic_ns()
-        t0 = time.perf_counter_ns()
-        hidden = codec.encode(
-            Kind.HIDDEN,
-            out.cpu().numpy(),
-            self.cfg.activation_bits,
-            self.cfg.group_size,
-            step=step,
-            pos=BATCHED_POS,
+        extra = [batch_frame(blocks, step)]
+        return self._ship(
+            out, step, BATCHED_POS, -1, len(ids), start, end, drafts, q, extra, draft_ms
         )
-        codec_ns = time.perf_counter_ns() - t0
-        frames = [array_frame(Kind.DRAFT_IDS, np.array(drafts, dtype=np.int32), step=step)]
-        if q is not None:
-            frames.append(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
-        frames += [batch_frame(blocks, step), hidden]
-        nbytes = sum(self.send(f) for f in frames)
-        sent = time.monotonic_ns()
-        self.log.write(
-            StageRow(
-                self.job.get("job", -1),
-                step,
-                len(ids),
-                -1,
-                start,
-                0,
-                start,
-                end,
-                sent,
-                f"{(end - start) / 1e6:.4f}",
-                f"{codec_ns / 1e6:.4f}",
-                "0",
-                nbytes,
-                f"{draft_ms:.4f}",
-            )
-        )
-        return step, (end - start) / 1e6, sent
 
     def returned_drafts(self, step: int, k: int, lossless: bool) -> tuple[list[int], object]:
         """The K drafts (and q) that came back with the verdict of pass ``step``."""
@@ -200,6 +170,29 @@ class FirstStageWorker(StageWorker):
         start = time.monotonic_ns()
         out = self._forward(torch.tensor(ids), pos, step, tree)
         end = time.monotonic_ns()
+        extra = [] if tree is None else [tree_frame(tree[0], tree[1], step=step, pos=pos)]
+        return self._ship(
+            out, step, pos, pos, len(ids), start, end, drafts, q, extra, draft_ms, request
+        )
+
+    def _ship(
+        self,
+        out,
+        step: int,
+        header_pos: int,
+        log_pos: int,
+        n_tokens: int,
+        start: int,
+        end: int,
+        drafts: list[int],
+        q,
+        extra: list,
+        draft_ms: float,
+        request: int | None = None,
+    ) -> tuple:
+        """Send stage 0's share of pass ``step``: the drafts (and their probabilities ``q``),
+        the ``extra`` frames (tree or batch layout), then the encoded hidden state, each tagged
+        with ``request`` when given; log the stage row. Returns (pass id, compute ms, sent_ns)."""
         t0 = time.perf_counter_ns()
         hidden = codec.encode(
             Kind.HIDDEN,
@@ -207,23 +200,23 @@ class FirstStageWorker(StageWorker):
             self.cfg.activation_bits,
             self.cfg.group_size,
             step=step,
-            pos=pos,
+            pos=header_pos,
         )
         codec_ns = time.perf_counter_ns() - t0
         frames = [array_frame(Kind.DRAFT_IDS, np.array(drafts, dtype=np.int32), step=step)]
         if q is not None:
             frames.append(array_frame(Kind.DRAFT_PROBS, q.float().numpy(), step=step))
-        if tree is not None:
-            frames.append(tree_frame(tree[0], tree[1], step=step, pos=pos))
-        frames.append(hidden)
-        nbytes = sum(self.send(with_request(f, request)) for f in frames)
+        frames += [*extra, hidden]
+        if request is not None:
+            frames = [with_request(f, request) for f in frames]
+        nbytes = sum(self.send(f) for f in frames)
         sent = time.monotonic_ns()
         self.log.write(
             StageRow(
                 self.job.get("job", -1),
                 step,
-                len(ids),
-                pos,
+                n_tokens,
+                log_pos,
                 start,
                 0,
                 start,
@@ -284,26 +277,27 @@ class FirstStageWorker(StageWorker):
             _, first, _, _ = self.wait_verdict(step_id)
             if self.mtp_mode:
                 ret = self.returned_drafts(step_id, k, lossless)
-            committed = [*tokens, first]
-            n_new = 1
-            step = 0
+            req = Request(j, prompt, tokens, dgen)
+            commit_prefill(req, first)
             keep: list[int] = []  # the previous tree pass's root and accepted path
-            while n_new < max_new:
+            while req.n_new < max_new:
                 t_start = time.monotonic_ns()
                 tree = None
                 if tree_spec is not None:
                     from wansim.real.tree_speculative import draft_tree
 
-                    tree = draft_tree(self.drafter, committed, tree_spec, fixed, temp, dgen)
+                    tree = draft_tree(self.drafter, req.committed, tree_spec, fixed, temp, dgen)
                     drafts, q = list(tree.tokens[1:]), tree.q
                 elif self.mtp_mode:  # drafted by the last stage, came back with the verdict
                     drafts, q = ret
                 else:
-                    drafts, q = self.drafter.draft(committed, k, temp, dgen) if k else ([], None)
+                    drafts, q = (
+                        self.drafter.draft(req.committed, k, temp, dgen) if k else ([], None)
+                    )
                 t_draft = time.monotonic_ns()
-                pos = len(committed) - 1
+                pos = len(req.committed) - 1
                 if tree is None:
-                    ids, shape = [committed[-1], *drafts], None
+                    ids, shape = [req.committed[-1], *drafts], None
                 else:
                     ids, shape = list(tree.tokens), (list(tree.shape.parent), keep)
                 pid, s0_ms, sent = self.send_pass(
@@ -317,51 +311,26 @@ class FirstStageWorker(StageWorker):
                 acc, nxt, t_verdict, v_send = self.wait_verdict(pid)
                 if self.mtp_mode:
                     ret = self.returned_drafts(pid, k, lossless)
-                ranks = children = ""
-                if tree is None:
-                    if not 0 <= acc <= k or self.path:
-                        raise StageFailure(f"stage 0: verdict says {acc} accepted of {k} drafts")
-                    committed.extend(drafts[:acc])
-                    nodes = len(drafts)
-                else:
-                    from wansim.real.tree_speculative import walk_record
-
-                    path = tuple(self.path)
-                    if any(not 1 <= n <= tree.nodes for n in path):
-                        raise StageFailure(f"stage 0: verdict path {list(path)} outside the tree")
-                    rec = walk_record(tree.shape, path)
-                    committed.extend(tree.tokens[n] for n in path)
-                    keep = [0, *path]
-                    nodes = tree.nodes
-                    ranks = ";".join(map(str, rec.ranks))
-                    children = ";".join(map(str, rec.children))
-                committed.append(nxt)
-                n_new += acc + 1
-                self.steps.write(
-                    step_row(
-                        job=job["job"],
-                        workload=prompt["workload"],
-                        prompt_id=prompt["prompt_id"],
-                        prompt_index=j,
-                        step=step,
-                        pass_=pid,
-                        k=k,
-                        accepted=acc,
-                        pos=pos,
-                        start_ns=t_start,
-                        draft_end_ns=t_draft,
-                        sent_ns=sent,
-                        verdict_ns=t_verdict,
-                        stage0_ms=s0_ms,
-                        send_ns_verdict=v_send,
-                        draft_stage=draft_stage,
-                        nodes=nodes,
-                        accepted_ranks=ranks,
-                        walk_children=children,
-                    )
+                times = (t_start, t_draft, sent, s0_ms, t_verdict, v_send)
+                path = tuple(self.path)
+                commit_verdict(
+                    self,
+                    job,
+                    req,
+                    pid,
+                    k,
+                    acc,
+                    nxt,
+                    drafts,
+                    pos,
+                    times,
+                    path=path,
+                    tree=tree,
+                    draft_stage=draft_stage,
                 )
-                step += 1
-            outputs[str(prompt["prompt_id"])] = committed[len(tokens) :][:max_new]
+                if tree is not None:
+                    keep = [0, *path]
+            outputs[str(prompt["prompt_id"])] = req.committed[len(tokens) :][:max_new]
         return outputs
 
     def profile(self, job: dict) -> None:

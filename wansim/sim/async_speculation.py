@@ -71,10 +71,10 @@ s x n (``cancelled_stage_tokens``); a block dropped before any stage started it 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 
 import numpy as np
-from simpy.events import Timeout
 
 from wansim.acceptance.trees import sample_survival
 from wansim.sim.messages import VERIFY, Pass
@@ -145,17 +145,18 @@ CHAIN_ROUND = 1  # RequestState.round values (per-round hybrid)
 TREE_ROUND = 2
 
 
+@dataclasses.dataclass(frozen=True)
 class TreeRounds:
-    """The per-round hybrid's tree rounds: p (confident fraction), the tree's tokens per pass,
-    S0's drafting cost for it, its accepted-length survival per request (commit rule
-    applied) and its verdict's bytes."""
+    """The per-round hybrid's tree rounds: ``p`` (confident fraction), the tree's tokens per
+    pass, its accepted-length survival per request (commit rule applied), its verdict's bytes,
+    and its depth and nodes (S0's drafting cost, the mask)."""
 
-    def __init__(self, p: float, tokens: int, survival: np.ndarray, return_bytes: float):
-        self.p = float(p)
-        self.tokens = int(tokens)
-        self.survival = np.asarray(survival, dtype=float)
-        self.return_bytes = float(return_bytes)
-        self.depth = self.nodes = 0  # the tree's (S0's drafting cost, the mask)
+    p: float
+    tokens: int
+    survival: np.ndarray
+    return_bytes: float
+    depth: int
+    nodes: int
 
 
 class RequestState:
@@ -205,6 +206,43 @@ class RequestState:
 
 class Scheduler:
     """The block schedule of one run (module docstring)."""
+
+    __slots__ = (
+        "batching",
+        "bet_seed",
+        "bets_lost",
+        "bets_won",
+        "cancel_bytes",
+        "cancel_messages",
+        "cancelled_blocks",
+        "cancelled_stage_tokens",
+        "confident_rounds",
+        "draft_ms",
+        "draft_queue",
+        "drafter_busy",
+        "drafter_busy_ms",
+        "drafter_passes",
+        "drafter_wasted_blocks",
+        "dropped_unstarted",
+        "env",
+        "first_stage",
+        "flush",
+        "full",
+        "k",
+        "last",
+        "n_stages",
+        "outbox",
+        "overlap",
+        "p_guess",
+        "stage_epochs",
+        "stages",
+        "states",
+        "tokens",
+        "tree_round_count",
+        "tree_rounds",
+        "verifier",
+        "window",
+    )
 
     def __init__(
         self,
@@ -327,11 +365,10 @@ class Scheduler:
 
     # ------------------------------------------------------------------------- stage hooks
     def _stale_at(self, index: int, block: Block) -> bool:
-        st = self.states[block.request.rid]
         if index == self.last:  # (flush: computed, then dropped at the verdict)
-            return not self.flush and block.epoch < st.epoch
+            return not self.flush and block.epoch < self.states[block.request.rid].epoch
         if index == 0 and self.first_stage:
-            return block.epoch < st.known_epoch
+            return block.epoch < self.states[block.request.rid].known_epoch
         return block.epoch < self.stage_epochs[index].get(block.request.rid, 0)
 
     def _cancelled(self, block: Block) -> None:
@@ -556,7 +593,7 @@ class Scheduler:
         self.draft_queue.append(req)
         if not self.drafter_busy:  # start at the end of this instant: requests whose verdicts
             self.drafter_busy = True  # arrive together are drafted together
-            Timeout(self.env, 0).callbacks.append(self._start_pass)
+            self.env.call(0, self._start_pass)
 
     def _start_pass(self, _event=None) -> None:
         self.drafter_busy = False
@@ -586,7 +623,7 @@ class Scheduler:
         self.drafter_busy = True
         self.drafter_busy_ms += self.draft_ms
         self.drafter_passes += 1
-        Timeout(self.env, self.draft_ms).callbacks.append(lambda _e: self._drafted_pass(blocks))
+        self.env.call(self.draft_ms, lambda _e: self._drafted_pass(blocks))
 
     def _drafted_pass(self, blocks: list) -> None:
         self.drafter_busy = False

@@ -40,6 +40,8 @@ from wansim.serving.workload import plan_requests
 from wansim.sim import lone_ring
 from wansim.sim.async_speculation import Scheduler, TreeRounds, guess_rates
 from wansim.sim.faults import FaultInjector, fault_seed
+from wansim.sim.host import SharedHost
+from wansim.sim.kernel import Kernel, Reference
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
 from wansim.sim.metrics import (
@@ -158,7 +160,7 @@ class Pipeline:
     """The wired components of one run (before it runs): what :func:`build` returns."""
 
     scenario: Scenario
-    env: simpy.Environment
+    env: Kernel | simpy.Environment
     stages: list[Stage]
     links: list[Link]
     verifier: Verifier
@@ -168,9 +170,15 @@ class Pipeline:
     faults: FaultInjector | None = None
 
 
-def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
-    """Wire the stages, links, verifier, request source (and block schedule) of a scenario."""
-    env = simpy.Environment(0.0)  # a float clock from the start (times are floats)
+def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False) -> Pipeline:
+    """Wire the stages, links, verifier, request source (and block schedule) of a scenario, on
+    the sim's event loop (:class:`~wansim.sim.kernel.Kernel`), or with ``reference=True`` on
+    ``simpy.Environment`` (the same order of events: the reference the loop is tested against).
+    A shared host (``model.host_cores``: :mod:`wansim.sim.host`, whose stages wait on its
+    events in their SimPy processes) always runs on SimPy's loop."""
+    # a float clock from the start (times are floats)
+    simpy_loop = reference or scenario.model.host_cores is not None
+    env = Reference(0.0) if simpy_loop else Kernel(0.0)
     p_stages = scenario.stages
     # the block schedule's bets come from one more child, after the documented streams
     seeds = ring_seeds(scenario.seed, p_stages)
@@ -215,12 +223,22 @@ def build(scenario: Scenario, *, timeline: bool = False) -> Pipeline:
         return_message_bytes(scenario, tree_nodes, 1, pol.tokens_per_pass(), pol.nodes)
     )
 
+    # every stage on one host of model.host_cores cores (wansim.sim.host): only where computes
+    # can overlap (one request in flight in the sync ring never does: the same run without it)
+    cores = scenario.model.host_cores
+    host = (
+        SharedHost(env, cores)
+        if cores is not None and (blocks or int(np.max(serving_slots(scenario))) > 1)
+        else None
+    )
+
     def shared(i: int) -> dict:
         """What every stage role takes: batching, the timeline, its compute noise/stragglers;
         S0 its drafter duty (placement first_stage: drafting before its compute)."""
         duties = {
             "batching": scenario.schedule.batching == "continuous",
             "timeline": tl.stage_slices if tl else None,
+            "host": host,
             "slowdown": (
                 StageSlowdown(scenario.model, i, stage_rng(scenario.seed, i))
                 if StageSlowdown.enabled(scenario.model, i)
@@ -350,9 +368,14 @@ def _tree_rounds(scenario: Scenario, rng_difficulty: np.random.Generator) -> Tre
     survival = speculation.commit_survival(sc, pol.survival(rates))
     tokens = pol.tokens_per_pass()
     ret = float(return_message_bytes(sc, pol.nodes, 1, tokens, pol.nodes))
-    rounds = TreeRounds(confident_fraction(scenario), tokens, survival, ret)
-    rounds.depth, rounds.nodes = pol.depth, pol.nodes
-    return rounds
+    return TreeRounds(
+        float(confident_fraction(scenario)),
+        int(tokens),
+        np.asarray(survival, dtype=float),
+        ret,
+        int(pol.depth),
+        int(pol.nodes),
+    )
 
 
 def _slots(scenario: Scenario) -> int:
@@ -400,11 +423,13 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
 
     A lone request in the sync ring (concurrency 1, closed arrivals, and only mechanisms on
     :mod:`wansim.sim.lone_ring`'s whitelist) is computed lap by lap in vectorised blocks: the
-    same arithmetic as the events, the same record to the bit, no event scheduled.
-    ``per_event=True`` runs every scenario event by event (the reference it is tested against).
+    same arithmetic as the events, the same record to the bit, no event scheduled. Every other
+    run goes event by event on :class:`~wansim.sim.kernel.Kernel` (SimPy's order of events in a
+    lighter loop). ``per_event=True`` runs every scenario event by event on SimPy's own loop
+    (the reference both are tested against).
     """
     check_supported(scenario)
-    pipe = build(scenario, timeline=timeline)
+    pipe = build(scenario, timeline=timeline, reference=per_event)
     record = None
     if not per_event and lone_ring.applies(pipe):
         record = lone_ring.run(pipe)  # None where its event-step check gives up: events then
@@ -463,7 +488,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
     return Result(scenario=scenario, engine="des", metrics=metrics, details=details)
 
 
-def _events_scheduled(env: simpy.Environment) -> int:
+def _events_scheduled(env: Kernel | simpy.Environment) -> int:
     """Events the environment scheduled (SimPy numbers them with a counter)."""
     counter = getattr(env, "_eid", None)
     return int(next(counter)) if counter is not None else -1

@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from simpy.events import Timeout
 
 from wansim.config.scenario import Faults
 from wansim.errors import ScenarioError
@@ -131,9 +130,7 @@ class FaultInjector:
     def start(self) -> None:
         for event in self.faults.events:
             if event.at_s is not None:
-                Timeout(self.env, event.at_s * MS_PER_S).callbacks.append(
-                    lambda _e, ev=event: self._fail(ev)
-                )
+                self.env.call(event.at_s * MS_PER_S, lambda _e, ev=event: self._fail(ev))
         if self.rated:
             self._next_rated(0.0)
 
@@ -148,9 +145,7 @@ class FaultInjector:
             return
         gap = self.rng.exponential(1.0 / self.rate_total)
         which = int(self.rng.choice(len(self.rated), p=self.rate_p)) if len(self.rated) > 1 else 0
-        Timeout(self.env, from_ms - self.env._now + gap).callbacks.append(
-            lambda _e: self._rated(self.rated[which])
-        )
+        self.env.call(from_ms - self.env._now + gap, lambda _e: self._rated(self.rated[which]))
 
     def _rated(self, event) -> None:
         now = self.env._now
@@ -181,7 +176,7 @@ class FaultInjector:
             outage.components.append(event.component)
             if end > self.down_until:
                 self.down_until = outage.end_ms = end
-                Timeout(self.env, end - now).callbacks.append(self._recover)
+                self.env.call(end - now, self._recover)
             return
         queued = set(map(id, self.source.waiting))  # arrived, not admitted: not in the ring
         hit = [
@@ -203,7 +198,7 @@ class FaultInjector:
                 self.source.finished(req)  # frees the slot (the next waits for the ring)
         else:
             self.restart.extend(hit)
-        Timeout(self.env, end - now).callbacks.append(self._recover)
+        self.env.call(end - now, self._recover)
 
     def _recover(self, _event=None) -> None:
         if self.env._now < self.down_until:  # an extended outage: its own recovery comes

@@ -14,13 +14,12 @@ from collections import deque
 from collections.abc import Callable
 
 import numpy as np
-import simpy
-from simpy.events import Timeout
 
 from wansim.config.scenario import Hop
 from wansim.links.delivery import HopSender, software_ms
 from wansim.links.draws import LinkDraws
 from wansim.links.expected_delay import jitter_dist
+from wansim.sim.kernel import Kernel, Reference
 from wansim.sim.messages import VERIFY, Pass
 
 
@@ -45,7 +44,7 @@ class Link:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Kernel | Reference,
         index: int,
         hop: Hop,
         deliver: Callable[[list[Pass]], None],
@@ -93,10 +92,11 @@ class Link:
         if offer_ms is None:
             offer_ms = now
         draws = self.draws
-        g = draws.losses()
-        start, free, delivery = self.sender.send(offer_ms, n_bytes, g, draws.propagation_ms())
+        g = draws.losses() if draws.has_loss else 0
+        prop = draws.propagation_ms() if draws.has_jitter else draws.latency_ms
+        start, free, delivery = self.sender.send(offer_ms, n_bytes, g, prop)
         self.in_flight.append(passes)
-        Timeout(env, delivery - now).callbacks.append(self._arrive_cb)
+        env.call(delivery - now, self._arrive_cb)
         wire = self.sender.wire_bytes(n_bytes, g) if g else n_bytes
         self.messages += 1
         self.bytes_total += wire

@@ -104,6 +104,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "model.overhead_ms": ANY,
     "model.stage_overhead_ms": ANY,
     "model.host_cpu_factor": ANY,
+    "model.host_cores": ANY,  # one request in flight never overlaps: no shared host is built
     "model.noise.kind": ("none",),  # compute noise and stragglers: off
     "model.noise.cv": ANY,
     "model.noise.stages": ANY,

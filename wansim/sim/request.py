@@ -27,11 +27,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-import simpy
-from simpy.events import Timeout
-
 from wansim.config.scenario import Workload
 from wansim.serving.workload import RequestPlan
+from wansim.sim.kernel import Kernel, Reference
 
 
 class Request:
@@ -92,7 +90,7 @@ class RequestSource:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Kernel | Reference,
         workload: Workload,
         plan: RequestPlan,
         admit: Callable[[Request], None],
@@ -149,7 +147,7 @@ class RequestSource:
     def _schedule_next_arrival(self) -> None:
         i = len(self.requests)
         if i < self.workload.requests:
-            Timeout(self.env, self.gaps_ms[i]).callbacks.append(self._arrive)
+            self.env.call(self.gaps_ms[i], self._arrive)
 
     def _admit(self, req: Request) -> None:
         self.in_flight += 1

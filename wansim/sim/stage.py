@@ -60,13 +60,15 @@ from __future__ import annotations
 from collections import deque
 
 import simpy
-from simpy.events import Event, Timeout
 
+from wansim.sim.kernel import Event, Kernel, Reference, Timeout
 from wansim.sim.link import Link, decode_share
 from wansim.sim.messages import KIND_NAMES, PREFILL, VERIFY, Pass
 from wansim.sim.micro_batches import MicroBatchMessage
 from wansim.sim.request import RequestSource
 from wansim.sim.verifier import Verifier
+
+WAKE_CALL = object()  # Stage.wake on the Kernel: idle, to be woken by a call of _serve_next
 
 
 class Stage:
@@ -75,10 +77,38 @@ class Stage:
     busy time and timeline slices. Wire ``link_out`` and ``source`` before :meth:`start`."""
 
     is_last = False
+    __slots__ = (
+        "_compute_cache",
+        "_in_service",
+        "_serve_next_cb",
+        "_served_cb",
+        "batching",
+        "busy_ms",
+        "closed_form",
+        "compute_ms",
+        "draft_before_ms",
+        "draft_before_per_sequence_ms",
+        "env",
+        "free_ms",
+        "hooks",
+        "host",
+        "index",
+        "link_out",
+        "mailbox",
+        "micro",
+        "passes",
+        "process",
+        "slowdown",
+        "slowdowns",
+        "source",
+        "timeline",
+        "tree_draft_ms",
+        "wake",
+    )
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Kernel | Reference,
         index: int,
         compute_ms,
         *,
@@ -89,6 +119,7 @@ class Stage:
         hooks=None,
         micro=None,
         slowdown=None,
+        host=None,
     ):
         self.env = env
         self.index = index
@@ -109,6 +140,9 @@ class Stage:
         # compute noise and stragglers (wansim.stages.slowdown.StageSlowdown), None when off
         self.slowdown = slowdown
         self.slowdowns: list | None = None  # (stage, start, end, factor) when kept (Perfetto)
+        # the host's cores shared with the other stages (wansim.sim.host.SharedHost), None when
+        # every stage has its own CPU
+        self.host = host
         self.mailbox: deque[Pass] = deque()
         self.wake: simpy.Event | None = None
         self.link_out: Link | None = None
@@ -119,15 +153,24 @@ class Stage:
         self._compute_cache: dict[int, float] = {}  # n tokens -> ms (sizes repeat)
         self.closed_form = False
         self.process: simpy.Process | None = None
+        self._in_service: tuple | None = None  # (batch, n, start, draft, compute) on the Kernel
+        self._serve_next_cb = self._serve_next
+        self._served_cb = self._served
 
     def start(self) -> None:
         """Begin serving (after wiring: ``link_out``, ``source`` and ``hooks`` are set).
 
         A stage that can serve in closed form (:meth:`serves_in_closed_form`) needs no process
-        (module docstring); every other stage is a process with a mailbox.
+        (module docstring); every other stage is a process with a mailbox: on SimPy a generator
+        (:meth:`run`, the reference), on the :class:`~wansim.sim.kernel.Kernel` the same steps
+        as callbacks (:meth:`_serve_next`, :meth:`_served`: the same events in the same order).
         """
         self.closed_form = self.serves_in_closed_form()
-        if not self.closed_form:
+        if self.closed_form:
+            return
+        if isinstance(self.env, Kernel):
+            self.env.start(self._serve_next_cb)
+        else:
             self.process = self.env.process(self.run())
 
     def serves_in_closed_form(self) -> bool:
@@ -149,7 +192,10 @@ class Stage:
         wake = self.wake
         if wake is not None:
             self.wake = None
-            wake.succeed()
+            if wake is WAKE_CALL:  # the Kernel: the wake-up's callback, at Event.succeed's key
+                self.env.call(0, self._serve_next_cb)
+            else:
+                wake.succeed()
 
     def _serve(self, p: Pass) -> None:
         raise NotImplementedError
@@ -167,9 +213,41 @@ class Stage:
         if batch:
             start = env._now
             draft, compute = self._service_ms(batch, n, start)
-            yield Timeout(env, draft + compute)
+            if self.host is None:
+                yield Timeout(env, draft + compute)
+            else:
+                yield self.host.compute(draft + compute)
+                draft, compute = self._stretched(start, draft, compute)
             self._account(batch, start, draft, compute)
         return batch, n
+
+    def _serve_next(self, _event=None) -> None:
+        """:meth:`_compute_next` as a callback: start the next pass or batch (a timeout to
+        :meth:`_served`), or wait for a pass (a wake-up event back to this method)."""
+        env = self.env
+        mailbox = self.mailbox
+        while mailbox:
+            batch, n = self._next_batch()
+            if batch:
+                start = env._now
+                draft, compute = self._service_ms(batch, n, start)
+                self._in_service = (batch, n, start, draft, compute)
+                env.call(draft + compute, self._served_cb)
+                return
+        self.wake = WAKE_CALL  # (receive schedules this method at the wake-up's key)
+
+    def _served(self, _event) -> None:
+        """A pass or batch is computed: account for it, hand it on (:meth:`_after`), serve on."""
+        batch, n, start, draft, compute = self._in_service
+        self._in_service = None
+        self._account(batch, start, draft, compute)
+        if self._after(batch, n):
+            self._serve_next()
+
+    def _after(self, batch: list[Pass], n: int) -> bool:
+        """What the role does with a computed pass or batch (as in its :meth:`run`); False
+        when it holds the stage longer (it then serves on itself)."""
+        raise NotImplementedError
 
     def _next_batch(self) -> tuple[list[Pass], int]:
         """The oldest pass of the (non-empty) mailbox, or with continuous batching every pass
@@ -189,8 +267,10 @@ class Stage:
             batch = [p]
             n = p.n
         if self.hooks is not None:  # drop cancelled blocks before starting them
-            batch = self.hooks.take(self.index, batch)
-            n = sum(p.n for p in batch)
+            kept = self.hooks.take(self.index, batch)
+            if kept is not batch:  # (the same list back: nothing dropped)
+                batch = kept
+                n = sum(p.n for p in batch)
         return batch, n
 
     def _service_ms(self, batch: list[Pass], n: int, start: float = 0.0) -> tuple[float, float]:
@@ -214,6 +294,13 @@ class Stage:
             compute *= factor
         return draft, compute
 
+    def _stretched(self, start: float, draft: float, compute: float) -> tuple[float, float]:
+        """(drafting, compute) as they took on the shared host: stretched alike to the time
+        from ``start`` to now."""
+        work = draft + compute
+        stretch = (self.env._now - start) / work if work > 0 else 1.0
+        return draft * stretch, compute * stretch
+
     def _account(self, batch: list[Pass], start: float, draft: float, compute: float) -> None:
         """Busy time, pass count and (when kept) the timeline slices of one pass."""
         self.busy_ms += draft + compute
@@ -229,9 +316,11 @@ class RelayStage(Stage):
     """A stage before the last (S0 included when the ring has more than one stage): serves a
     pass, then offers it (header + n activations, + tree masks) to its forward hop."""
 
+    __slots__ = ("forward_bytes", "mask_bytes_per_sequence", "tree_mask_bytes")
+
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Kernel | Reference,
         index: int,
         compute_ms,
         forward_bytes,
@@ -245,9 +334,9 @@ class RelayStage(Stage):
         self.tree_mask_bytes = 0.0  # the per-round hybrid: a tree round's block's mask
 
     def serves_in_closed_form(self) -> bool:
-        """Neither batching nor the block schedule: a FIFO server with a fixed service time
-        per pass, in closed form (module docstring)."""
-        return not self.batching and self.hooks is None
+        """Neither batching, the block schedule nor a shared host: a FIFO server with a fixed
+        service time per pass, in closed form (module docstring)."""
+        return not self.batching and self.hooks is None and self.host is None
 
     def _serve(self, p: Pass) -> None:
         """Closed-form FIFO service of one pass arriving now: it starts when the stage is free,
@@ -276,17 +365,22 @@ class RelayStage(Stage):
         return size, share
 
     def run(self):
-        hooks = self.hooks
         while True:
             batch, n = yield from self._compute_next()
-            if not batch:
-                continue
-            if hooks is not None:  # count the work; cancelled meanwhile: not forwarded
-                batch = hooks.done(self.index, batch)
-                if not batch:
-                    continue
+            if batch:
+                self._after(batch, n)
+
+    def _after(self, batch: list[Pass], n: int) -> bool:
+        hooks = self.hooks
+        if hooks is not None:  # count the work; cancelled meanwhile: not forwarded
+            kept = hooks.done(self.index, batch)
+            if not kept:
+                return True
+            if kept is not batch:  # (the same list back: nothing dropped)
+                batch = kept
                 n = sum(p.n for p in batch)
-            self._forward(batch, n, None)
+        self._forward(batch, n, None)
+        return True
 
 
 class LastStage(Stage):
@@ -296,10 +390,11 @@ class LastStage(Stage):
     last_stage``."""
 
     is_last = True
+    __slots__ = ("draft_after_ms", "draft_after_per_sequence_ms", "return_bytes", "verifier")
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Kernel | Reference,
         index: int,
         compute_ms,
         return_bytes: float,
@@ -338,16 +433,53 @@ class LastStage(Stage):
             if following and (self.draft_after_ms or self.draft_after_per_sequence_ms):
                 start = env._now
                 draft = self.draft_after(len(following))
-                yield Timeout(env, draft)
-                self.busy_ms += draft
-                if self.timeline is not None:
-                    self.timeline.append((self.index, start, env._now, "draft", following))
-            if self.micro is None:
-                self.link_out.send(following, self.return_bytes * len(following), 1.0)
-            elif self.micro.still_circulates(batch.index):  # back to S0, one record a sequence
-                records = max(len(following) + chunks, 1)
-                back = MicroBatchMessage(batch.index, following)
-                self.link_out.send(back, self.return_bytes * records, 1.0)
+                if self.host is None:
+                    yield Timeout(env, draft)
+                else:  # as long as it took on the shared host
+                    yield self.host.compute(draft)
+                    draft = env._now - start
+                self._drafted(following, start, draft)
+            self._send_back(batch, following, chunks)
+
+    def _after(self, batch: list[Pass], n: int) -> bool:
+        """:meth:`run`'s steps after a computed pass or batch, on the Kernel (the drafting
+        after the verdicts is a timeout to :meth:`_drafted_then_send`)."""
+        hooks = self.hooks
+        if hooks is not None:
+            hooks.verdicts(self, hooks.done(self.index, batch))
+            return True
+        following, chunks = self._verdicts(batch)
+        if not following and self.micro is None:
+            return True
+        if following and (self.draft_after_ms or self.draft_after_per_sequence_ms):
+            start = self.env._now
+            draft = self.draft_after(len(following))
+            self.env.call(
+                draft, lambda _e: self._drafted_then_send(batch, following, chunks, start, draft)
+            )
+            return False
+        self._send_back(batch, following, chunks)
+        return True
+
+    def _drafted_then_send(self, batch, following, chunks, start: float, draft: float) -> None:
+        self._drafted(following, start, draft)
+        self._send_back(batch, following, chunks)
+        self._serve_next()
+
+    def _drafted(self, following: list[Pass], start: float, draft: float) -> None:
+        """The drafting after the verdicts has ended (busy time, its timeline slice)."""
+        self.busy_ms += draft
+        if self.timeline is not None:
+            self.timeline.append((self.index, start, self.env._now, "draft", following))
+
+    def _send_back(self, batch, following: list[Pass], chunks: int) -> None:
+        """The next passes ride the return hop to S0 (micro-batches: the micro-batch)."""
+        if self.micro is None:
+            self.link_out.send(following, self.return_bytes * len(following), 1.0)
+        elif self.micro.still_circulates(batch.index):  # back to S0, one record a sequence
+            records = max(len(following) + chunks, 1)
+            back = MicroBatchMessage(batch.index, following)
+            self.link_out.send(back, self.return_bytes * records, 1.0)
 
     def _verdicts(self, batch: list[Pass]) -> tuple[list[Pass], int]:
         """First tokens and verdicts; returns the next passes of unfinished requests and the

@@ -41,7 +41,7 @@ from wansim.analytical.sync import (
     sync_metrics,
 )
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
-from wansim.analytical.transport import tcp_equivalent
+from wansim.analytical.transport import prefill_extra_ms, tcp_equivalent
 from wansim.config.scenario import Scenario
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
@@ -94,14 +94,6 @@ def check_supported(scenario: Scenario) -> None:
     ]
     if is_hybrid(scenario):
         check_tree_rounds(scenario)
-        unsupported.append(
-            (
-                "workload.concurrency",
-                scenario.workload.concurrency,
-                not concurrent(scenario),
-                "the per-round hybrid with concurrent requests is",
-            )
-        )
     net = scenario.network
     if net.transport == "tcp":
         one = not (blocks or batched(scenario) or concurrent(scenario))
@@ -252,6 +244,10 @@ def analyze(scenario: Scenario) -> Result:
         scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
     parts = lap_parts(scenario)
     answer = _one_request(scenario, parts)
+    if judged.network.transport == "tcp":  # the prefill's own window (transport.py)
+        answer = _tcp_prefill(
+            answer, prefill_extra_ms(judged, scenario, answer.means["lap_ms_mean"])
+        )
     if micro_batched(scenario):
         answer = _micro_batched(scenario, parts, answer)
     elif batched(scenario):
@@ -297,6 +293,18 @@ def kv_admitted(scenario: Scenario) -> Scenario:
         return scenario
     admitted = dataclasses.replace(wl, concurrency=max(int(slots), 1), kv_capacity_tokens=None)
     return dataclasses.replace(scenario, workload=admitted)
+
+
+def _tcp_prefill(answer: Answer, extra_ms: float) -> Answer:
+    """One request at a time, its prefill ``extra_ms`` longer: TTFT, the request's duration
+    (throughput) and the stages' utilisation over it."""
+    m = dict(answer.means)
+    before = m["prefill_ms"] + m["passes_per_request"] * m["lap_ms_mean"]
+    m["ttft_ms_mean"] = m["ttft_ms_mean"] + extra_ms
+    m["prefill_ms"] = m["prefill_ms"] + extra_ms
+    m["throughput_tokens_per_s"] = m["throughput_tokens_per_s"] * before / (before + extra_ms)
+    util = [u * before / (before + extra_ms) for u in answer.utilization]
+    return dataclasses.replace(answer, means=m, utilization=util)
 
 
 def _kv_queue(answer: Answer, users: int, slots: int, decode_tokens: int) -> Answer:

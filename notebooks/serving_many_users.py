@@ -27,10 +27,11 @@
 # max(L, N s_max): the lap of a lone batch, or N times the slowest station once the batches
 # queue for it (`docs/schedules.md`, "Micro-batched pipeline parallelism").
 #
-# Plan: the reference scenario, 1..128 users, chain K = 7 with one batch and with 10
-# micro-batches; the analytical engine for every point (it says where it is validated), the
-# DES for a few, both on the same axes. The full figure (chain, tree and async) is
-# `wansim figures serving_many_users`.
+# Plan: the reference scenario, 1..128 users; chain K = 7 and a Sequoia tree of 16 nodes, each
+# with one batch and with 10 micro-batches, and async in-pipe speculation (4 blocks in flight;
+# async refuses micro-batches: README, "Scheduling levers"); the analytical engine for every
+# point (it says where it is validated), the DES for a few, both on the same axes. The figure
+# with more DES points is `wansim figures serving_many_users`.
 
 # %%
 from pathlib import Path
@@ -46,6 +47,21 @@ ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "scenarios").is
 REFERENCE = ROOT / "scenarios" / "v4pro-dspark-10stage-wan.yaml"
 ONE_BATCH = {"schedule.batching": "continuous"}
 MICRO = {**ONE_BATCH, "schedule.micro_batches": 10, "schedule.prefill_chunk_tokens": 256}
+TREE = {"speculation.policy": "tree", "speculation.tree.budget_nodes": 16}
+ASYNC = {
+    "schedule.kind": "async",
+    "schedule.max_inflight_blocks": 4,
+    "drafter.placement": "first_stage",
+    "drafter.kind": "draft_model",
+}
+# (policy, micro-batches, overrides)
+LINES = [
+    ("chain", "off", ONE_BATCH),
+    ("chain", "on", MICRO),
+    ("tree", "off", {**TREE, **ONE_BATCH}),
+    ("tree", "on", {**TREE, **MICRO}),
+    ("async", "off", ASYNC),
+]
 USERS = [1, 2, 4, 8, 16, 32, 64, 128]
 DES_USERS = [8, 64]  # a few DES points keep the notebook quick
 
@@ -62,11 +78,12 @@ def scenario(overrides, users):
     )
 
 
-def row(engine, mode, users, result):
+def row(engine, policy, mode, users, result):
     m = result.metrics
     appr = result.approximation or {}
     return {
         "engine": engine,
+        "policy": policy,
         "micro-batches": mode,
         "users": users,
         "throughput tok/s": m["throughput_tokens_per_s"],
@@ -77,9 +94,9 @@ def row(engine, mode, users, result):
 
 
 rows = []
-for mode, over in (("off", ONE_BATCH), ("on", MICRO)):
-    rows += [row("analytical", mode, u, analyze(scenario(over, u))) for u in USERS]
-    rows += [row("des", mode, u, simulate(scenario(over, u))) for u in DES_USERS]
+for policy, mode, over in LINES:
+    rows += [row("analytical", policy, mode, u, analyze(scenario(over, u))) for u in USERS]
+    rows += [row("des", policy, mode, u, simulate(scenario(over, u))) for u in DES_USERS]
 table = pd.DataFrame(rows)
 print(f"{len(table)} points")
 table.round(3)
@@ -87,23 +104,33 @@ table.round(3)
 # %% [markdown]
 # ## Throughput against each user's TPOT p99
 #
-# Solid: micro-batching on; dashed: one batch. Lines are the analytical engine, markers the
-# DES. Moving up means more tokens for everyone; moving right, a slower tail for each user.
+# One colour per policy; solid: micro-batching on; dashed: one batch. Lines are the analytical
+# engine, markers the DES. Moving up means more tokens for everyone; moving right, a slower
+# tail for each user.
 
 # %%
-fig, ax = plt.subplots(figsize=(7, 4.2))
-for mode, ls, color in (("off", "--", "#d1495b"), ("on", "-", "#1b6ca8")):
-    a = table[(table.engine == "analytical") & (table["micro-batches"] == mode)]
-    d = table[(table.engine == "des") & (table["micro-batches"] == mode)]
-    ax.plot(a["TPOT p99 ms"], a["throughput tok/s"], ls, color=color, label=f"{mode} (analytical)")
-    ax.plot(d["TPOT p99 ms"], d["throughput tok/s"], "o", color=color, label=f"{mode} (DES)")
-    for _, r in a.iterrows():
+COLOR = {"chain": "#1b6ca8", "tree": "#d1495b", "async": "#3a7d44"}
+fig, ax = plt.subplots(figsize=(7.5, 4.6))
+for policy, mode, _ in LINES:
+    pick = (table.policy == policy) & (table["micro-batches"] == mode)
+    a, d = table[pick & (table.engine == "analytical")], table[pick & (table.engine == "des")]
+    ls, color, name = ("-" if mode == "on" else "--"), COLOR[policy], f"{policy}, mb {mode}"
+    ax.plot(a["TPOT p99 ms"], a["throughput tok/s"], ls, color=color, label=f"{name} (analytical)")
+    ax.plot(
+        d["TPOT p99 ms"],
+        d["throughput tok/s"],
+        "o",
+        color=color,
+        mfc=color if mode == "on" else "white",
+        label=f"{name} (DES)",
+    )
+    for _, r in a[a.users.isin([1, 8, 128])].iterrows():
         ax.annotate(int(r.users), (r["TPOT p99 ms"], r["throughput tok/s"]), fontsize=7)
 ax.set_xscale("log")
 ax.set_yscale("log")
 ax.set_xlabel("TPOT p99 per user (ms)")
 ax.set_ylabel("throughput (tokens/s, all users)")
-ax.legend(frameon=False, fontsize=8)
+ax.legend(frameon=False, fontsize=6.5, ncol=2)
 plt.show()
 
 # %% [markdown]
@@ -113,12 +140,18 @@ plt.show()
 # engine is from the DES (its result says whether it is validated there).
 
 # %%
-des = table[table.engine == "des"].set_index(["micro-batches", "users"])
-ana = table[table.engine == "analytical"].set_index(["micro-batches", "users"])
+des = table[table.engine == "des"].set_index(["policy", "micro-batches", "users"])
+ana = table[table.engine == "analytical"].set_index(["policy", "micro-batches", "users"])
 for u in DES_USERS:
-    gain = des.loc[("on", u), "throughput tok/s"] / des.loc[("off", u), "throughput tok/s"]
-    print(f"{u} users: micro-batches deliver {gain:.2f}x the throughput of one batch (DES)")
-    for mode in ("off", "on"):
-        err = ana.loc[(mode, u), "throughput tok/s"] / des.loc[(mode, u), "throughput tok/s"] - 1
-        valid = "validated" if ana.loc[(mode, u), "validated"] else "not validated"
-        print(f"  micro-batches {mode}: analytical {err:+.1%} from the DES ({valid})")
+    for policy in ("chain", "tree"):
+        on, off = (des.loc[(policy, m, u), "throughput tok/s"] for m in ("on", "off"))
+        print(f"{u} users, {policy}: micro-batches deliver {on / off:.2f}x one batch (DES)")
+    for policy, mode, _ in LINES:
+        key = (policy, mode, u)
+        err = ana.loc[key, "throughput tok/s"] / des.loc[key, "throughput tok/s"] - 1
+        tail = ana.loc[key, "TPOT p99 ms"] / des.loc[key, "TPOT p99 ms"] - 1
+        valid = "validated" if ana.loc[key, "validated"] else "not validated"
+        print(
+            f"  {policy}, micro-batches {mode}: analytical {err:+.1%} throughput,"
+            f" {tail:+.1%} TPOT p99 from the DES ({valid})"
+        )

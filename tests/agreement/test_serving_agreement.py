@@ -10,10 +10,11 @@ own 95% half-width h (its moving-block interval on tokens/s):
 
 on tokens/s, and on throughput with the same h relative to tokens/s (the DES gives no interval
 on throughput; both come from the same requests). The band is the one the analytical result
-carries where it says ``validated: true``; trace workloads are never validated (expectations
-over length nodes), so they are held to the band the approximation-error table documents for
-them (``approximation_error.BOUNDS["varied lengths"]``); other unvalidated draws are skipped
-(``assume``). Several mechanisms per example keep the DES cost near a few seconds each.
+carries where it says ``validated: true``; trace workloads outside the validated domain are
+held to the worst the approximation-error table measured for them over all its points
+(``UNVALIDATED_TRACE_BAND``); other unvalidated draws are skipped
+(``assume``). Where the band names a tail (TPOT p99 with varied lengths), it is checked too,
+within the band plus twice the DES's bootstrap half-width on it. Several mechanisms per example keep the DES cost near a few seconds each.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ from tests.conftest import REFERENCE
 from wansim.analytical import analyze
 from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
-from wansim.studies.approximation_error import BOUNDS, TRACE
+from wansim.studies.approximation_error import TRACE
 
+# trace workloads outside the validated domain (continuous batches that would split in
+# groups): the worst the "varied lengths" group measured over all its points, validated or not
+# (docs/approximations.csv: 16.3% on tokens/s, 45.2% on throughput), rounded up
+UNVALIDATED_TRACE_BAND = {"tokens_per_s": 0.20, "throughput_tokens_per_s": 0.50}
 PROMPT = 512  # the reference scenario's prompt_tokens
 OUTPUT = 128
 
@@ -73,9 +78,8 @@ def check(mech: str, over: dict) -> None:
     assert sc.workload.prompt_tokens == PROMPT
     ana = analyze(sc)
     trust = ana.approximation
-    if mech in ("trace", "empirical"):
-        assert not trust["validated"]  # expectations over length nodes never vouch for it
-        band = BOUNDS["varied lengths"]
+    if mech in ("trace", "empirical") and not trust["validated"]:
+        band = UNVALIDATED_TRACE_BAND
     else:
         assume(trust["validated"])
         band = trust["error_band"]
@@ -89,6 +93,11 @@ def check(mech: str, over: dict) -> None:
         a, b = ana.metrics[key], des[key]
         allowed = (band[key] + 2 * half_rel) * b
         assert abs(a - b) <= allowed, (mech, key, a, b, band[key], half_rel, over)
+    if "tpot_ms_p99" in band:  # a tail's band, with the DES's bootstrap interval on it
+        a, b = ana.metrics["tpot_ms_p99"], des["tpot_ms_p99"]
+        low, high = des["tpot_ms_p99_ci95"]
+        allowed = band["tpot_ms_p99"] * b + (high - low)
+        assert abs(a - b) <= allowed, (mech, "tpot_ms_p99", a, b, low, high, over)
 
 
 @pytest.mark.parametrize("mech", MECHANISMS)

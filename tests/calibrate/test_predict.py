@@ -691,6 +691,22 @@ def test_predict_bad_input_exits_2_with_one_line(tmp_path, capsys, no_processes)
     corrupt = make_bundle(tmp_path / "c")
     (corrupt / FILES["stage_passes"]).write_bytes(b"\x00\xff\xfe")
     cases.append((["--profile", str(corrupt)], "stage_passes.csv"))
+    m3 = tmp_path / "m3.yaml"
+    m3.write_text(yaml.safe_dump({"cells": [{"stages": 4, "latency_ms": 5, "k": 2}]}))
+    cases.append(
+        (
+            ["--profile", str(good), "--matrix", str(m3), "--reuse", str(tmp_path / "nothing")],
+            "--reuse: must be a calibrate predict output dir holding predict.json",
+        )
+    )
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "predict.json").write_text('{"cells": []}')
+    cases.append(
+        (
+            ["--profile", str(good), "--matrix", str(m3), "--reuse", str(tmp_path / "half")],
+            "--reuse: must be a",
+        )
+    )
     for extra, message in cases:
         code, err = _run(["calibrate", "predict", "--out", str(tmp_path / "o"), *extra], capsys)
         assert code == 2, (extra, err)

@@ -125,6 +125,7 @@ def test_bands_move_bounds_the_documented_way():
     assert metric_band("queue_ms_mean", band) == (0.4, True)
     assert metric_band("goodput_requests_per_s", band) == (0.2, True)
     assert metric_band("bubble_fraction", band) == (0.05, False)
+    assert metric_band("tpot_ms_p99", {**band, "tpot_ms_p99": 0.5}) == (0.5, True)  # measured
     up = parse_bound("--slo", "tpot_ms_p99<=100")
     assert widened(up, 0.1, True, +1).value == pytest.approx(110)
     assert widened(up, 0.1, True, -1).value == pytest.approx(90)
@@ -242,3 +243,21 @@ def test_optimize_constraint_nobody_meets_is_one_line(run_cli):
     )
     assert code == 2 and "--constraint: no evaluated point meets" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_tail_without_its_own_band_is_not_vouched_for_with_varied_lengths():
+    """An expectation over workload nodes vouches only for the tails its band names (TPOT
+    p99); a bound on another tail says why; requests alike keep the mean's band."""
+    from wansim.studies.capacity import unmeasured_tail
+
+    varied = {
+        "regime": "concurrent + expectation over 14 workload nodes",
+        "validated": True,
+        "error_band": {"tokens_per_s": 0.2, "ttft_ms_mean": 0.35, "tpot_ms_p99": 0.3},
+    }
+    assert unmeasured_tail(["tpot_ms_p99", "tokens_per_s"], varied) == ""
+    why = unmeasured_tail(["ttft_ms_p99"], varied)
+    assert why.startswith("ttft_ms_p99 with varied request lengths: no band measured")
+    assert "measured: tpot_ms_p99" in why
+    alike = {**varied, "regime": "concurrent"}
+    assert unmeasured_tail(["ttft_ms_p99"], alike) == ""

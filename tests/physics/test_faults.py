@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from wansim.analytical import analyze
+from wansim.analytical.regime import FAULTS_BAND
 from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
 from wansim.results.strict_json import dumps
@@ -283,8 +284,13 @@ def test_reference_failover_scenario():
     sc = load_scenario("scenarios/ring-stage-failover.yaml")
     des, ana = simulate(sc), analyze(sc)
     trust = ana.approximation
-    assert trust["regime"] == "sync+faults" and not trust["validated"]
-    assert "Monte Carlo" in trust["why"]  # no grid of the approximation-error study covers it
+    assert trust["regime"] == "sync+faults" and trust["validated"]  # the error study's grid
+    assert trust["error_band"] == FAULTS_BAND
+    link = load_scenario(
+        "scenarios/ring-stage-failover.yaml", ["faults.events=[{link: 2, at_s: 8}]"]
+    )
+    trust = analyze(link).approximation  # link failures: Monte Carlo only, not on the grid
+    assert not trust["validated"] and "link failures" in trust["why"]
     for name in ("goodput_tokens_per_s", "throughput_tokens_per_s"):
         assert ana.metrics[name] == pytest.approx(des.metrics[name], rel=0.03)
     down = 5e3 / des.details["makespan_ms"]

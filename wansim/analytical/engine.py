@@ -11,6 +11,11 @@ from wansim.analytical import batched as batching
 from wansim.analytical.batched import batched, batched_metrics
 from wansim.analytical.blocks import block_schedule, block_schedule_metrics
 from wansim.analytical.concurrent import WAIT_PARTS, concurrent_metrics
+from wansim.analytical.decode_tails import (
+    DecodeParts,
+    loaded_tpot_quantiles,
+    population_tpot_quantiles,
+)
 from wansim.analytical.distribution import (
     lap_distribution,
     mean_var,
@@ -25,7 +30,7 @@ from wansim.analytical.hybrid import analyze_hybrid
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces
-from wansim.analytical.regime import approximation
+from wansim.analytical.regime import approximation, varied_approximation
 from wansim.analytical.serving import serving_metrics
 from wansim.analytical.shared_host import analyze_shared_host, contended
 from wansim.analytical.sync import (
@@ -36,7 +41,7 @@ from wansim.analytical.sync import (
     sync_metrics,
 )
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
-from wansim.analytical.transport import tcp_equivalent
+from wansim.analytical.transport import prefill_extra_ms, tcp_equivalent
 from wansim.config.scenario import Scenario
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
@@ -89,14 +94,6 @@ def check_supported(scenario: Scenario) -> None:
     ]
     if is_hybrid(scenario):
         check_tree_rounds(scenario)
-        unsupported.append(
-            (
-                "workload.concurrency",
-                scenario.workload.concurrency,
-                not concurrent(scenario),
-                "the per-round hybrid with concurrent requests is",
-            )
-        )
     net = scenario.network
     if net.transport == "tcp":
         one = not (blocks or batched(scenario) or concurrent(scenario))
@@ -221,7 +218,7 @@ class Answer:
     details: dict[str, Any]
     lap_values_ms: np.ndarray  # one request's lap distribution on a uniform grid
     lap_pmf: np.ndarray
-    tpot_nodes: tuple = ()  # (weights, mean ms, sd ms): TPOT per difficulty node, alone
+    decode: DecodeParts | None = None  # TPOT's parts (wansim.analytical.decode_tails)
 
 
 def _scalars(raw: dict) -> dict[str, float]:
@@ -247,6 +244,10 @@ def analyze(scenario: Scenario) -> Result:
         scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
     parts = lap_parts(scenario)
     answer = _one_request(scenario, parts)
+    if judged.network.transport == "tcp":  # the prefill's own window (transport.py)
+        answer = _tcp_prefill(
+            answer, prefill_extra_ms(judged, scenario, answer.means["lap_ms_mean"])
+        )
     if micro_batched(scenario):
         answer = _micro_batched(scenario, parts, answer)
     elif batched(scenario):
@@ -261,7 +262,7 @@ def analyze(scenario: Scenario) -> Result:
             scenario.workload.concurrency,
             scenario.workload.output_tokens - 1,
         )
-    metrics, details = _metrics(answer), answer.details
+    metrics, details = _metrics(answer), {**answer.details, "decode": answer.decode}
     metrics.update(serving_metrics(scenario, answer.means))
     trust = approximation(judged).to_json()
     if queued:
@@ -294,6 +295,18 @@ def kv_admitted(scenario: Scenario) -> Scenario:
     return dataclasses.replace(scenario, workload=admitted)
 
 
+def _tcp_prefill(answer: Answer, extra_ms: float) -> Answer:
+    """One request at a time, its prefill ``extra_ms`` longer: TTFT, the request's duration
+    (throughput) and the stages' utilisation over it."""
+    m = dict(answer.means)
+    before = m["prefill_ms"] + m["passes_per_request"] * m["lap_ms_mean"]
+    m["ttft_ms_mean"] = m["ttft_ms_mean"] + extra_ms
+    m["prefill_ms"] = m["prefill_ms"] + extra_ms
+    m["throughput_tokens_per_s"] = m["throughput_tokens_per_s"] * before / (before + extra_ms)
+    util = [u * before / (before + extra_ms) for u in answer.utilization]
+    return dataclasses.replace(answer, means=m, utilization=util)
+
+
 def _kv_queue(answer: Answer, users: int, slots: int, decode_tokens: int) -> Answer:
     """``users`` closed-loop users sharing the ``slots`` the KV cache admits: each waits in the
     admission queue, then resides T (TTFT + decode). With users > slots the queue never
@@ -317,15 +330,20 @@ def _over_nodes(scenario: Scenario) -> Result:
     (:mod:`wansim.analytical.mixture`)."""
     parts = [(w, node, analyze(node)) for w, node in nodes(scenario)]
     metrics = combine([(w, r.metrics, node.workload.output_tokens) for w, node, r in parts])
-    first = dict(parts[0][2].approximation or {})
-    first["regime"] = f"{first.get('regime', '')} + expectation over {len(parts)} workload nodes"
-    first["validated"] = False
+    decode = [(w, r.details.get("decode")) for w, _, r in parts]
+    if all(d is not None for _, d in decode):  # own passes, the population's waits
+        p50, p99 = population_tpot_quantiles(decode)
+        metrics["tpot_ms_p50"], metrics["tpot_ms_p99"] = float(p50), float(p99)
+    trust = varied_approximation(scenario, [dict(r.approximation or {}) for _, _, r in parts])
+    trust = dataclasses.replace(
+        trust, regime=f"{trust.regime} + expectation over {len(parts)} workload nodes"
+    )
     return Result(
         scenario=scenario,
         engine="analytical",
         metrics=metrics,
-        details={"approximation": first["regime"], "nodes": len(parts)},
-        approximation=first,
+        details={"approximation": trust.regime, "nodes": len(parts)},
+        approximation=trust.to_json(),
     )
 
 
@@ -397,7 +415,7 @@ def _one_request(scenario: Scenario, parts: dict) -> Answer:
             stage_utilization(busy, duration),
             details,
             *_smoothed(values, weights, float(lap_sd)),
-            (chains.weights[0], tpot_mean, tpot_sd),
+            _alone(chains.weights[0], tpot_mean, tpot_sd, means["lap_ms_mean"], m),
         )
     means = _scalars(sync_metrics(scenario))
     # lap distribution: compute and drafting are deterministic, hops carry the randomness
@@ -432,20 +450,20 @@ def _one_request(scenario: Scenario, parts: dict) -> Answer:
         details,
         values,
         pmf,
-        (w, tpot_mean, tpot_sd),
+        _alone(w, tpot_mean, tpot_sd, lap_mean, m),
     )
 
 
-def _loaded_tpot(scenario: Scenario, alone: Answer, stretch: float, wait_var: float):
-    """TPOT p50 and p99 of a request whose laps are its laps alone stretched by ``stretch``
-    in the mean plus independent waits of variance ``wait_var`` per lap: per difficulty node,
-    mean x stretch and variance (sd x stretch)^2 + n Var W / M^2 (n the node's passes, M the
-    decoded tokens), a mixture of normals as alone."""
-    w, mean, sd = (np.asarray(x, dtype=float) for x in alone.tpot_nodes)
-    m = scenario.workload.output_tokens - 1
-    passes = mean * m / alone.means["lap_ms_mean"]
-    sd = np.sqrt((sd * stretch) ** 2 + passes * wait_var / m**2)
-    return mixture_normal_quantiles(w, mean * stretch, sd, [0.5, 0.99])
+def _alone(w, tpot_ms, sd_ms, lap_ms: float, m: int) -> DecodeParts:
+    """One request's TPOT parts alone (no waits)."""
+    arrays = (np.atleast_1d(np.asarray(x, dtype=float)) for x in (w, tpot_ms, sd_ms))
+    return DecodeParts(*arrays, float(lap_ms), float(lap_ms), 0.0, int(m))
+
+
+def _loaded(alone: DecodeParts, lap_ms: float, wait_var: float) -> DecodeParts:
+    """A request whose laps are its laps alone stretched to ``lap_ms`` in the mean plus
+    independent waits of variance ``wait_var`` per lap (:mod:`wansim.analytical.decode_tails`)."""
+    return dataclasses.replace(alone, lap_ms=float(lap_ms), wait_var_ms2=float(wait_var))
 
 
 def _smoothed(atoms, weights, sd: float, points: int = 4096) -> tuple[np.ndarray, np.ndarray]:
@@ -489,7 +507,6 @@ def _batched(scenario: Scenario, parts: dict, lockstep: Answer) -> Answer:
     raw = sync_metrics(scenario)
     run = batching.batched_run(scenario, raw, parts)
     means = _scalars(run.means)
-    stretch = means["lap_ms_mean"] / lockstep.means["lap_ms_mean"]
     # a lap is the lockstep one, late by D(j) when j other requests were admitted ahead
     adm = run.admissions
     late = [float(np.asarray(d)) for _, _, d in adm.others[1:]]
@@ -498,7 +515,8 @@ def _batched(scenario: Scenario, parts: dict, lockstep: Answer) -> Answer:
     lap_p50, lap_p99 = quantiles(*shifted_mixture(values, pmf, late, prob), [0.5, 0.99])
     mean_late = float(np.dot(prob, late))
     wait_var = max(float(np.dot(prob, np.square(late))) - mean_late**2, 0.0)
-    tpot_p50, tpot_p99 = _loaded_tpot(scenario, lockstep, stretch, wait_var)
+    decode = _loaded(lockstep.decode, means["lap_ms_mean"], wait_var)
+    tpot_p50, tpot_p99 = loaded_tpot_quantiles(decode)
     busy, makespan = batching.stage_busy_ms(scenario, run)
     details = {
         **lockstep.details,
@@ -513,7 +531,7 @@ def _batched(scenario: Scenario, parts: dict, lockstep: Answer) -> Answer:
         details,
         lockstep.lap_values_ms,
         lockstep.lap_pmf,
-        lockstep.tpot_nodes,
+        decode,
     )
 
 
@@ -530,7 +548,12 @@ def _micro_batched(scenario: Scenario, parts: dict, alone: Answer) -> Answer:
     w, n_mean, n_var = passes_per_node(scenario)
     m = scenario.workload.output_tokens - 1
     tpot_sd = np.sqrt(lap**2 * n_var + n_mean * means["lap_ms_var"]) / m
-    tpot_p50, tpot_p99 = mixture_normal_quantiles(w, n_mean * lap / m, tpot_sd, [0.5, 0.99])
+    # as parts: the lone lap's, every lap waiting the rest of the cycle T (the hops' spread
+    # is not stretched: the sd alone is the loaded one scaled back)
+    lone = means["lone_lap_ms"]
+    lone_parts = _alone(w, n_mean * lone / m, tpot_sd * lone / lap, lone, m)
+    decode = _loaded(lone_parts, lap, 0.0)
+    tpot_p50, tpot_p99 = loaded_tpot_quantiles(decode)
     p = int(scenario.stages)
     makespan = means["makespan_ms"]
     busy = [float(np.asarray(x)) for x in run.stage_busy_ms[:p]]
@@ -553,6 +576,7 @@ def _micro_batched(scenario: Scenario, parts: dict, alone: Answer) -> Answer:
         details,
         values,
         pmf,
+        decode,
     )
 
 
@@ -562,16 +586,16 @@ def _concurrent(scenario: Scenario, parts: dict, alone: Answer) -> Answer:
     Percentiles: a loaded lap is the lap alone plus independent waits (:func:`lap_waits`):
     queueing behind the other requests' passes, the convoy behind a prefill, and at the
     bottleneck's capacity the saturation wait. TPOT (a request's mean over many laps): the
-    lap's mean stretch plus the waits' variance over its passes (:func:`_loaded_tpot`)."""
+    lap's mean stretch plus the waits' variance over its passes (:func:`_loaded`)."""
     blocks = uses_blocks(scenario)
     raw = block_schedule_metrics(scenario) if blocks else sync_metrics(scenario)
     loaded = concurrent_metrics(scenario, raw, parts, blocks)
     means = _scalars({k: v for k, v in loaded.items() if k != "stage_rho"})
-    stretch = means["lap_ms_mean"] / alone.means["lap_ms_mean"]
     waits, shift = lap_waits(means)
     values, pmf = with_waits(alone.lap_values_ms, alone.lap_pmf, waits, shift)
     lap_p50, lap_p99 = quantiles(values, pmf, [0.5, 0.99])
-    tpot_p50, tpot_p99 = _loaded_tpot(scenario, alone, stretch, waits_variance(waits))
+    decode = _loaded(alone.decode, means["lap_ms_mean"], waits_variance(waits))
+    tpot_p50, tpot_p99 = loaded_tpot_quantiles(decode)
     p = int(scenario.stages)
     details = {
         **alone.details,
@@ -585,7 +609,7 @@ def _concurrent(scenario: Scenario, parts: dict, alone: Answer) -> Answer:
         details,
         values,
         pmf,
-        alone.tpot_nodes,
+        decode,
     )
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from wansim.analytical.engine import GRID_KEYS, check_supported, mean_metrics
 from wansim.config.scenario import Scenario, load_scenario, scenario_to_dict, split_path
+from wansim.config.validation import parsing_memoised
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
 
@@ -110,7 +111,7 @@ def evaluate_grid(
         points = {k: m.ravel() for k, m in zip(arrays, mesh_arrays, strict=True)}
     else:
         shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
-        points = {k: np.broadcast_to(a, shape).ravel() for k, a in arrays.items()}
+        points = {k: np.broadcast_to(a, shape).flatten() for k, a in arrays.items()}  # new arrays
     n = len(next(iter(points.values()))) if points else 1
     if mesh and points and OPEN_MESH:
         return _open_mesh(base, arrays, points, n)
@@ -140,19 +141,15 @@ def _open_mesh(base: Scenario, arrays, points, n: int) -> pd.DataFrame:
 
 
 def _frame(metrics: Mapping[str, np.ndarray], points, n: int) -> pd.DataFrame:
-    """The result frame: the grid's fields, then the metrics in ``GRID_KEYS`` order. The float
-    metrics are written into one (metrics, points) block the frame takes without a copy."""
-    floats = [k for k in GRID_KEYS if metrics[k].dtype == np.float64]
-    block = np.empty((len(floats), n))
-    for i, k in enumerate(floats):
-        np.copyto(block[i].reshape(metrics[k].shape), metrics[k])
-    frame = pd.DataFrame(block.T, columns=floats, copy=False)
+    """The result frame: the grid's fields (last first), then the metrics in ``GRID_KEYS``
+    order. Each metric is written once into its own new array, and the frame takes those and
+    the (new) point arrays without a copy."""
+    columns = {key: points[key] for key in reversed(points)}
     for k in GRID_KEYS:
-        if k not in floats:
-            frame.insert(GRID_KEYS.index(k), k, metrics[k].ravel())
-    for key, arr in points.items():
-        frame.insert(0, key, arr)
-    return frame
+        column = np.empty(n, dtype=metrics[k].dtype)
+        np.copyto(column.reshape(metrics[k].shape), metrics[k])
+        columns[k] = column
+    return pd.DataFrame(columns, copy=False)
 
 
 def _validate(base: Scenario, arrays: Mapping[str, np.ndarray]) -> None:
@@ -162,10 +159,11 @@ def _validate(base: Scenario, arrays: Mapping[str, np.ndarray]) -> None:
     combos = 1
     for values in distinct.values():
         combos *= len(values)
-    if combos <= 256:
-        for combo in itertools.product(*distinct.values()):
-            load_scenario(data=raw, overrides=dict(zip(distinct, combo, strict=True)))
-        return
-    for key, values in distinct.items():
-        for v in values:
-            load_scenario(data=raw, overrides={key: v})
+    with parsing_memoised():  # the sub-configs no value touches are parsed once
+        if combos <= 256:
+            for combo in itertools.product(*distinct.values()):
+                load_scenario(data=raw, overrides=dict(zip(distinct, combo, strict=True)))
+            return
+        for key, values in distinct.items():
+            for v in values:
+                load_scenario(data=raw, overrides={key: v})

@@ -1,4 +1,4 @@
-"""The per-round hybrid (``schedule.hybrid_confident_fraction``), one request at a time: the
+"""The per-round hybrid (``schedule.hybrid_confident_fraction``): the
 renewal-reward mix of :func:`wansim.speculation.hybrid_rounds.round_mix` over the two schedules it
 switches between, each answered by its own model (the block schedule for the confident
 rounds, the sync closed form with ``speculation.tree`` for the others).
@@ -14,6 +14,17 @@ the request's end is the pure async schedule's. Spread: tokens/s takes the two s
 Jensen factors weighted by decode time; lap percentiles are those of the two lap laws mixed by
 passes (each a normal of its mean and p50-p99 spread), TPOT a normal of the mixed mean and the
 time-weighted spread. Exact at p = 1 (the async schedule) and p = 0 (the sync tree schedule).
+Several requests without batching (``workload.concurrency`` > 1): each schedule alone is
+answered loaded by N requests (:mod:`wansim.analytical.concurrent`) and the per-request totals
+mixed as above, with the loaded lap as the decode time per pass; TTFT is the two loaded TTFTs
+weighted by the share of decode time in each kind of round, and the run's span per request
+(makespan over requests) is the mixed residence over the mixed number of requests in
+residence (each schedule's throughput x residence, weighted the same way). So a request's
+confident rounds wait as if every other request ran chains, its tree rounds as if all ran
+trees (the waits are convex in the load: an upper bound's side). Exact in the mean where the
+ring saturates at a station (then the throughput is that station's work per request mixed per
+round: tests/engines/test_hybrid_rounds.py, hand-worked); elsewhere it inherits the two loaded
+models' errors (checked there against the DES: within their envelope).
 Not on the approximation-error grid: ``validated: false`` (checked against the DES in
 tests/engines/test_hybrid_rounds.py).
 """
@@ -43,13 +54,14 @@ def _per_request(scenario: Scenario, res: Result, rounds: float) -> dict[str, fl
     """Per-request totals of one schedule alone (one request at a time)."""
     met = res.metrics
     m = scenario.workload.output_tokens - 1
-    duration = 1e3 * (m + 1) / met["throughput_tokens_per_s"]
-    decode = duration - met["ttft_ms_mean"]
+    passes = float(res.details["passes_per_request"])
+    duration = 1e3 * (m + 1) / met["throughput_tokens_per_s"]  # the run's span per request
+    decode = passes * met["lap_ms_mean"] if _many(scenario) else duration - met["ttft_ms_mean"]
     prefill = [float(x) for x in stage_ms_each(scenario, scenario.workload.prompt_tokens)]
     out = {
         "rounds": rounds,
         "decode_ms": decode,
-        "passes": float(res.details["passes_per_request"]),
+        "passes": passes,
         "bytes": met["bytes_per_token"] * m,
         "stage_tokens": scenario.stages * m / max(1.0 - met["wasted_token_fraction"], 1e-12),
         "jensen_ms": met["tokens_per_s"] * decode / (1e3 * m) * decode,
@@ -72,11 +84,23 @@ def analyze_hybrid(scenario: Scenario, analyze: Callable[[Scenario], Result]) ->
     tree = _per_request(tree_sc, tree_res, float(tree_res.details["passes_per_request"]))
     mix = round_mix(p, chain, tree)
     decode, passes = mix.decode_ms, mix.passes
-    ttft = chain_res.metrics["ttft_ms_mean"]
-    duration = ttft + decode
-    prefill = [float(x) for x in stage_ms_each(scenario, scenario.workload.prompt_tokens)]
-    util = [(prefill[i] + mix.extra[f"busy_{i}"]) / duration for i in range(int(scenario.stages))]
     ca, ct = chain_res.metrics, tree_res.metrics
+    time_a = p * mix.rounds / chains * chain["decode_ms"] / decode  # share in confident rounds
+    ttft, span = ca["ttft_ms_mean"], ca["ttft_ms_mean"] + decode
+    if _many(scenario):  # the loaded schedules mixed by time (module docstring)
+        ttft = time_a * ca["ttft_ms_mean"] + (1.0 - time_a) * ct["ttft_ms_mean"]
+        slots = [1e-3 * r["throughput_tokens_per_s"] / (m + 1) for r in (ca, ct)]
+        slots = [
+            x * (r["ttft_ms_mean"] + d)
+            for x, r, d in zip(
+                slots, (ca, ct), (chain["decode_ms"], tree["decode_ms"]), strict=True
+            )
+        ]
+        span = (ttft + decode) / (time_a * slots[0] + (1.0 - time_a) * slots[1])
+    prefill = [float(x) for x in stage_ms_each(scenario, scenario.workload.prompt_tokens)]
+    util = [
+        min((prefill[i] + mix.extra[f"busy_{i}"]) / span, 1.0) for i in range(int(scenario.stages))
+    ]
     share_a = p * mix.rounds / chains * chain["passes"] / passes  # passes in confident rounds
     lap_p50, lap_p99 = mixture_normal_quantiles(
         [share_a, 1.0 - share_a],
@@ -84,12 +108,11 @@ def analyze_hybrid(scenario: Scenario, analyze: Callable[[Scenario], Result]) ->
         [_sd(ca, "lap"), _sd(ct, "lap")],
         [0.5, 0.99],
     )
-    time_a = p * mix.rounds / chains * chain["decode_ms"] / decode
     tpot_sd = time_a * _sd(ca, "tpot") + (1.0 - time_a) * _sd(ct, "tpot")
     tpot_p50, tpot_p99 = mixture_normal_quantiles([1.0], [decode / m], [tpot_sd], [0.5, 0.99])
     metrics = {
         "tokens_per_s": 1e3 * m / decode * mix.extra["jensen_ms"] / decode,
-        "throughput_tokens_per_s": 1e3 * (m + 1) / duration,
+        "throughput_tokens_per_s": 1e3 * (m + 1) / span,
         "tau": m / passes,
         "lap_ms_mean": decode / passes,
         "lap_ms_p50": float(lap_p50),
@@ -133,6 +156,11 @@ def analyze_hybrid(scenario: Scenario, analyze: Callable[[Scenario], Result]) ->
         details=details,
         approximation=trust,
     )
+
+
+def _many(scenario: Scenario) -> bool:
+    """Several requests at once (without batching: the closed ring)."""
+    return scenario.schedule.batching == "none" and int(scenario.workload.concurrency) > 1
 
 
 def _sd(metrics: dict, name: str) -> float:

@@ -15,12 +15,16 @@ that node's lengths and acceptance) and the answers are combined:
   requests per second; ``stage_utilization`` weighted by each node's share of the time;
 - percentiles (laps over passes, the rest over requests): quantiles of the mixture over nodes of
   normals through each node's p50 and p99 (a point mass where they coincide); the queueing
-  delay's p99 likewise through each node's mean and p99.
+  delay's p99 likewise through each node's mean and p99. TPOT's percentiles are replaced by the
+  engine with those of :mod:`wansim.analytical.decode_tails` (each request's own passes, the
+  population's waits), where every node gives its decode parts.
 
 Regime: exact for means of one request at a time whose lengths enter linearly; at concurrency
 > 1 each node is a pipe of like requests, while in a real run requests of different lengths
-share it, and the normal-through-two-percentiles shape is a stated guess: the result is marked
-``validated: false`` (no measured band).
+share it. Validated where measured (:func:`wansim.analytical.regime.varied_approximation`:
+the approximation-error groups "varied lengths" and "varied-length tails"), with the wider of
+the nodes' band and the measured varied-lengths band; TTFT and end-to-end tails keep the
+normal-through-two-percentiles guess (no band is measured for them).
 """
 
 from __future__ import annotations

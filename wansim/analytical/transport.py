@@ -8,9 +8,11 @@ becomes the hop's per-message cost, and the ideal closed forms do the rest. The 
 times depend on each other (a longer lap lets the window restart), so the two are iterated to a
 fixed point, starting from a cold connection (every frame from the initial window): a ring whose
 frames restart stays cold, one whose window survives the lap warms up (the DES from its first
-frame does the same). Scope: one request in the sync schedule, no loss (a loss's effect on the window of
-later messages is not in the closed forms); the prefill message is given the verify message's
-window regime (approximate TTFT). The rest is refused (use the DES).
+frame does the same). The prefill message has a window regime of its own
+(:func:`prefill_extra_ms`: a cold connection for the first request, then one lap after the
+previous request's train), added to TTFT. Scope: one request in the sync schedule, no loss (a
+loss's effect on the window of later messages is not in the closed forms). The rest is refused
+(use the DES).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 
 from wansim.config.scenario import HopOverride, Scenario
 from wansim.links.delivery import wire_ms
-from wansim.links.tcp import periodic_busy_ms, tcp_params
+from wansim.links.tcp import periodic_busy_ms, prefill_busy_ms, tcp_params
 
 ITERATIONS = 8
 
@@ -70,3 +72,61 @@ def tcp_equivalent(scenario: Scenario, lap_of) -> Scenario:
             break
         lap = new
     return out
+
+
+def prefill_extra_ms(scenario: Scenario, equivalent: Scenario, lap_ms: float) -> float:
+    """TTFT under TCP beyond what the ideal ``equivalent`` (:func:`tcp_equivalent`) charges:
+    per forward hop, the prefill message's mean busy time under the window
+    (:func:`wansim.links.tcp.prefill_busy_ms`: each request's prefill, then its verify frames
+    one ``lap_ms`` apart) less the equivalent's (its serialisation plus the verify frame's
+    window cost). The sender's idle gaps around a prefill follow where the hop lies on the
+    ring: a pass reaches hop h after the stages and hops before it, a verify pass sooner than
+    a prefill (less compute, smaller messages), so the gap from a request's last frame to the
+    next prefill is a lap plus that difference (and its first frame follows the prefill by
+    the prefill's lap less it)."""
+    from wansim.analytical.path import hop_bytes
+    from wansim.analytical.sync import lap_parts, prefill_sizes, ring_message_bytes
+    from wansim.links.expected_delay import hop_mean
+    from wansim.stages.compute import stage_ms_each
+
+    tcp = tcp_params(scenario.network)
+    parts = lap_parts(scenario)
+    sizes = ring_message_bytes(scenario, parts)
+    batch = float(np.asarray(parts["batch"]))
+    prompt = batch * scenario.workload.prompt_tokens
+    pre = prefill_sizes(scenario, prompt)
+    hops, eq_hops = scenario.resolved_hops(), equivalent.resolved_hops()
+    verify_stage = [float(x) for x in stage_ms_each(scenario, batch * float(parts["tokens"]))]
+    prefill_stage = [float(x) for x in stage_ms_each(scenario, prompt)]
+    drafting = scenario.drafter.placement == "first_stage" and scenario.speculation.policy != "none"
+    at_verify = float(np.asarray(parts["draft_ms"])) if drafting else 0.0  # pass start -> hop h
+    at_prefill = 0.0
+    p = int(scenario.stages)
+    legs = []
+    for h in range(p - 1):
+        at_verify += verify_stage[h]
+        at_prefill += prefill_stage[h]
+        legs.append((at_verify, at_prefill))
+        at_verify += float(hop_mean(eq_hops[h], sizes[h]))
+        at_prefill += float(hop_mean(eq_hops[h], float(hop_bytes(pre, h))))
+    prefill_lap = at_prefill + prefill_stage[p - 1] + float(hop_mean(eq_hops[p - 1], sizes[-1]))
+    extra = 0.0
+    for h in range(p - 1):
+        hop, size = hops[h], float(hop_bytes(pre, h))
+        verify_at, prefill_at = legs[h]
+        busy = prefill_busy_ms(
+            tcp,
+            hop.bandwidth_mbps,
+            hop.latency_ms,
+            hop.retransmit_ms,
+            size,
+            sizes[h],
+            float(lap_ms),
+            int(scenario.workload.requests),
+            round(float(np.asarray(parts["passes"]))),
+            to_first_frame_ms=prefill_lap - prefill_at + verify_at,
+            to_prefill_ms=float(lap_ms) - verify_at + prefill_at,
+        )
+        charged = float(wire_ms(size, hop.bandwidth_mbps)) + eq_hops[h].per_message_ms
+        extra += busy + hop.per_message_ms - charged
+    return extra

@@ -497,6 +497,8 @@ def prepare(s: PredictSettings) -> tuple[Bundle, list[Cell]]:
         raise WansimInputError("--profile", "was profiled on a target with other layers", s.profile)
     cells = load_matrix(s.matrix, quick=s.quick)
     check_cells(cells, bundle, s.matrix or "heldout.yaml")
+    if s.reuse:
+        _recorded(s.reuse)  # a recorded predict.json to reuse (else one line, exit 2)
     if any(c.drafter == "mtp" and c.runnable for c in cells) and mtp is None:
         raise WansimInputError(
             "--mtp", "must be an MTP head directory holding mtp_config.json", s.mtp_dir

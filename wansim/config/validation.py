@@ -18,6 +18,8 @@ overflows and no input makes the engines allocate or loop without bound):
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import operator
@@ -84,8 +86,43 @@ def _fields(cls: type) -> tuple[tuple[dataclasses.Field, ...], frozenset[str]]:
     return fields, frozenset(f.name for f in fields)
 
 
+_MEMO: contextvars.ContextVar[dict | None] = contextvars.ContextVar("parse_memo", default=None)
+
+
+@contextlib.contextmanager
+def parsing_memoised():
+    """Within this block :func:`parse` parses each distinct sub-config once: a mapping equal
+    to one parsed before (same class, path and base; equal keys, and leaves of the same types
+    with the same values) returns the earlier result. Only successes are kept, so bad input
+    fails exactly as without the memo. For validating many scenarios that differ in a field
+    or two (the grid's per-value validation); results are frozen, so sharing them is safe.
+
+    The key of a mapping is its ``repr``: plain YAML data with the same repr parses alike (a
+    leaf's type shows in it: ``1``, ``1.0``, ``True`` and ``'1'`` differ, as do ``0.0`` and
+    ``-0.0``)."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
 def parse(cls: type, raw: Any, path: str, base: Any = None) -> Any:
     """Build ``cls`` from ``raw`` (a mapping); ``base`` supplies defaults for omitted keys."""
+    memo = _MEMO.get()
+    if memo is None or not isinstance(raw, Mapping):
+        return _parse(cls, raw, path, base)
+    try:
+        key = (cls, path, repr(raw), base)
+        hash(key)
+    except TypeError:  # an unhashable base: parse without the memo
+        return _parse(cls, raw, path, base)
+    if key not in memo:
+        memo[key] = _parse(cls, raw, path, base)
+    return memo[key]
+
+
+def _parse(cls: type, raw: Any, path: str, base: Any) -> Any:
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):

@@ -160,3 +160,43 @@ def periodic_busy_ms(
         busy, _ = sender.send(start, n_bytes, 0)
         free = start + busy
     return busy
+
+
+def prefill_busy_ms(
+    params: TcpParams,
+    bandwidth_mbps: float,
+    latency_ms: float,
+    rto_ms: float,
+    prefill_bytes: float,
+    verify_bytes: float,
+    period_ms: float,
+    requests: int,
+    frames_per_request: int,
+    to_first_frame_ms: float | None = None,
+    to_prefill_ms: float | None = None,
+    simulated: int = 16,
+) -> float:
+    """Mean busy time of the requests' prefill messages on a hop that carries one frame per
+    lap (the sync schedule, one request at a time): request after request on one connection,
+    each a prefill, its first frame ``to_first_frame_ms`` after the prefill left (start to
+    start; default one period), then ``frames_per_request`` frames of ``verify_bytes`` one
+    ``period_ms`` apart, and the next request's prefill ``to_prefill_ms`` after the last frame
+    (default one period). So the first prefill leaves from the initial window, a later one
+    from what the previous requests left (the initial window again when the sender idled past
+    the RTO and ``restart_after_idle``; else the window the previous prefills opened). The
+    first ``simulated`` requests are run; the rest repeat the last."""
+    first = period_ms if to_first_frame_ms is None else to_first_frame_ms
+    gap = period_ms if to_prefill_ms is None else to_prefill_ms
+    sender = TcpSender(params, bandwidth_mbps, latency_ms, rto_ms)
+    runs = max(min(int(requests), simulated), 1)
+    pre, total, t = 0.0, 0.0, 0.0
+    for _ in range(runs):
+        pre = sender.send(t, prefill_bytes, 0)[0]
+        total += pre
+        held, step = pre, first
+        for _ in range(max(int(frames_per_request), 1)):  # one frame per lap
+            t += max(step, held)
+            held = sender.send(t, verify_bytes, 0)[0]
+            step = period_ms
+        t += max(gap, held)
+    return (total + (max(int(requests), 1) - runs) * pre) / max(int(requests), 1)

@@ -634,7 +634,7 @@ EXPLAINED = {
     "outside their measured grid (chunked prefill, no loss); with 4% loss their resequencing "
     "holds overlap across the batches in flight (seed 128: +30%), and 32-node trees in 2-8 "
     "micro-batches pipeline where the model keeps them in lockstep (seed 35: +66% against a "
-    "DES half-width of 32%). Six points of this kind (seeds 32, 62, 76, 128, 154, 163: "
+    "DES half-width of 32%). Eight points of this kind (seeds 32, 62, 76, 128, 154, 163, 226, 244: "
     "auxiliary hidden states on a micro-batched ring) crashed the engine before this table "
     "(the return message's features asked for a ring size; `wire_bytes.verdict_bytes`).",
     "several requests on links below 1000 Mbit/s": "prefills of hundreds of tokens hold a "

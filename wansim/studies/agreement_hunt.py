@@ -196,7 +196,8 @@ def wan_physics(data: dict, seed: int) -> dict:
     """Issue 13's mechanisms on a drawn scenario, from a stream of their own (seed, 13): the
     base draws of every seed stay what they were. Each is added where both engines model it
     (the analytical engine refuses the rest: tcp and faults beyond one request of the sync
-    schedule, faults on drifting links, the hybrid with concurrent requests)."""
+    schedule, faults on drifting links). The hybrid is drawn with one request only: its
+    concurrent form (answered, ``validated: false``) came after the hunt's table."""
     rng = np.random.default_rng([int(seed), 13])
     net, sched, wl = data["network"], data["schedule"], data["workload"]
     spec, drafter = data["speculation"], data["drafter"]

@@ -41,7 +41,9 @@ def test_bounds_parse_and_check():
 
 
 def test_capacity_closed_loop_is_the_largest_concurrency_meeting_the_slo(run_cli):
-    slo = ["--slo", "tpot_ms_p99<=300", "--slo", "ttft_ms_p99<=2500"]
+    # an SLO whose analytical range is well inside RANGE_RATIO ([11, 15]; at tpot_ms_p99<=300
+    # it is [9, 14], 1.56x, just beyond it, so not validated: the rule the next tests cover)
+    slo = ["--slo", "tpot_ms_p99<=320", "--slo", "ttft_ms_p99<=2500"]
     code, out, err = run_cli(
         "capacity", REFERENCE, *slo, *SMALL, "--set", "schedule.batching=continuous", "--json"
     )
@@ -55,7 +57,7 @@ def test_capacity_closed_loop_is_the_largest_concurrency_meeting_the_slo(run_cli
         e["workload.concurrency"]: e["holds"] for e in data["evaluations"] if e["engine"] == "des"
     }
     assert des[c] is True and des[c + 1] is False
-    assert data["at"]["tpot_ms_p99"] <= 300 and data["at"]["ttft_ms_p99"] <= 2500
+    assert data["at"]["tpot_ms_p99"] <= 320 and data["at"]["ttft_ms_p99"] <= 2500
     # the analytical answer, checked by running the analytical engine at it and one above
     a = data["analytical"]
     sets = [s for s in SMALL if s != "--set"] + ["schedule.batching=continuous"]
@@ -67,7 +69,7 @@ def test_capacity_closed_loop_is_the_largest_concurrency_meeting_the_slo(run_cli
                 REFERENCE, [*sets, f"workload.concurrency={conc}", f"workload.requests={requests}"]
             )
         ).metrics
-        return m["tpot_ms_p99"] <= 300 and m["ttft_ms_p99"] <= 2500
+        return m["tpot_ms_p99"] <= 320 and m["ttft_ms_p99"] <= 2500
 
     assert meets(a) and not meets(a + 1)
     # its range under the model's own band brackets it, narrow enough to vouch for it here

@@ -5,8 +5,8 @@ delay (:meth:`Kernel.call`: a link's delivery, the end of a stage's pass, an arr
 each stage server a start and wake-ups. SimPy orders events by the key (time, priority, eid),
 eid a counter of every event scheduled, and runs an event's callbacks in the order they were
 added. :class:`Kernel` keeps exactly that key, with the callback itself on the heap instead of
-an event object (each of the sim's events has one callback) (no failure, interrupt or ``until`` handling: the sim's events never fail and a
-run goes to its end); a stage server is the steps of its SimPy process as callbacks (the start
+an event object (each of the sim's events has one callback; no failure, interrupt or ``until``
+handling: the sim's events never fail and a run goes to its end); a stage server is the steps of its SimPy process as callbacks (the start
 at SimPy's ``Initialize`` key (now, URGENT, eid), a wake-up at ``Event.succeed``'s (now, NORMAL,
 eid)). So the components run on it in the same order, instant by instant and tie by tie, and
 give the same record to the bit (checked against SimPy's loop, events and processes by a

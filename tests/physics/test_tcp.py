@@ -160,9 +160,15 @@ def test_tcp_validation_and_analytical_scope():
     with pytest.raises(ScenarioError, match=r"^network.tcp.mss_bytes: must be >= 64"):
         load_scenario(data=ring(network={"tcp": {"mss_bytes": 10}}))
     lossy = load_scenario(data=ring(network={"loss_rate": 0.01}))
-    with pytest.raises(ScenarioError, match=r"^network.transport: tcp beyond one lossless"):
+    with pytest.raises(ScenarioError, match=r"^network.transport: tcp with loss"):
         analyze(lossy)
     simulate(lossy)  # the DES models it
+    batching = {"batching": "continuous"}
+    batched = load_scenario(
+        data=ring(schedule=batching, workload={"requests": 24, "concurrency": 4})
+    )
+    with pytest.raises(ScenarioError, match=r"^network.transport: tcp with loss, with contin"):
+        analyze(batched)
 
 
 @pytest.mark.parametrize("restart", [True, False])

@@ -41,7 +41,7 @@ from wansim.analytical.sync import (
     sync_metrics,
 )
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
-from wansim.analytical.transport import prefill_extra_ms, tcp_equivalent
+from wansim.analytical.transport import messages_in_flight, prefill_extra_ms, tcp_equivalent
 from wansim.config.scenario import Scenario
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
@@ -96,15 +96,25 @@ def check_supported(scenario: Scenario) -> None:
         check_tree_rounds(scenario)
     net = scenario.network
     if net.transport == "tcp":
-        one = not (blocks or batched(scenario) or concurrent(scenario))
+        scalar = all(
+            np.ndim(v) == 0
+            for v in (
+                scenario.stages,
+                net.latency_ms,
+                net.loss_rate,
+                net.bandwidth_mbps,
+                scenario.workload.concurrency,
+                scenario.workload.requests,
+                scenario.k,
+            )
+        )
         lossless = not any(h.loss_rate > 0 for h in scenario.resolved_hops())
-        scalar = all(np.ndim(v) == 0 for v in (scenario.stages, net.latency_ms, net.loss_rate))
         unsupported.append(
             (
                 "network.transport",
                 "tcp",
-                one and lossless and scalar,
-                "tcp beyond one lossless request in the sync schedule (one point at a time) is",
+                scalar and lossless and sched.batching == "none",
+                "tcp with loss, with continuous batching or on a grid (one point at a time) is",
             )
         )
     if scenario.faults.events:
@@ -240,11 +250,19 @@ def analyze(scenario: Scenario) -> Result:
     requested = scenario
     scenario = kv_admitted(scenario)
     judged = scenario  # the regime is judged on the transport asked for
-    if scenario.network.transport == "tcp":  # the sync lap under the window, then ideal forms
+    alone = not (uses_blocks(scenario) or batched(scenario) or concurrent(scenario))
+    if scenario.network.transport == "tcp" and alone:
+        # the sync lap under the window, then the ideal closed forms (transport.py)
         scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
+    elif scenario.network.transport == "tcp":  # the full ideal model's lap, loaded trains
+        scenario = tcp_equivalent(
+            scenario,
+            lambda sc: analyze(sc).metrics["lap_ms_mean"],
+            messages_in_flight(scenario),
+        )
     parts = lap_parts(scenario)
     answer = _one_request(scenario, parts)
-    if judged.network.transport == "tcp":  # the prefill's own window (transport.py)
+    if judged.network.transport == "tcp" and alone:  # the prefill's own window (transport.py)
         answer = _tcp_prefill(
             answer, prefill_extra_ms(judged, scenario, answer.means["lap_ms_mean"])
         )

@@ -205,6 +205,12 @@ def outside(scenario) -> str:
         )
     if name not in REGIMES:
         return f"{name}: no measured regime covers this combination"
+    if scenario.network.transport == "tcp" and name != "sync":
+        return (
+            "transport tcp beyond one request in the sync schedule: the window of an evenly"
+            " spaced train per hop (wansim/analytical/transport.py), checked against the DES"
+            " in tests/physics/test_tcp_loaded.py, not on the approximation-error grid"
+        )
     links = _links(scenario)
     lossy = any(float(np.max(np.asarray(link.loss_rate))) > 0 for link in links)
     jitter_ms = max(float(link.jitter.std_ms) for link in links)

@@ -30,6 +30,7 @@ from wansim.analytical.hybrid import analyze_hybrid
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces
+from wansim.analytical.open_arrivals import analyze_open
 from wansim.analytical.regime import approximation, varied_approximation
 from wansim.analytical.serving import serving_metrics
 from wansim.analytical.shared_host import analyze_shared_host, contended
@@ -64,15 +65,37 @@ def check_supported(scenario: Scenario) -> None:
     - N concurrent requests without batching (``batching: none``): the closed-network
       approximation of :mod:`wansim.analytical.concurrent`;
     - the block schedule - async in-pipe speculation and the overlapped drafter (max(.) law) -
-      with chains, one request or N without batching (:mod:`wansim.analytical.blocks`).
+      with chains, one request or N without batching (:mod:`wansim.analytical.blocks`);
+    - open arrivals (poisson, gamma, onoff, trace) of like requests over any of these: the
+      closed model at each number in service as a birth-death queue
+      (:mod:`wansim.analytical.open_arrivals`).
 
     The rest is refused with a one-line error."""
     sched = scenario.schedule
     blocks = uses_blocks(scenario)
     field = "schedule.kind" if sched.kind == "async" else "drafter.overlap"
     value = sched.kind if sched.kind == "async" else True
+    wl = scenario.workload
+    closed = wl.arrival == "closed"
     unsupported = [
-        ("workload.arrival", scenario.workload.arrival, scenario.workload.arrival == "closed", ""),
+        (
+            "workload.arrival",
+            wl.arrival,
+            closed or not (varies(scenario) or scenario.faults.events),
+            "open arrivals with requests that differ (lengths, mixes) or with faults are",
+        ),
+        (
+            "workload.arrival",
+            wl.arrival,
+            closed or network_modulation(scenario.network) is None,
+            "open arrivals on time-varying links are",
+        ),
+        (
+            "workload.arrival",
+            wl.arrival,
+            closed or all(np.ndim(v) == 0 for v in (wl.concurrency, wl.requests, wl.rate_per_s)),
+            "open arrivals on a grid (one point at a time) are",
+        ),
         (
             field,
             value,
@@ -161,6 +184,12 @@ def concurrent(scenario: Scenario) -> bool:
 
 def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     """Mean metrics (arrays; fields may be arrays) by the model that covers the scenario."""
+    if scenario.workload.arrival != "closed":
+        raise ScenarioError(
+            "workload.arrival",
+            "open arrivals are evaluated one scenario at a time (wansim run), not on a grid",
+            scenario.workload.arrival,
+        )
     if scenario.faults.events:
         raise ScenarioError(
             "faults.events",
@@ -239,6 +268,8 @@ def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
     with the approximation it was answered by (:mod:`wansim.analytical.regime`)."""
     check_supported(scenario)
+    if scenario.workload.arrival != "closed":  # the flow-equivalent server (open_arrivals.py)
+        return analyze_open(scenario, analyze)
     if contended(scenario):  # computes share the host's cores (wansim.analytical.shared_host)
         return analyze_shared_host(scenario, analyze)
     if network_modulation(scenario.network) is not None:  # drift, trace: quasi-static pieces

@@ -98,17 +98,16 @@ def capacity(
     closed = base.workload.arrival == "closed"
     if engine not in ("auto", "analytical", "des"):
         raise WansimInputError("--engine", "must be auto, analytical or des", engine)
-    analytical_ok = closed
-    if analytical_ok:
-        try:
-            check_supported(base)
-        except WansimInputError:
-            analytical_ok = False
+    analytical_ok = True
+    try:
+        check_supported(base)
+    except WansimInputError:
+        analytical_ok = False
     if engine == "analytical" and not analytical_ok:
         raise WansimInputError(
             "--engine",
-            "the analytical engine does not model this scenario (open arrivals or another"
-            " mechanism it refuses): use --engine des",
+            "the analytical engine does not model this scenario (a mechanism it refuses): use"
+            " --engine des",
             engine,
         )
     engines = {"auto": ["analytical", "des"] if analytical_ok else ["des"]}.get(engine, [engine])

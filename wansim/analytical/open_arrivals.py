@@ -1,0 +1,351 @@
+"""Open arrivals (``workload.arrival``: poisson, gamma, onoff, trace) in the analytical engine:
+the flow-equivalent server (Norton's theorem for queueing networks, Chandy, Herzog & Woo 1975).
+
+Model and assumptions:
+
+- **The ring at n requests in service.** The closed model of the scenario at concurrency n
+  (every regime the engine answers: one request, concurrent requests, batching, micro-batches,
+  the block schedule) gives each request's residence R(n) = TTFT(n) + M / rate(n) and so the
+  ring's completion rate X(n) = n / R(n), n = 1..C (C the slots: ``workload.concurrency``, or
+  what the KV capacity admits). Beyond 32 slots X is evaluated on a geometric grid of n and
+  interpolated linearly.
+- **The queue.** Requests arrive at rate lambda and wait for a slot (FIFO). With Poisson
+  arrivals and the ring taken as a server of state-dependent rate X(n) (exact for
+  product-form networks, an approximation here), the number in the system is a birth-death
+  chain: pi(n) ~ prod_k lambda / X(min(k, C)), stable while lambda < X(C). An arrival waits
+  with probability P_wait = sum_{n >= C} pi(n) (PASTA); while all C slots are busy the queue
+  drains at X(C), so a wait is exponential with mean 1 / (X(C) - lambda). Other arrival
+  processes and non-exponential residences scale the waits by Allen-Cunneen's
+  (c_a^2 + c_s^2) / 2 (exact for M/G/1 at C = 1: Pollaczek-Khinchine; with Cosmetatos's
+  correction for near-deterministic residences on several slots, :func:`wait_factor`): c_a^2 of the gaps
+  (gamma: ``arrival_cv``^2; onoff: the interrupted Poisson process's index of dispersion
+  1 + 2 a lambda_on / (a + b)^2, a = 1 / on_ms, b = 1 / off_ms; trace: its gaps'), c_s^2 of a
+  request's residence at C (its decode time over difficulty: :func:`wansim.analytical.
+  serving.decode_mixture`).
+- **Overload** (lambda >= X(C)): a finite run's queue grows; request i of R arrives at i /
+  lambda and starts near i / X(C) (the fluid limit), so waits are uniform on
+  [0, (R - 1)(1 / X(C) - 1 / lambda)]. Below X(C) but near it a finite run's queue is shorter
+  than the stationary one: a run of R arrivals starting empty sees the stationary waits scaled by
+  :func:`finite_run_share` (the queue's relaxation towards its mean, Morse's time constant).
+- **Per request.** A request in service shares the ring with the others: its decode metrics
+  (tokens/s, laps, TPOT, bytes per token) are the closed model's at n, weighted by the
+  customer average n pi_s(n) (pi_s: the number in service); its TTFT is its wait plus the
+  closed model's TTFT at the n it joins (an arrival admitted at once joins the k in service it
+  finds, so n = k + 1; a queued one joins C - 1). Stage utilisation: the closed model's at n,
+  weighted by pi_s. Throughput: R (M + 1) tokens over the run, from the first arrival to the
+  last request's end ((R - 1) / min(lambda, X(C)), then its wait and residence).
+- **Tails.** TTFT = wait + prefill (independent): the wait's atoms (no wait; the exponential's
+  or the fluid's quantiles) convolved with the prefill's distribution; end-to-end adds the
+  decode time (:mod:`wansim.analytical.serving`). Lap and TPOT percentiles are the closed
+  model's at n weighted like the means (an approximation: a mixture's quantile is not the mean
+  of the quantiles).
+
+Not modelled (refused): requests that differ (length distributions, mixes), faults, and
+time-varying links with open arrivals. Every answer is ``validated: false``: checked against the
+DES in tests/engines/test_open_arrivals.py, not on the approximation-error grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from wansim.results.result import Result
+
+EXACT_STATES = 32  # slots evaluated one by one; beyond, a geometric grid
+GRID_STATES = 24
+WAIT_ATOMS = 64  # quantile midpoints of a wait
+FLOAT_KEYS = (
+    "tokens_per_s",
+    "tau",
+    "lap_ms_mean",
+    "lap_ms_p50",
+    "lap_ms_p99",
+    "tpot_ms_p50",
+    "tpot_ms_p99",
+    "bytes_per_token",
+    "wasted_token_fraction",
+)
+
+
+def arrival_rate_and_scv(workload) -> tuple[float, float]:
+    """(long-run arrival rate per ms, squared coefficient of variation of the gaps)."""
+    rate = workload.rate_per_s / 1e3
+    if workload.arrival == "poisson":
+        return rate, 1.0
+    if workload.arrival == "gamma":
+        return rate, workload.arrival_cv**2
+    if workload.arrival == "onoff":
+        a, b = 1.0 / workload.on_ms, 1.0 / workload.off_ms
+        return rate * b / (a + b), 1.0 + 2.0 * a * rate / (a + b) ** 2
+    from wansim.serving.workload import read_trace
+
+    times = read_trace(workload.trace).arrival_ms
+    gaps = np.diff(np.asarray(times, dtype=float))
+    mean = float(gaps.mean()) if len(gaps) else 0.0
+    if mean <= 0:
+        return np.inf, 0.0
+    return 1.0 / mean, float(gaps.var() / mean**2)
+
+
+def service_states(slots: int) -> np.ndarray:
+    """The numbers in service at which the closed model is evaluated."""
+    if slots <= EXACT_STATES:
+        return np.arange(1, slots + 1)
+    grid = np.geomspace(EXACT_STATES, slots, GRID_STATES).round().astype(int)
+    return np.unique(np.concatenate([np.arange(1, EXACT_STATES + 1), grid]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Queue:
+    """The birth-death chain of the number in the system (module docstring)."""
+
+    in_service: np.ndarray  # pi_s(n), n = 0..C
+    p_wait: float
+    wait_mean_ms: float
+    stable: bool
+
+
+def birth_death(rate_per_ms: float, completions_per_ms: np.ndarray) -> Queue:
+    """pi_s over n = 0..C in service and the Poisson/exponential wait, for arrivals at
+    ``rate_per_ms`` and completion rates X(1..C) (``completions_per_ms``)."""
+    x = np.asarray(completions_per_ms, dtype=float)
+    slots = len(x)
+    log_pi = np.concatenate([[0.0], np.cumsum(np.log(rate_per_ms) - np.log(x))])
+    rho = rate_per_ms / x[-1]
+    if rho >= 1.0:
+        pi = np.zeros(slots + 1)
+        pi[-1] = 1.0
+        return Queue(pi, 1.0, np.inf, False)
+    log_pi -= log_pi.max()
+    pi = np.exp(log_pi)
+    tail = pi[-1] * rho / (1.0 - rho)  # n > C: pi(C) rho^(n - C)
+    total = pi.sum() + tail
+    pi_s = pi / total
+    pi_s[-1] += tail / total
+    p_wait = (pi[-1] + tail) / total
+    return Queue(pi_s, float(p_wait), float(p_wait / (x[-1] - rate_per_ms)), True)
+
+
+def wait_factor(arrival_scv: float, service_scv: float, rho: float, slots: int) -> float:
+    """The M/M/c wait's multiplier: Allen-Cunneen's (c_a^2 + c_s^2) / 2, with Cosmetatos's
+    correction for the deterministic part of the service on c > 1 slots,
+    1 + (1 - rho)(c - 1)(sqrt(4 + 5c) - 2) / (16 rho c), weighted by 1 - c_s^2 (M/D/c's
+    waits are more than half of M/M/c's at light load)."""
+    factor = 0.5 * (arrival_scv + service_scv)
+    if slots > 1 and 0.0 < rho < 1.0:
+        corr = (1.0 - rho) * (slots - 1) * (math.sqrt(4 + 5 * slots) - 2) / (16 * rho * slots)
+        factor *= 1.0 + corr * max(0.0, 1.0 - service_scv)
+    return factor
+
+
+def finite_run_share(rate_per_ms: float, drain_per_ms: float, requests: int) -> float:
+    """The share of the stationary mean wait that a run of ``requests`` arrivals starting
+    empty sees: the queue relaxes towards its stationary mean with the M/M/1 relaxation time
+    tau = 1 / (mu (1 - sqrt(rho))^2) (Morse 1955; mu = X(C), rho = lambda / X(C)), taken as
+    exponential, averaged over the run's T = R / lambda: 1 - (tau / T)(1 - e^(-T / tau))."""
+    rho = rate_per_ms / drain_per_ms
+    if not 0.0 < rho < 1.0 or not np.isfinite(rate_per_ms):
+        return 1.0
+    tau = 1.0 / (drain_per_ms * (1.0 - np.sqrt(rho)) ** 2)
+    run = requests / rate_per_ms
+    return float(1.0 - (tau / run) * -np.expm1(-run / tau))
+
+
+def tail_decay_per_ms(rate: float, drain_ms: float, drain_scv: float) -> float:
+    """The decay rate theta of P(wait > t) ~ e^(-theta t) for Poisson arrivals at ``rate`` on
+    a ring that, saturated, frees a slot every ``drain_ms`` = 1 / X(C) on average (C slots of
+    residence S: S / C), with squared coefficient of variation ``drain_scv`` (taken normal):
+    the root theta > 0 of lambda (E[e^(theta S / C)] - 1) = theta. At C = 1 this is the M/G/1
+    Cramer-Lundberg equation; for M/D/c it is the queue length's decay z (e^(lambda D (z - 1))
+    = z^c) read as a wait, theta = c ln z / D. Bisection."""
+    m, v = drain_ms, drain_scv * drain_ms**2
+
+    def excess(theta):
+        return rate * np.expm1(theta * m + 0.5 * theta**2 * v) - theta
+
+    lo, hi = 0.0, 1.0 / m
+    while excess(hi) < 0:  # below the root the line lies above the exponential
+        lo, hi = hi, 2.0 * hi
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if excess(mid) < 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def wait_atoms(queue: Queue, mean_ms: float, decay_per_ms: float, span_ms: float):
+    """(values ms, probabilities) of a request's wait for a slot (module docstring): stable, an
+    exponential tail of decay ``decay_per_ms`` holding P_wait' = min(1, mean theta) of the
+    mass (so that the mean is ``mean_ms``), its atoms between survival levels spaced
+    geometrically down to 1e-6 (each at its interval's conditional mean); overloaded, uniform
+    on [0, ``span_ms``]."""
+    if not queue.stable:  # the fluid limit of a finite run
+        mid = (np.arange(WAIT_ATOMS) + 0.5) / WAIT_ATOMS
+        return mid * span_ms, np.full(WAIT_ATOMS, 1.0 / WAIT_ATOMS)
+    if mean_ms <= 0:
+        return np.zeros(1), np.ones(1)
+    p_wait = min(1.0, mean_ms * decay_per_ms)
+    scale = mean_ms / p_wait
+    edges = np.concatenate([np.geomspace(1.0, 1e-6, WAIT_ATOMS), [0.0]])  # survival levels
+    t = -np.log(np.maximum(edges, 1e-300)) * scale
+    t[-1] = np.inf
+    upper, lower = edges[:-1], edges[1:]
+    # E[T | t_i < T <= t_{i+1}] of an exponential: (a e^-a - b e^-b) / (e^-a - e^-b) + scale
+    a, b = t[:-1], t[1:]
+    b_term = np.where(np.isfinite(b), b, 0.0) * lower
+    mean_in = (a * upper - b_term) / (upper - lower) + scale
+    values = np.concatenate([[0.0], mean_in])
+    mass = np.concatenate([[1.0 - p_wait], p_wait * (upper - lower)])
+    return values, mass
+
+
+def analyze_open(scenario, analyze) -> Result:
+    """The open-arrival scenario by the flow-equivalent server (module docstring); ``analyze``
+    answers the closed scenario at each number in service."""
+    from wansim.analytical.engine import kv_admitted
+    from wansim.analytical.regime import UNVALIDATED_BAND
+    from wansim.analytical.serving import (
+        _coarsen,
+        decode_mixture,
+        quantiles_of_atoms,
+        sum_quantiles,
+        ttft_distribution,
+    )
+    from wansim.numerics import normal_functions as nf
+
+    wl = scenario.workload
+    requests = int(wl.requests)
+    closed_wl = dataclasses.replace(wl, arrival="closed")
+    slots = int(kv_admitted(dataclasses.replace(scenario, workload=closed_wl)).workload.concurrency)
+    slots = max(min(slots, requests), 1)
+    states = service_states(slots)
+    answers = []
+    for n in states:
+        w_n = dataclasses.replace(closed_wl, concurrency=int(n), requests=max(requests, 2 * n))
+        answers.append(analyze(dataclasses.replace(scenario, workload=w_n)))
+    m = float(wl.output_tokens - 1)
+    ttft = np.array([a.metrics["ttft_ms_mean"] for a in answers])
+    rate_n = np.array([a.metrics["tokens_per_s"] for a in answers])
+    residence = ttft + 1e3 * m / rate_n
+    n_all = np.arange(1, slots + 1)
+
+    def at_all(values):  # linear in n between the evaluated states
+        return np.interp(n_all, states, np.asarray(values, dtype=float))
+
+    x = at_all(states / residence)
+    lam, ca2 = arrival_rate_and_scv(wl)
+    queue = birth_death(lam, x)
+    # c_s^2 of a residence at C: its decode time over difficulty (and the laps' spread)
+    top = answers[-1]
+    means_c = {
+        "lap_ms_mean": top.metrics["lap_ms_mean"],
+        "lap_ms_var": 0.0,
+        "tpot_ms_mean": 1e3 / top.metrics["tokens_per_s"],
+    }
+    top_scenario = top.scenario
+    w_dec, mean_dec, sd_dec = decode_mixture(top_scenario, means_c)
+    mean_res = float(w_dec @ mean_dec) + top.metrics["ttft_ms_mean"]
+    var_res = float(w_dec @ (sd_dec**2 + mean_dec**2)) - float(w_dec @ mean_dec) ** 2
+    cs2 = max(var_res, 0.0) / mean_res**2
+    x_c = float(x[-1])
+    factor = wait_factor(ca2, cs2, lam / x_c, slots) * finite_run_share(lam, x_c, requests)
+    if queue.stable:
+        wait_mean = factor * queue.wait_mean_ms
+        decay = (
+            tail_decay_per_ms(lam, 1.0 / x_c, cs2)
+            if wl.arrival == "poisson"
+            else (x_c - lam) / (0.5 * (ca2 + cs2))
+        )
+        values, mass = wait_atoms(queue, wait_mean, decay, 0.0)
+    else:
+        span = max(requests - 1, 0) * (1.0 / x_c - 1.0 / lam)
+        values, mass = wait_atoms(queue, 0.0, 0.0, span)
+        wait_mean = float(values @ mass)
+
+    pi_s = queue.in_service[1:]  # n = 1..C
+    customers = n_all * pi_s
+    w_cust = customers / customers.sum() if customers.sum() > 0 else np.eye(slots)[0]
+    admit = queue.in_service[:-1].copy()  # finds n - 1 in service, joins as the n-th
+    admit[-1] += queue.p_wait  # a queued arrival takes a freed slot: the C-th
+    admit = admit / admit.sum()
+
+    metrics: dict = {}
+    for key in FLOAT_KEYS:
+        metrics[key] = float(w_cust @ at_all([a.metrics[key] for a in answers]))
+    prefill_mean = float(admit @ at_all(ttft))
+    metrics["ttft_ms_mean"] = wait_mean + prefill_mean
+    busy = pi_s / max(pi_s.sum(), 1e-300)
+    util = [
+        float(busy @ at_all([a.metrics["stage_utilization"][i] for a in answers]))
+        for i in range(len(top.metrics["stage_utilization"]))
+    ]
+    metrics["stage_utilization"] = util
+    metrics["bubble_fraction"] = 1.0 - float(np.mean(util))
+    metrics["target_exact"] = top.metrics["target_exact"]
+    # the last request arrives (R - 1) / lambda in (starts (R - 1) / X(C) in, overloaded)
+    served = min(lam, float(x[-1]))
+    last_wait = wait_mean if queue.stable else 0.0
+    makespan = (
+        (requests - 1) / served + last_wait + prefill_mean + 1e3 * m / metrics["tokens_per_s"]
+    )
+    metrics["throughput_tokens_per_s"] = 1e3 * requests * (m + 1) / makespan
+
+    # tails: the wait convolved with the prefill, then the decode time added
+    prefill_atoms, prefill_mass = ttft_distribution(top_scenario, prefill_mean)
+    t_values = (values[:, None] + prefill_atoms[None, :]).ravel()
+    t_mass = (mass[:, None] * prefill_mass[None, :]).ravel()
+    order = np.argsort(t_values, kind="stable")
+    t_values, t_mass = _coarsen(t_values[order], t_mass[order])
+    metrics["ttft_ms_p50"], metrics["ttft_ms_p99"] = (
+        float(q) for q in quantiles_of_atoms(t_values, t_mass, [0.5, 0.99])
+    )
+    means = {**means_c, "tpot_ms_mean": 1e3 / metrics["tokens_per_s"]}
+    w_dec, mean_dec, sd_dec = decode_mixture(top_scenario, means)
+    metrics["e2e_ms_p50"], metrics["e2e_ms_p99"] = (
+        float(q) for q in sum_quantiles(t_values, t_mass, w_dec, mean_dec, sd_dec, [0.5, 0.99])
+    )
+    metrics["queue_ms_mean"] = wait_mean
+    metrics["queue_ms_p99"] = float(quantiles_of_atoms(values, mass, [0.99])[0])
+    attain = 1.0
+    if wl.slo.ttft_ms is not None:
+        attain *= float(t_mass[t_values <= wl.slo.ttft_ms].sum())
+    if wl.slo.tpot_ms is not None:
+        z = (wl.slo.tpot_ms * m - mean_dec) / np.maximum(sd_dec, 1e-12)
+        attain *= float(w_dec @ nf.norm_cdf(z))
+    attain = min(max(attain, 0.0), 1.0)
+    metrics["slo_attainment"] = attain
+    metrics["goodput_requests_per_s"] = attain * metrics["throughput_tokens_per_s"] / (m + 1)
+
+    closed = dict(top.approximation or {})
+    trust = {
+        "regime": f"open arrivals ({wl.arrival}) over {closed.get('regime', 'sync')}",
+        "validated": False,
+        "error_band": dict(UNVALIDATED_BAND),
+        "why": (
+            "open arrivals: the closed model at each number in service as a birth-death queue"
+            " (wansim/analytical/open_arrivals.py), checked against the DES in"
+            " tests/engines/test_open_arrivals.py, not on the approximation-error grid"
+        ),
+    }
+    details = {
+        "open_arrivals": {
+            "rate_per_s": 1e3 * lam,
+            "arrival_scv": ca2,
+            "residence_scv": cs2,
+            "capacity_requests_per_s": 1e3 * float(x[-1]),
+            "utilisation": lam / float(x[-1]),
+            "p_wait": queue.p_wait,
+            "stable": queue.stable,
+            "mean_in_service": float(n_all @ pi_s),
+            "states_evaluated": len(states),
+        }
+    }
+    return Result(
+        scenario=scenario,
+        engine="analytical",
+        metrics=metrics,
+        details=details,
+        approximation=trust,
+    )

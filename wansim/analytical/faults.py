@@ -1,4 +1,4 @@
-"""Faults in expected value: one request at a time (sync, closed loop), the DES's model of
+"""Faults in expected value (sync schedule, closed loop), the DES's model of
 :mod:`wansim.sim.faults` (a failure stops the ring for its downtime D and loses the passes in
 flight; ``failover`` re-prefills the request, ``fail`` fails it).
 
@@ -26,6 +26,12 @@ up time, the DES's clock) add lambda U of them, U the up time:
             U = F_fix E[a] + (R - F_fix) (1 - e^{-lambda T0}) / lambda
   makespan = U + sum of downtimes;  availability = 1 - downtime / makespan;
   goodput = finished (M + 1) / makespan
+
+Several requests in flight (N slots: concurrency, continuous batching, micro-batches): T0 is a
+request's loaded ring time (its loaded TTFT plus N laps of the loaded lap), the run's up time
+R T0 / N, every failure hits the N requests in the ring (fail: N fail; failover: N re-prefill,
+queued behind each other at the slowest station a prefill crosses, (N - 1) times its service
+added to X), and a request's hits are those of the failures that found it in the ring.
 
 tokens_per_s (mean over finished requests of M / decode time): failover mixes in the requests
 hit k times in their decode (k Poisson with mean F (N L / T0) / R), whose decode time grows by
@@ -75,14 +81,37 @@ def reprefill_ms(scenario: Scenario, committed: np.ndarray) -> np.ndarray:
     return np.asarray(sync_metrics(sc)["prefill_ms"], dtype=float)
 
 
-def fault_run(scenario: Scenario, means: dict) -> FaultAnswer:
-    """Expected metrics of a run of one request at a time with ``scenario.faults`` (module
-    docstring); ``means``: the sync closed forms (scalars) without faults."""
+def prefill_station_ms(scenario: Scenario, committed: np.ndarray) -> np.ndarray:
+    """The slowest station a prefill of prompt + c tokens crosses: a stage's compute or a
+    forward hop's sender (software and serialisation)."""
+    from wansim.analytical.path import hop_bytes, hop_service_ms
+    from wansim.links.wire_bytes import forward_bytes
+    from wansim.stages.compute import stage_ms_each
+
+    tokens = scenario.workload.prompt_tokens + np.asarray(committed, dtype=float)
+    p = int(scenario.stages)
+    slowest = np.max(
+        np.stack([np.asarray(x, dtype=float) for x in stage_ms_each(scenario, tokens)]), 0
+    )
+    size = forward_bytes(scenario.payload, scenario.model.hidden_size, tokens)
+    for h in range(p - 1):
+        slowest = np.maximum(slowest, hop_service_ms(scenario, h, hop_bytes(size, h)))
+    return slowest
+
+
+def fault_run(scenario: Scenario, means: dict, in_flight: int = 1) -> FaultAnswer:
+    """Expected metrics of a run with ``scenario.faults`` (module docstring); ``means``: the
+    model's mean metrics (scalars) without faults; ``in_flight``: the requests in the ring at
+    once (the slots). With N > 1 (module docstring, the loaded ring): a request's ring time is
+    its loaded TTFT plus its passes at the loaded lap, the run's up time R T0 / N, every failure
+    hits the N requests in flight, and a failover's N re-prefills queue behind each other at
+    the slowest station they cross."""
     faults = scenario.faults
     wl = scenario.workload
     r_requests = float(wl.requests)
     m = float(wl.output_tokens - 1)
-    p0 = float(means["prefill_ms"])
+    slots = float(max(min(in_flight, wl.requests), 1))
+    p0 = float(means["prefill_ms"] if slots == 1 else means["ttft_ms_mean"])
     n = float(means["passes_per_request"])
     lap = float(means["lap_ms_mean"])
     lap_var = float(means["lap_ms_var"])
@@ -94,10 +123,13 @@ def fault_run(scenario: Scenario, means: dict) -> FaultAnswer:
     elapsed = (p0**2 + n * (lap**2 + lap_var)) / (2.0 * t0)
     c = np.floor((np.arange(C_POINTS) + 0.5) / C_POINTS * m)
     reprefill = float(np.mean(reprefill_ms(scenario, c)))
+    if slots > 1:  # the other re-prefills queue at the slowest station
+        reprefill += (slots - 1.0) * float(np.mean(prefill_station_ms(scenario, c)))
     failover = faults.recovery == "failover"
     x = elapsed + in_decode * reprefill  # ring time a failover adds
     var_t = lap**2 * n_var + n * lap_var
     age = (t0**2 + var_t) / (2.0 * t0)
+    t_ring = t0 / slots  # ring time per request: N share the ring
     rated = [e for e in faults.events if e.rate_per_hour is not None]
     lam = sum(e.rate_per_hour for e in rated) / MS_PER_HOUR
     d_rated = (
@@ -109,10 +141,10 @@ def fault_run(scenario: Scenario, means: dict) -> FaultAnswer:
     fixed = sorted(
         (e.at_s * MS_PER_S, downtime_ms(scenario, e)) for e in faults.events if e.at_s is not None
     )
-    hits, down, end_prev = 0, 0.0, -1.0
+    hits, down, end_prev = 0, 0.0, -1.0  # hits: failures that found requests in the ring
     for t, d in fixed:
-        up_work = r_requests * t0 + hits * (x if failover else -(t0 - age))
-        if t >= up_work + down or (not failover and hits >= r_requests):
+        up_work = r_requests * t_ring + hits * (x if failover else -(t0 - age))
+        if t >= up_work + down or (not failover and hits * slots >= r_requests):
             break
         if t < end_prev:  # during an outage: it extends it
             extra = max(0.0, t + d - end_prev)
@@ -129,15 +161,17 @@ def fault_run(scenario: Scenario, means: dict) -> FaultAnswer:
             names += ("tokens_per_s",)
             metrics = {**dict.fromkeys(names), "failed_requests": 0.0}
             return FaultAnswer(metrics, dict.fromkeys(names, DIVERGES), {})
-        up = (r_requests * t0 + hits * x) / (1.0 - lam * x)
+        up = (r_requests * t_ring + hits * x) / (1.0 - lam * x)
         f_rated = lam * up
         failed = 0.0
     else:  # each request left races the rate clock: it fails with 1 - exp(-lambda T0)
-        left = r_requests - hits
+        hit_requests = min(hits * slots, r_requests)
+        left = r_requests - hit_requests
         p_fail = -np.expm1(-lam * t0)
-        f_rated = left * p_fail
-        up = hits * age + (left * p_fail / lam if lam > 0 else left * t0)
-        failed = hits + f_rated
+        failed_rated = left * p_fail
+        up = (hit_requests * age + (left * p_fail / lam if lam > 0 else left * t0)) / slots
+        f_rated = failed_rated / slots  # failures: each fails the N in flight
+        failed = hit_requests + failed_rated
     downtime = down + f_rated * d_rated
     makespan = up + downtime
     finished = r_requests - failed
@@ -152,20 +186,21 @@ def fault_run(scenario: Scenario, means: dict) -> FaultAnswer:
     d_mean = downtime / hits_all if hits_all else 0.0
     if failover and hits_all:
         # failures in a request's decode: Poisson with the mean of hits per request
-        mu = hits_all * in_decode / r_requests
+        mu = hits_all * slots * in_decode / r_requests
         k = np.arange(K_MAX)
         pk = np.exp(k * np.log(max(mu, 1e-300)) - mu - np.cumsum(np.log(np.maximum(k, 1))))
         rate = 1e3 * m / (decode + k * (d_mean + elapsed_lap + reprefill))
         rate[0] = float(means["tokens_per_s"])
         out["tokens_per_s"] = float((pk * rate).sum() / pk.sum())
-        pre = hits_all * (1.0 - in_decode) / r_requests
+        pre = hits_all * slots * (1.0 - in_decode) / r_requests
         out["ttft_ms_mean"] = float(means["ttft_ms_mean"]) + pre * (d_mean + p0 / 2.0)
     elif not failover and finished > 0 and hits_all:
         # the request admitted at a failure waits the downtime; it finishes with 1 - F / R
-        waited = hits_all * (1.0 - failed / r_requests)
+        waited = min(hits_all * slots, r_requests) * (1.0 - failed / r_requests)
         out["ttft_ms_mean"] = float(means["ttft_ms_mean"]) + waited * d_mean / finished
     details = {
         "failures": hits_all,
+        "failures_per_request": hits_all * slots / r_requests,
         "fixed_failures": hits,
         "rated_failures": f_rated,
         "makespan_ms": makespan,

@@ -186,6 +186,13 @@ def outside(scenario) -> str:
             " Monte Carlo over DES seeds (tests/physics/test_faults.py: within 2% + 5 standard"
             " errors); the approximation-error grid measured stage failures"
         )
+    if scenario.faults.events and many:
+        return (
+            "faults with several requests in flight: each failure hits them all and their"
+            " re-prefills queue at the slowest station (wansim/analytical/faults.py), checked"
+            " against the DES in tests/physics/test_faults_loaded.py, not on the"
+            " approximation-error grid"
+        )
     if scenario.faults.events and scenario.network.transport == "tcp":
         return "faults on a tcp ring: not measured (the grids measured each alone)"
     if scenario.schedule.hybrid_confident_fraction is not None and many:

@@ -29,9 +29,9 @@ from wansim.analytical.faults import fault_run
 from wansim.analytical.hybrid import analyze_hybrid
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
-from wansim.analytical.nonstationary import analyze_pieces
+from wansim.analytical.nonstationary import analyze_pieces, stationary_at
 from wansim.analytical.open_arrivals import analyze_open
-from wansim.analytical.regime import approximation, varied_approximation
+from wansim.analytical.regime import UNVALIDATED_BAND, approximation, varied_approximation
 from wansim.analytical.serving import serving_metrics
 from wansim.analytical.shared_host import analyze_shared_host, contended
 from wansim.analytical.sync import (
@@ -160,15 +160,6 @@ def check_supported(scenario: Scenario) -> None:
                 "time-varying links with requests that differ are",
             )
         )
-    if scenario.faults.events and network_modulation(net) is not None:
-        unsupported.append(
-            (
-                "faults.events",
-                "with network.drift or trace_file",
-                False,
-                "faults on time-varying links are",
-            )
-        )
     for path, value, ok, what in unsupported:
         if not ok:
             why = f"{what} not modelled by the analytical engine" if what else "not modelled by"
@@ -274,6 +265,8 @@ def analyze(scenario: Scenario) -> Result:
     if contended(scenario):  # computes share the host's cores (wansim.analytical.shared_host)
         return analyze_shared_host(scenario, analyze)
     if network_modulation(scenario.network) is not None:  # drift, trace: quasi-static pieces
+        if scenario.faults.events:
+            return _pieces_with_faults(scenario)
         return analyze_pieces(scenario, analyze)
     if varies(scenario):
         return _over_nodes(scenario)
@@ -332,6 +325,47 @@ def analyze(scenario: Scenario) -> Result:
                 " work and re-prefills of each as independent of the others (600 failures an"
                 " hour on 45 s requests: -10% on tokens/s)",
             }
+    return Result(
+        scenario=scenario,
+        engine="analytical",
+        metrics=metrics,
+        details=details,
+        approximation=trust,
+    )
+
+
+def _pieces_with_faults(scenario: Scenario) -> Result:
+    """Faults on time-varying links: the run without faults over its quasi-static pieces
+    (:mod:`wansim.analytical.nonstationary`), then the faults' expected value
+    (:mod:`wansim.analytical.faults`) on the run-averaged ring: its mean lap, TTFT and rate,
+    the passes and their variances of the links at the start. Assumes the faults' cost does not
+    depend on the piece they fall in (their re-prefills are taken on the starting links)."""
+    calm = dataclasses.replace(scenario, faults=dataclasses.replace(scenario.faults, events=()))
+    averaged = analyze_pieces(calm, analyze)
+    static = kv_admitted(stationary_at(scenario, 1.0, 1.0))
+    answer = _one_request(static, lap_parts(static))
+    m = averaged.metrics
+    means = {
+        **answer.means,
+        "lap_ms_mean": m["lap_ms_mean"],
+        "tokens_per_s": m["tokens_per_s"],
+        "ttft_ms_mean": m["ttft_ms_mean"],
+        "prefill_ms": answer.means["prefill_ms"] * m["ttft_ms_mean"] / answer.means["ttft_ms_mean"],
+    }
+    metrics, details = _with_faults(
+        static, dataclasses.replace(answer, means=means), dict(m), dict(averaged.details)
+    )
+    trust = dict(averaged.approximation or {})
+    trust.update(
+        regime=f"{trust.get('regime', '')} + faults",
+        validated=False,
+        error_band=dict(UNVALIDATED_BAND),
+        why=(
+            "faults on time-varying links: the faults' expected value on the run-averaged"
+            " ring (checked against the DES in tests/physics/test_faults_loaded.py, not on the"
+            " approximation-error grid)"
+        ),
+    )
     return Result(
         scenario=scenario,
         engine="analytical",

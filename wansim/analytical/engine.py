@@ -132,12 +132,14 @@ def check_supported(scenario: Scenario) -> None:
             )
         )
         lossless = not any(h.loss_rate > 0 for h in scenario.resolved_hops())
+        alone = not (blocks or concurrent(scenario))
         unsupported.append(
             (
                 "network.transport",
                 "tcp",
-                scalar and lossless and sched.batching == "none",
-                "tcp with loss, with continuous batching or on a grid (one point at a time) is",
+                scalar and sched.batching == "none" and (lossless or alone),
+                "tcp with loss beyond one request in the sync schedule, with continuous batching"
+                " or on a grid (one point at a time) is",
             )
         )
     if scenario.faults.events:

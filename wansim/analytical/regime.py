@@ -212,6 +212,13 @@ def outside(scenario) -> str:
         )
     if name not in REGIMES:
         return f"{name}: no measured regime covers this combination"
+    tcp_lossy = any(float(np.max(np.asarray(h.loss_rate))) > 0 for h in _links(scenario))
+    if scenario.network.transport == "tcp" and name == "sync" and tcp_lossy:
+        return (
+            "transport tcp with loss: each hop's train and the prefills with their losses spread"
+            " evenly, the windows they leave (wansim/analytical/transport.py), checked against"
+            " the DES in tests/physics/test_tcp_loaded.py, not on the approximation-error grid"
+        )
     if scenario.network.transport == "tcp" and name != "sync":
         return (
             "transport tcp beyond one request in the sync schedule: the window of an evenly"

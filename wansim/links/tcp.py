@@ -33,6 +33,8 @@ import dataclasses
 import math
 from collections import deque
 
+LOSSY_PREFILLS = 128  # requests followed when losses keep moving the window
+
 
 @dataclasses.dataclass(frozen=True)
 class TcpParams:
@@ -175,6 +177,7 @@ def prefill_busy_ms(
     to_first_frame_ms: float | None = None,
     to_prefill_ms: float | None = None,
     simulated: int = 16,
+    loss_rate: float = 0.0,
 ) -> float:
     """Mean busy time of the requests' prefill messages on a hop that carries one frame per
     lap (the sync schedule, one request at a time): request after request on one connection,
@@ -184,19 +187,83 @@ def prefill_busy_ms(
     (default one period). So the first prefill leaves from the initial window, a later one
     from what the previous requests left (the initial window again when the sender idled past
     the RTO and ``restart_after_idle``; else the window the previous prefills opened). The
-    first ``simulated`` requests are run; the rest repeat the last."""
+    first ``simulated`` requests are run; the rest repeat the last (with ``loss_rate``: the
+    mean over the first ``LOSSY_PREFILLS``). ``loss_rate``: the messages lose a transmission at that
+    rate, spread evenly (E[G] = q / (1 - q) per message, as :func:`lossy_train_costs_ms`), so
+    a prefill meets the window the losses before it left."""
     first = period_ms if to_first_frame_ms is None else to_first_frame_ms
     gap = period_ms if to_prefill_ms is None else to_prefill_ms
     sender = TcpSender(params, bandwidth_mbps, latency_ms, rto_ms)
+    losses = loss_rate / (1.0 - loss_rate)
+    if losses > 0:  # the losses keep moving the window: follow the run further
+        simulated = max(simulated, LOSSY_PREFILLS)
     runs = max(min(int(requests), simulated), 1)
+    due = 0.0
+
+    def lost() -> int:
+        nonlocal due
+        due += losses
+        if due >= 1.0:
+            due -= 1.0
+            return 1
+        return 0
+
     pre, total, t = 0.0, 0.0, 0.0
     for _ in range(runs):
-        pre = sender.send(t, prefill_bytes, 0)[0]
+        pre = sender.send(t, prefill_bytes, lost())[0]
         total += pre
         held, step = pre, first
         for _ in range(max(int(frames_per_request), 1)):  # one frame per lap
             t += max(step, held)
-            held = sender.send(t, verify_bytes, 0)[0]
+            held = sender.send(t, verify_bytes, lost())[0]
             step = period_ms
         t += max(gap, held)
+    if losses > 0:
+        return total / runs
     return (total + (max(int(requests), 1) - runs) * pre) / max(int(requests), 1)
+
+
+def lossy_train_costs_ms(
+    params: TcpParams,
+    bandwidth_mbps: float,
+    latency_ms: float,
+    rto_ms: float,
+    n_bytes: float,
+    period_ms: float,
+    loss_rate: float,
+    max_messages: int = 2048,
+) -> tuple[float, float]:
+    """(mean busy time, mean repair time) per message of ``n_bytes`` in a train offered every
+    ``period_ms`` whose messages lose a transmission at ``loss_rate`` (E[G] = q / (1 - q)
+    losses per message): the losses are spread evenly, one every 1 / E[G] messages, from the
+    settled lossless train on; the means are taken over the messages from the first loss on
+    (a loss leaves ssthresh at half the flight, and the windows after it grow from there: the
+    train's degraded regime, which the DES's sender reaches too). At most ``max_messages``
+    are run: rarer losses take one loss's excess busy time over them, spread at E[G] per
+    message."""
+    sender = TcpSender(params, bandwidth_mbps, latency_ms, rto_ms)
+    settle = 32
+    losses = loss_rate / (1.0 - loss_rate)
+    if not math.isfinite(period_ms):  # every message on an idle connection
+        period_ms = 1e12
+    room = max_messages - settle
+    k = min(8, int(room * losses))
+    if k >= 1:  # k losses at settle + round((j + 1/2) / E[G]) over round(k / E[G]) messages
+        stretch = max(round(k / losses), 1)
+        at = {settle + round((j + 0.5) / losses) for j in range(k)}
+    else:  # rarer: one loss, its excess over the room spread at E[G] per message
+        k, stretch, at = 1, room, {settle}
+    free, busy_sum, repair_sum, settled = 0.0, 0.0, 0.0, 0.0
+    for i in range(settle + stretch):
+        start = max(i * period_ms, free)
+        busy, repair = sender.send(start, n_bytes, 1 if i in at else 0)
+        free = start + busy
+        if i == settle - 1:
+            settled = busy
+        if i >= settle:
+            busy_sum += busy
+            repair_sum += repair
+    per_loss = repair_sum / k
+    if stretch == room and k == 1:
+        return settled + (busy_sum - stretch * settled) * losses, per_loss * losses
+    return busy_sum / stretch, per_loss * losses

@@ -195,8 +195,8 @@ def _serving(data: dict, seed: int) -> dict:
 def wan_physics(data: dict, seed: int) -> dict:
     """Issue 13's mechanisms on a drawn scenario, from a stream of their own (seed, 13): the
     base draws of every seed stay what they were. Each is added where both engines model it
-    (the analytical engine refuses the rest: tcp with loss or continuous batching, faults
-    beyond one request of the sync schedule, faults on drifting links). The hybrid is drawn with one request only: its
+    (the analytical engine refuses the rest: tcp with loss beyond one request or with
+    continuous batching, faults with async or requests that differ). The hybrid is drawn with one request only: its
     concurrent form (answered, ``validated: false``) came after the hunt's table."""
     rng = np.random.default_rng([int(seed), 13])
     net, sched, wl = data["network"], data["schedule"], data["workload"]
@@ -247,6 +247,20 @@ def wan_physics(data: dict, seed: int) -> dict:
         and np.random.default_rng([int(seed), 13, 2]).random() < 0.2
     ):
         net["transport"] = "tcp"
+    # failures beside several requests or a drifting ring: a stream of its own (seed, 13, 3)
+    more = np.random.default_rng([int(seed), 13, 3])
+    like = wl.get("lengths", {}).get("kind", "fixed") == "fixed" and not wl.get("mix")
+    sync_ring = (
+        sched["kind"] == "sync" and not drafter["overlap"] and not sched.get("micro_batches")
+    )
+    if "faults" not in data and sync_ring and like and (drift or not one) and more.random() < 0.2:
+        data["faults"] = {
+            "recovery": str(more.choice(["failover", "fail"])),
+            "detection_s": float(more.choice([0.05, 0.5])),
+            "events": [
+                {"stage": int(more.integers(0, stages)), "at_s": float(more.choice([0.2, 1.0]))}
+            ],
+        }
     if sched["kind"] == "async":
         if spec["k"] >= 2 and rng.random() < 0.3:
             sched["async_protocol"] = "flush_on_full_acceptance"

@@ -81,8 +81,8 @@ def check_supported(scenario: Scenario) -> None:
         (
             "workload.arrival",
             wl.arrival,
-            closed or not (varies(scenario) or scenario.faults.events),
-            "open arrivals with requests that differ (lengths, mixes) or with faults are",
+            closed or not scenario.faults.events,
+            "open arrivals with faults are",
         ),
         (
             "workload.arrival",

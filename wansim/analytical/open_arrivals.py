@@ -40,8 +40,12 @@ Model and assumptions:
   model's at n weighted like the means (an approximation: a mixture's quantile is not the mean
   of the quantiles).
 
-Not modelled (refused): requests that differ (length distributions, mixes), faults, and
-time-varying links with open arrivals. Every answer is ``validated: false``: checked against the
+Requests that differ (length distributions, traces, mixes): the closed model at n is the
+engine's expectation over the workload's nodes (:mod:`wansim.analytical.mixture`) and X(n) its
+steady throughput in requests; c_s^2, the prefill and the decode-time mixture come from the
+nodes at C (a node's prompt and output taken independent of each other in the tails).
+
+Not modelled (refused): faults and time-varying links with open arrivals. Every answer is ``validated: false``: checked against the
 DES in tests/engines/test_open_arrivals.py, not on the approximation-error grid.
 """
 
@@ -201,18 +205,72 @@ def wait_atoms(queue: Queue, mean_ms: float, decay_per_ms: float, span_ms: float
     return values, mass
 
 
+@dataclasses.dataclass(frozen=True)
+class Residences:
+    """A request's residence at C in service over the workload's nodes (one node for like
+    requests): weights, output tokens, loaded TTFT and decode-time mixtures per node."""
+
+    weights: np.ndarray
+    outputs: np.ndarray
+    ttft_ms: np.ndarray
+    decode: list  # per node: (weights, mean ms, sd ms) of its decode time
+    prefill: list  # per node: (atoms ms, probabilities) of its prefill at its loaded mean
+
+    def scv(self) -> float:
+        """c_s^2 of a residence: over the nodes and each node's decode spread."""
+        first, second = 0.0, 0.0
+        for w, ttft, (wd, mean, sd) in zip(self.weights, self.ttft_ms, self.decode, strict=True):
+            m1 = ttft + float(wd @ mean)
+            var = float(wd @ (sd**2 + mean**2)) - float(wd @ mean) ** 2
+            first += w * m1
+            second += w * (var + m1**2)
+        return max(second - first**2, 0.0) / first**2
+
+    def decode_mixture(self, stretch: float = 1.0):
+        w = np.concatenate([wn * d[0] for wn, d in zip(self.weights, self.decode, strict=True)])
+        mean = np.concatenate([d[1] * stretch for d in self.decode])
+        sd = np.concatenate([d[2] * stretch for d in self.decode])
+        return w, mean, sd
+
+    def prefill_atoms(self, shift_ms: float):
+        values = np.concatenate([a + shift_ms for a, _ in self.prefill])
+        mass = np.concatenate(
+            [wn * p for wn, (_, p) in zip(self.weights, self.prefill, strict=True)]
+        )
+        order = np.argsort(values, kind="stable")
+        return values[order], mass[order]
+
+
+def residences(scenario, analyze) -> Residences:
+    """The closed scenario at C in service, node by node (:func:`wansim.analytical.mixture.
+    nodes`)."""
+    from wansim.analytical.mixture import nodes
+    from wansim.analytical.serving import decode_mixture, ttft_distribution
+
+    weights, outputs, ttfts, decode, prefill = [], [], [], [], []
+    for w, node in nodes(scenario):
+        res = analyze(node)
+        means = {
+            "lap_ms_mean": res.metrics["lap_ms_mean"],
+            "lap_ms_var": 0.0,
+            "tpot_ms_mean": 1e3 / res.metrics["tokens_per_s"],
+        }
+        weights.append(w)
+        outputs.append(node.workload.output_tokens)
+        ttfts.append(res.metrics["ttft_ms_mean"])
+        decode.append(decode_mixture(node, means))
+        prefill.append(ttft_distribution(node, res.metrics["ttft_ms_mean"]))
+    w = np.asarray(weights, dtype=float)
+    return Residences(w / w.sum(), np.asarray(outputs, float), np.asarray(ttfts), decode, prefill)
+
+
 def analyze_open(scenario, analyze) -> Result:
     """The open-arrival scenario by the flow-equivalent server (module docstring); ``analyze``
     answers the closed scenario at each number in service."""
     from wansim.analytical.engine import kv_admitted
+    from wansim.analytical.mixture import varies
     from wansim.analytical.regime import UNVALIDATED_BAND
-    from wansim.analytical.serving import (
-        _coarsen,
-        decode_mixture,
-        quantiles_of_atoms,
-        sum_quantiles,
-        ttft_distribution,
-    )
+    from wansim.analytical.serving import _coarsen, quantiles_of_atoms, sum_quantiles
     from wansim.numerics import normal_functions as nf
 
     wl = scenario.workload
@@ -221,34 +279,30 @@ def analyze_open(scenario, analyze) -> Result:
     slots = int(kv_admitted(dataclasses.replace(scenario, workload=closed_wl)).workload.concurrency)
     slots = max(min(slots, requests), 1)
     states = service_states(slots)
+    differ = varies(scenario)
     answers = []
     for n in states:
-        w_n = dataclasses.replace(closed_wl, concurrency=int(n), requests=max(requests, 2 * n))
+        # requests that differ: enough of them that the closed run's throughput is its steady one
+        many = max(requests, (32 if differ else 2) * n)
+        w_n = dataclasses.replace(closed_wl, concurrency=int(n), requests=many)
         answers.append(analyze(dataclasses.replace(scenario, workload=w_n)))
-    m = float(wl.output_tokens - 1)
     ttft = np.array([a.metrics["ttft_ms_mean"] for a in answers])
-    rate_n = np.array([a.metrics["tokens_per_s"] for a in answers])
-    residence = ttft + 1e3 * m / rate_n
     n_all = np.arange(1, slots + 1)
 
     def at_all(values):  # linear in n between the evaluated states
         return np.interp(n_all, states, np.asarray(values, dtype=float))
 
-    x = at_all(states / residence)
+    top = answers[-1]
+    res_c = residences(top.scenario, analyze)
+    mean_out = float(res_c.weights @ res_c.outputs)
+    if differ:  # completions from the closed run's throughput: E[residence] of mixed requests
+        x = at_all([a.metrics["throughput_tokens_per_s"] / (1e3 * mean_out) for a in answers])
+    else:
+        rate_n = np.array([a.metrics["tokens_per_s"] for a in answers])
+        x = at_all(states / (ttft + 1e3 * (mean_out - 1.0) / rate_n))
     lam, ca2 = arrival_rate_and_scv(wl)
     queue = birth_death(lam, x)
-    # c_s^2 of a residence at C: its decode time over difficulty (and the laps' spread)
-    top = answers[-1]
-    means_c = {
-        "lap_ms_mean": top.metrics["lap_ms_mean"],
-        "lap_ms_var": 0.0,
-        "tpot_ms_mean": 1e3 / top.metrics["tokens_per_s"],
-    }
-    top_scenario = top.scenario
-    w_dec, mean_dec, sd_dec = decode_mixture(top_scenario, means_c)
-    mean_res = float(w_dec @ mean_dec) + top.metrics["ttft_ms_mean"]
-    var_res = float(w_dec @ (sd_dec**2 + mean_dec**2)) - float(w_dec @ mean_dec) ** 2
-    cs2 = max(var_res, 0.0) / mean_res**2
+    cs2 = res_c.scv()
     x_c = float(x[-1])
     factor = wait_factor(ca2, cs2, lam / x_c, slots) * finite_run_share(lam, x_c, requests)
     if queue.stable:
@@ -285,15 +339,18 @@ def analyze_open(scenario, analyze) -> Result:
     metrics["bubble_fraction"] = 1.0 - float(np.mean(util))
     metrics["target_exact"] = top.metrics["target_exact"]
     # the last request arrives (R - 1) / lambda in (starts (R - 1) / X(C) in, overloaded)
-    served = min(lam, float(x[-1]))
+    served = min(lam, x_c)
     last_wait = wait_mean if queue.stable else 0.0
-    makespan = (
-        (requests - 1) / served + last_wait + prefill_mean + 1e3 * m / metrics["tokens_per_s"]
-    )
-    metrics["throughput_tokens_per_s"] = 1e3 * requests * (m + 1) / makespan
+    residence = prefill_mean + 1e3 * (mean_out - 1.0) / metrics["tokens_per_s"]
+    makespan = (requests - 1) / served + last_wait + residence
+    metrics["throughput_tokens_per_s"] = 1e3 * requests * mean_out / makespan
 
-    # tails: the wait convolved with the prefill, then the decode time added
-    prefill_atoms, prefill_mass = ttft_distribution(top_scenario, prefill_mean)
+    # tails: the wait convolved with the prefill, then the decode time added (the nodes'
+    # prefills and decode times scaled to the loads the requests see)
+    prefill_atoms, prefill_mass = res_c.prefill_atoms(
+        prefill_mean - float(res_c.weights @ res_c.ttft_ms)
+    )
+    prefill_atoms, prefill_mass = _coarsen(prefill_atoms, prefill_mass)
     t_values = (values[:, None] + prefill_atoms[None, :]).ravel()
     t_mass = (mass[:, None] * prefill_mass[None, :]).ravel()
     order = np.argsort(t_values, kind="stable")
@@ -301,8 +358,8 @@ def analyze_open(scenario, analyze) -> Result:
     metrics["ttft_ms_p50"], metrics["ttft_ms_p99"] = (
         float(q) for q in quantiles_of_atoms(t_values, t_mass, [0.5, 0.99])
     )
-    means = {**means_c, "tpot_ms_mean": 1e3 / metrics["tokens_per_s"]}
-    w_dec, mean_dec, sd_dec = decode_mixture(top_scenario, means)
+    stretch = top.metrics["tokens_per_s"] / metrics["tokens_per_s"]
+    w_dec, mean_dec, sd_dec = res_c.decode_mixture(stretch)
     metrics["e2e_ms_p50"], metrics["e2e_ms_p99"] = (
         float(q) for q in sum_quantiles(t_values, t_mass, w_dec, mean_dec, sd_dec, [0.5, 0.99])
     )
@@ -312,11 +369,14 @@ def analyze_open(scenario, analyze) -> Result:
     if wl.slo.ttft_ms is not None:
         attain *= float(t_mass[t_values <= wl.slo.ttft_ms].sum())
     if wl.slo.tpot_ms is not None:
-        z = (wl.slo.tpot_ms * m - mean_dec) / np.maximum(sd_dec, 1e-12)
+        m_each = np.concatenate(
+            [np.full(len(d[0]), o - 1.0) for o, d in zip(res_c.outputs, res_c.decode, strict=True)]
+        )
+        z = (wl.slo.tpot_ms * m_each - mean_dec) / np.maximum(sd_dec, 1e-12)
         attain *= float(w_dec @ nf.norm_cdf(z))
     attain = min(max(attain, 0.0), 1.0)
     metrics["slo_attainment"] = attain
-    metrics["goodput_requests_per_s"] = attain * metrics["throughput_tokens_per_s"] / (m + 1)
+    metrics["goodput_requests_per_s"] = attain * metrics["throughput_tokens_per_s"] / mean_out
 
     closed = dict(top.approximation or {})
     trust = {

@@ -13,10 +13,10 @@ How (every metric the engines report may be bounded: :mod:`wansim.studies.constr
 2. **Bisection** between the last point that holds and the first that fails, to adjacent grid
    points.
 3. **DES confirmation**: the search runs on the analytical engine where it models the scenario
-   (closed arrivals), then again on the DES starting from the analytical answer (so the DES
-   usually runs the answer and its neighbour only); the DES's answer is reported, the
-   analytical one beside it. Open arrivals are searched with the DES alone (the analytical
-   engine does not model them).
+   (closed arrivals, and open ones through :mod:`wansim.analytical.open_arrivals`, never
+   validated), then again on the DES starting from the analytical answer (so the DES usually
+   runs the answer and its neighbour only); the DES's answer is reported, the analytical one
+   beside it. What the analytical engine refuses is searched with the DES alone.
 
 How far the analytical answer is trusted: :func:`_analytical_check` (``analytical_range``,
 ``analytical_validated``, ``analytical_why``).

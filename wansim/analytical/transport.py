@@ -32,7 +32,8 @@ ring: tokens/s -1%, TTFT -13%; ``validated: false``). Not modelled (refused, use
 loss with several requests or async blocks (a prefill on a shrunken window holds the FIFO
 sender for every frame behind it: +136% at 4 requests), and continuous batching (its first
 wave's prefills warm the window, or a bunched ring stays cold: two regimes the DES picks by
-its start).
+its start; on the frame-per-lap ring a batch of 8 stays warm and one of 4 goes cold, so
+neither a cold nor a warm fixed point holds for both: -14% and +233%).
 """
 
 from __future__ import annotations

@@ -53,6 +53,13 @@ def ring(**workload):
     return load_scenario(data=data)
 
 
+def des_means(scenario, seeds: int) -> dict[str, float]:
+    """The DES's mean over seeds 0..seeds-1 of the metrics compared here."""
+    runs = [simulate(dataclasses.replace(scenario, seed=seed)).metrics for seed in range(seeds)]
+    keys = ("tokens_per_s", "throughput_tokens_per_s", "queue_ms_mean")
+    return {k: float(np.mean([r[k] for r in runs])) for k in keys}
+
+
 def erlang_c(c: int, a: float) -> float:
     """P(wait) of M/M/c with offered load a = lambda / mu (a < c)."""
     head = sum(a**k / math.factorial(k) for k in range(c))
@@ -146,16 +153,11 @@ def test_open_arrivals_agree_with_the_des(slots, rate):
     does not vouch for it (validated: false)."""
     sc = ring(concurrency=slots, rate_per_s=rate)
     ana = analyze(sc)
-    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(3)]
-
-    def des(key):
-        return float(np.mean([r[key] for r in runs]))
-
-    a = ana.metrics
-    assert a["tokens_per_s"] == pytest.approx(des("tokens_per_s"), rel=0.08)
-    assert a["throughput_tokens_per_s"] == pytest.approx(des("throughput_tokens_per_s"), rel=0.06)
+    a, des = ana.metrics, des_means(sc, 3)
+    assert a["tokens_per_s"] == pytest.approx(des["tokens_per_s"], rel=0.08)
+    assert a["throughput_tokens_per_s"] == pytest.approx(des["throughput_tokens_per_s"], rel=0.06)
     assert a["queue_ms_mean"] == pytest.approx(
-        des("queue_ms_mean"), rel=0.10 if slots == 1 else 0.35
+        des["queue_ms_mean"], rel=0.10 if slots == 1 else 0.35
     )
     assert a["ttft_ms_p99"] >= a["ttft_ms_p50"] > 0
     assert a["e2e_ms_p99"] > a["ttft_ms_p99"]
@@ -200,15 +202,10 @@ def test_open_arrivals_of_requests_that_differ_agree_with_the_des(case):
     +20%): tokens/s within 15%, throughput within 8%, the mean wait within 35%."""
     sc = load_scenario(data={**RING, "workload": {**RING["workload"], **VARIED[case]}})
     ana = analyze(sc)
-    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(4)]
-
-    def des(key):
-        return float(np.mean([r[key] for r in runs]))
-
-    a = ana.metrics
-    assert a["tokens_per_s"] == pytest.approx(des("tokens_per_s"), rel=0.15)
-    assert a["throughput_tokens_per_s"] == pytest.approx(des("throughput_tokens_per_s"), rel=0.08)
-    assert a["queue_ms_mean"] == pytest.approx(des("queue_ms_mean"), rel=0.35)
+    a, des = ana.metrics, des_means(sc, 4)
+    assert a["tokens_per_s"] == pytest.approx(des["tokens_per_s"], rel=0.15)
+    assert a["throughput_tokens_per_s"] == pytest.approx(des["throughput_tokens_per_s"], rel=0.08)
+    assert a["queue_ms_mean"] == pytest.approx(des["queue_ms_mean"], rel=0.35)
     assert not ana.approximation["validated"]
 
 

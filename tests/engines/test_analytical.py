@@ -218,8 +218,9 @@ def test_unsupported_schedules_are_errors_not_answers():
     async_ = ["drafter.placement=first_stage", "drafter.kind=draft_model", "schedule.kind=async"]
     with pytest.raises(ScenarioError, match=r"schedule\.kind.*trees"):
         analyze(load_scenario(REFERENCE, [*async_, "speculation.policy=tree"]))
-    with pytest.raises(ScenarioError, match=r"schedule\.batching"):
-        analyze(load_scenario(REFERENCE, [*async_, "schedule.batching=continuous"]))
+    overlapped = [*async_, "drafter.overlap=true", "schedule.batching=continuous"]
+    with pytest.raises(ScenarioError, match=r"schedule\.batching: an overlapped drafter"):
+        analyze(load_scenario(REFERENCE, overlapped))
 
 
 def test_grid_on_an_open_mesh_equals_the_point_by_point_evaluation(monkeypatch):

@@ -656,8 +656,10 @@ def _async_batched(scenario: Scenario, parts: dict, one: Answer) -> Answer:
     compute and drafting) besides its own; the run: R / N rounds per slot after the cold
     prefill, the slowest slot's drain (its decode time's spread over the rounds, the expected
     maximum of N normals, Blom's approximation). Stale blocks cost batch passes as in
-    ``one``. Not measured on the approximation grid (``validated: false``); checked against the
-    DES in tests/engines/test_async_batched.py."""
+    ``one``. Assumes the batches stay whole: true up to ~8 users (tokens/s -1..+13% against
+    the DES, tests/engines/test_async_batched.py); with 16 users on the 10-stage reference ring
+    the sequences' restarts split them and the model is +13% to +52% (docs/approximations.md,
+    group "async+continuous batching"). ``validated: false``."""
     from wansim.numerics import normal_functions as nf
     from wansim.stages.compute import stage_ms_each
 

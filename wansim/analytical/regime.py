@@ -214,8 +214,9 @@ def outside(scenario) -> str:
         return (
             "async with continuous batching: each sequence's bets on a ring whose passes cost"
             " the batch's (wansim/analytical/engine.py::_async_batched), checked against the DES"
-            " in tests/engines/test_async_batched.py (tokens/s -1% to +13%); stage utilisation"
-            " from bulk passes is an upper bound (up to +0.3 busy share)"
+            " in tests/engines/test_async_batched.py (tokens/s -1% to +13% up to 8 users; on"
+            " the reference ring +13% to +52% with 16 users, docs/approximations.md: the batches"
+            " do not stay whole); stage utilisation from bulk passes is an upper bound"
         )
     if name not in REGIMES:
         return f"{name}: no measured regime covers this combination"

@@ -100,7 +100,9 @@ REGIMES: dict[str, Regime] = {
             "(verify passes and prompt chunks), the chunk budget's saturation, a chunk's own "
             "heavier lap in TTFT, cold start and drain in the makespan "
             "(wansim/analytical/micro_batched.py)",
-            _band(0.18, 0.20, 0.35, 0.05, 0.02),
+            # tokens/s: the grid's 14.2%, widened to what the slow property test's fresh draws
+            # found (5 stages, 1 ms hops, 38 users in 2 micro-batches: -18.0%)
+            _band(0.20, 0.20, 0.35, 0.05, 0.02),
         ),
         Regime(
             "sync+faults",
@@ -416,9 +418,11 @@ def approximation(scenario) -> Approximation:
 # stages, 1-32 users, 32 of 40 points; "varied-length tails": chains, trees and async,
 # micro-batching on and off, 1-64 users, 16 of 26 points), rounded up: tokens/s 16.3%,
 # throughput 45.2% (32 users without batching: the run's last, long requests set the DES's
-# makespan), TTFT 32.0%, bubble 0.199, wasted 0.048 (async, 64 users), TPOT p99 29.4%
+# makespan), TTFT 32.0%, bubble 0.199, wasted 0.048 (async, 64 users), TPOT p99 29.4%; TTFT
+# widened to the fast grid's 16 users in one continuous batch of the trace's lengths drawn
+# (empirical): +44.4% (the replacements' prefills of differing prompts)
 VARIED_LENGTHS_BAND = {
-    **_band(0.20, 0.50, 0.35, 0.20, 0.05),
+    **_band(0.20, 0.50, 0.45, 0.20, 0.05),
     "tpot_ms_p99": 0.30,
 }
 VARIED_REGIMES_MEASURED = (

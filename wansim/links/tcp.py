@@ -33,6 +33,8 @@ import dataclasses
 import math
 from collections import deque
 
+import numpy as np
+
 LOSSY_PREFILLS = 128  # requests followed when losses keep moving the window
 
 
@@ -232,6 +234,7 @@ def lossy_train_costs_ms(
     period_ms: float,
     loss_rate: float,
     max_messages: int = 2048,
+    run_messages: int | None = None,
 ) -> tuple[float, float]:
     """(mean busy time, mean repair time) per message of ``n_bytes`` in a train offered every
     ``period_ms`` whose messages lose a transmission at ``loss_rate`` (E[G] = q / (1 - q)
@@ -239,21 +242,27 @@ def lossy_train_costs_ms(
     settled lossless train on; the means are taken over the messages from the first loss on
     (a loss leaves ssthresh at half the flight, and the windows after it grow from there: the
     train's degraded regime, which the DES's sender reaches too). At most ``max_messages``
-    are run: rarer losses take one loss's excess busy time over them, spread at E[G] per
-    message."""
+    are run. A run of ``run_messages`` that expects fewer than one loss per such stretch
+    (rare losses): one loss's excess busy time after it, e_j at j messages on, weighted by
+    where the run's first loss falls (at rate E[G] per message, from the run's start), so the
+    mean over the run's n messages is (1 / n) sum_m sum_(i <= m) E[G] (1 - E[G])^i e_(m - i)
+    (a window a loss shrank does not recover within the run: its later messages all pay)."""
     sender = TcpSender(params, bandwidth_mbps, latency_ms, rto_ms)
     settle = 32
     losses = loss_rate / (1.0 - loss_rate)
     if not math.isfinite(period_ms):  # every message on an idle connection
         period_ms = 1e12
     room = max_messages - settle
+    if run_messages is not None:
+        room = max(1, min(room, int(run_messages)))
     k = min(8, int(room * losses))
     if k >= 1:  # k losses at settle + round((j + 1/2) / E[G]) over round(k / E[G]) messages
         stretch = max(round(k / losses), 1)
         at = {settle + round((j + 0.5) / losses) for j in range(k)}
-    else:  # rarer: one loss, its excess over the room spread at E[G] per message
+    else:  # rarer: one loss at the stretch's start, its excess weighted by where it falls
         k, stretch, at = 1, room, {settle}
     free, busy_sum, repair_sum, settled = 0.0, 0.0, 0.0, 0.0
+    excess = []
     for i in range(settle + stretch):
         start = max(i * period_ms, free)
         busy, repair = sender.send(start, n_bytes, 1 if i in at else 0)
@@ -263,7 +272,14 @@ def lossy_train_costs_ms(
         if i >= settle:
             busy_sum += busy
             repair_sum += repair
+            excess.append(busy - settled)
     per_loss = repair_sum / k
+    if stretch == room and k == 1 and run_messages is not None:
+        e = np.asarray(excess, dtype=float)  # e_j: j messages after the loss
+        n = len(e)
+        first = losses * (1.0 - losses) ** np.arange(n)  # the first loss i messages in
+        behind = np.convolve(first, e)[:n]  # message m: the first loss at i <= m, e_(m - i)
+        return settled + float(behind.sum()) / n, per_loss * losses
     if stretch == room and k == 1:
         return settled + (busy_sum - stretch * settled) * losses, per_loss * losses
     return busy_sum / stretch, per_loss * losses

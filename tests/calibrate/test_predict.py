@@ -23,6 +23,7 @@ from tests.conftest import ROOT
 from wansim.calibrate.bundle import (
     FILES,
     MANIFEST,
+    TRACE_FILE,
     check_model,
     config_sha256,
     load_bundle,
@@ -209,6 +210,15 @@ def make_bundle(
         mapping["activation_quality"] = FILES["activation_quality"]
         return yaml.safe_dump(mapping, sort_keys=False)
 
+    # each profiled K's own fit (Bundle.profile_at), chains only here
+    per_k = {}
+    chain = pd.DataFrame(trace)
+    for k in (2, 4):
+        name = f"acceptance_profile_chain_k{k}.yaml"
+        per_k[name] = profile_text(
+            fit_profile(chain[chain["k"] == k], temperature=0.0, verifier="greedy")
+        )
+        manifest["acceptance"].setdefault("per_k", {}).setdefault("chain", {})[k] = name
     mtp_files = None
     if mtp:  # the head: 0.3 + 0.4 K ms at the last stage
         mtp_rows = pd.DataFrame({"k": [2, 4, 7], "draft_ms": [1.1, 1.9, 3.1]})
@@ -227,6 +237,14 @@ def make_bundle(
         tree_text=profile_text(tree_prof),
         quality_text=yaml.safe_dump(quality, sort_keys=False),
         mtp=mtp_files,
+        traces=pd.concat(
+            [
+                pd.DataFrame(trace).assign(drafter="chain"),
+                synthetic_tree_trace(max_k).assign(drafter="tree"),
+            ],
+            ignore_index=True,
+        ),
+        per_k=per_k,
     )
     return out
 
@@ -279,6 +297,35 @@ def test_bundle_round_trip(tmp_path):
     assert b.per_message_ms["forward"] == pytest.approx(0.4)
     assert list(b.error_samples("return")) == [0.1, 0.3, 0.5]
     check_model(b, TARGET, DRAFTER, "--profile")
+    # the per-prompt traces the profiles were fitted from (optional file, present here)
+    assert set(b.acceptance_traces["drafter"]) == {"chain", "tree"}
+    assert b.manifest["files"]["acceptance_traces"] == TRACE_FILE
+    (b.path / TRACE_FILE).unlink()  # a bundle profiled before the traces were kept
+    assert load_bundle(b.path).acceptance_traces is None
+    assert b.profile_at("chain", 4).name == "acceptance_profile_chain_k4.yaml"
+    assert b.profile_at("chain", 7) is None and b.profile_at("tree", 2) is None
+
+
+def test_a_profiled_k_is_predicted_from_its_own_traces(tmp_path):
+    """A cell at a K the bundle profiled reads that K's own fit (its tau equals the traces'
+    mean accepted + 1 at that K, an independent count); another K reads the pooled profile."""
+    from wansim.acceptance.model import acceptance_model
+    from wansim.config.scenario import load_scenario
+
+    b = load_bundle(make_bundle(tmp_path / "b"))
+    raw = cell_scenario(Cell(4, 20.0, 4), b, tmp_path / "k4")
+    assert raw["drafter"]["acceptance"]["profile"] == str(b.profile_at("chain", 4).resolve())
+    raw7 = cell_scenario(Cell(4, 20.0, 7), b, tmp_path / "k7")
+    assert raw7["drafter"]["acceptance"]["profile"] == str(b.acceptance_profile.resolve())
+    tr = b.acceptance_traces
+    tr = tr[(tr["drafter"] == "chain") & (tr["k"] == 4)]
+    model = acceptance_model(load_scenario(tmp_path / "k4" / "scenario.yaml").drafter.acceptance)
+    assert model.tau(4) == pytest.approx((tr["accepted"] + 1).mean(), rel=1e-3)
+    # the own-prompts variant overrides both
+    other = tmp_path / "own.yaml"
+    other.write_text(b.acceptance_profile.read_text())
+    raw_own = cell_scenario(Cell(4, 20.0, 4), b, tmp_path / "own", acceptance=other)
+    assert raw_own["drafter"]["acceptance"]["profile"] == str(other.resolve())
 
 
 @pytest.mark.parametrize(
@@ -321,6 +368,30 @@ def test_bundle_round_trip(tmp_path):
                 (p / MANIFEST).read_text().replace("host_cores: 2", "host_cores: 0")
             ),
             "profiled.host_cores: must be an integer >= 1",
+        ),
+        (
+            lambda p: (p / TRACE_FILE).write_text(
+                "drafter,prompt_id,k,step,accepted\nfoo,0,2,0,1\n"
+            ),
+            "acceptance_traces.csv needs drafter in chain/tree/mtp",
+        ),
+        (
+            lambda p: (p / "acceptance_profile_chain_k4.yaml").unlink(),
+            "acceptance_profile_chain_k4.yaml is missing",
+        ),
+        (
+            lambda p: (p / "acceptance_profile_chain_k2.yaml").write_text("per_position: 3\n"),
+            "acceptance_profile_chain_k2.yaml is not a valid acceptance profile",
+        ),
+        (
+            lambda p: (p / TRACE_FILE).write_text("drafter,prompt_id,k\nchain,0,2\n"),
+            "acceptance_traces.csv needs rows with columns",
+        ),
+        (
+            lambda p: (p / TRACE_FILE).write_text(
+                "drafter,prompt_id,k,step,accepted\nchain,0,2,0,-1\n"
+            ),
+            "whole numbers >= 0",
         ),
     ],
 )

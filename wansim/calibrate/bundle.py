@@ -36,7 +36,10 @@ every field with its unit):
 - ``stage_passes.csv``: the verify and prefill passes the costs were fitted from (one row per
   stage per pass: role, layers, n, bits, service, compute, codec and verify ms);
 - ``drafter.csv``: K, draft nodes (K for a chain, 2K for a tree), draft ms per verify pass; ``emulator_error_ms.csv``: role, bytes,
-  error ms per frame.
+  error ms per frame;
+- ``acceptance_traces.csv`` (optional): the per-prompt in-process traces the acceptance
+  profiles were fitted from (drafter chain / tree / mtp, prompt, K, step, accepted), from which
+  a prediction bootstraps its cells' prompt-sample band (:mod:`wansim.calibrate.workload_sample`).
 
 :func:`load_bundle` checks everything a prediction reads before anything runs; a missing or
 corrupt file, another format or version, a field of the wrong type: one
@@ -54,6 +57,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from wansim.calibrate.workload_sample import TRACE_COLUMNS
 from wansim.errors import WansimInputError
 from wansim.stages import profiled_cost as stage_cost
 from wansim.stages.profiled_cost import BUNDLE_FORMAT as FORMAT
@@ -72,6 +76,9 @@ FILES = {
 }
 # present when the MTP head was profiled (``mtp`` in bundle.yaml)
 MTP_FILES = {"mtp_drafter": "mtp_drafter.csv", "acceptance_mtp": "acceptance_profile_mtp.yaml"}
+# optional (bundles profiled before it have none): the in-process traces the acceptance
+# profiles were fitted from, per prompt (wansim.calibrate.workload_sample reads them)
+TRACE_FILE = "acceptance_traces.csv"
 
 
 def config_sha256(checkpoint_dir: str | Path) -> str:
@@ -127,6 +134,10 @@ class Bundle:
     mtp_intercept_ms: float | None = None  # the MTP head's K drafts at the last stage, if profiled
     mtp_per_draft_ms: float | None = None
     mtp_fixed_ms: dict | None = None  # the MTP pipeline's first/last fixed cost per pass
+    # drafter (chain / tree / mtp), prompt_id, k, step, accepted; None in older bundles
+    acceptance_traces: pd.DataFrame | None = None
+    # (drafter kind, K) -> the profile fitted from that K's traces alone (older bundles: none)
+    per_k_profiles: dict = dataclasses.field(default_factory=dict)
 
     @property
     def model(self) -> dict:
@@ -163,6 +174,14 @@ class Bundle:
     def mtp_acceptance_profile(self) -> Path:
         return self.path / MTP_FILES["acceptance_mtp"]
 
+    def profile_at(self, kind: str, k: int) -> Path | None:
+        """The acceptance profile fitted from the traces at K = ``k`` alone (``kind``: chain,
+        tree or mtp), if the bundle profiled that K; None otherwise (the pooled profile then
+        serves). Pooling every K into one per-position fit moves tau at a profiled K by a few
+        percent (measured in-sample: +2.4% at K = 4, +2.6% at K = 7), so a K the bundle
+        measured is predicted from its own traces."""
+        return self.per_k_profiles.get((kind, int(k)))
+
     def mtp_draft_ms(self, k: int) -> float:
         """The MTP head's K drafts at the last stage, total ms (0 for K = 0)."""
         if k == 0 or not self.has_mtp:
@@ -192,16 +211,25 @@ def write_bundle(
     tree_text: str,
     quality_text: str,
     mtp: tuple[pd.DataFrame, str] | None = None,
+    traces: pd.DataFrame | None = None,
+    per_k: dict[str, str] | None = None,
 ):
-    """``mtp``: the MTP head's drafting rows and its acceptance profile text, if profiled."""
+    """``mtp``: the MTP head's drafting rows and its acceptance profile text, if profiled;
+    ``traces``: the per-prompt acceptance traces (``TRACE_FILE``); ``per_k``: file name ->
+    profile text of the per-K profiles (``manifest['acceptance']['per_k']`` names them)."""
     out.mkdir(parents=True, exist_ok=True)
     files = dict(FILES)
+    if traces is not None:
+        files["acceptance_traces"] = TRACE_FILE
+        traces.loc[:, list(TRACE_COLUMNS)].to_csv(out / TRACE_FILE, index=False)
     if mtp is not None:
         files.update(MTP_FILES)
         mtp[0].to_csv(out / MTP_FILES["mtp_drafter"], index=False)
         (out / MTP_FILES["acceptance_mtp"]).write_text(mtp[1])
     for key, frame in tables.items():
         frame.to_csv(out / FILES[key], index=False)
+    for name, text in (per_k or {}).items():
+        (out / name).write_text(text)
     (out / FILES["acceptance"]).write_text(profile_text)
     (out / FILES["acceptance_tree"]).write_text(tree_text)
     (out / FILES["activation_quality"]).write_text(quality_text)
@@ -356,6 +384,36 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
     if not isinstance(q, dict):
         raise _bad(f"{where}: activation_quality.bits", "must map bits to their cost", q)
     width = _num(man, "drafter.width_ms", where)
+    traces = None
+    if (p / TRACE_FILE).exists():
+        traces = _csv(p / TRACE_FILE, TRACE_COLUMNS, flag)
+        ok = traces["drafter"].isin(("chain", "tree", "mtp")).all() and all(
+            pd.api.types.is_integer_dtype(traces[c]) and (traces[c] >= 0).all()
+            for c in TRACE_COLUMNS[1:]
+        )
+        if not ok:
+            raise _bad(
+                flag,
+                f"{TRACE_FILE} needs drafter in chain/tree/mtp and whole numbers >= 0 in "
+                "prompt_id, k, step, accepted",
+                str(p / TRACE_FILE),
+            )
+    per_k = {}
+    table = man["acceptance"].get("per_k") or {}
+    if not isinstance(table, dict):
+        raise _bad(f"{where}: acceptance.per_k", "must map chain/tree/mtp to K -> file", table)
+    for kind, files in table.items():
+        if kind not in ("chain", "tree", "mtp") or not isinstance(files, dict):
+            raise _bad(f"{where}: acceptance.per_k", "must map chain/tree/mtp to K -> file", kind)
+        for k, name in files.items():
+            f = p / str(name)
+            if not f.is_file():
+                raise _bad(flag, f"{name} is missing from the bundle", str(path))
+            try:
+                load_profile(f)
+            except (ProfileError, WansimInputError, ValueError, TypeError, yaml.YAMLError):
+                raise _bad(flag, f"{name} is not a valid acceptance profile", str(f)) from None
+            per_k[(kind, int(k))] = f
     return Bundle(
         path=p,
         manifest=man,
@@ -367,6 +425,8 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         stage_passes=passes,
         drafter_rows=drafter_rows,
         draft_width_ms=width,
+        acceptance_traces=traces,
+        per_k_profiles=per_k,
         **mtp,
     )
 

@@ -41,6 +41,8 @@ import numpy as np
 from wansim.calibrate.bundle import Bundle, check_model, load_bundle
 from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
 from wansim.calibrate.matrix import Cell, load_matrix
+from wansim.calibrate.workload_profile import recorded_profiles, workload_profiles
+from wansim.calibrate.workload_sample import drafter_kind
 from wansim.errors import WansimInputError
 from wansim.real.errors import PipelineError  # no torch there
 from wansim.stages.profiled_cost import even_split, stage_role
@@ -108,9 +110,12 @@ def cell_scenario(
     factors: Factors = Factors(),
     des_requests: int = 1000,
     seed: int = 0,
+    acceptance: Path | None = None,
 ) -> dict:
     """The cell's scenario from its configuration and the bundle (module docstring); writes
-    ``scenario.yaml`` and the per-message jitter sample files into ``cell_dir``."""
+    ``scenario.yaml`` and the per-message jitter sample files into ``cell_dir``.
+    ``acceptance``: another acceptance profile than the bundle's (the cells' own prompts,
+    :mod:`wansim.calibrate.workload_profile`); every cost still comes from the bundle."""
     import yaml
 
     cell_dir.mkdir(parents=True, exist_ok=True)
@@ -202,7 +207,15 @@ def cell_scenario(
             "placement": "last_stage",
             "parallel": False,
             "draft_ms": bundle.mtp_draft_ms(cell.k) * factors.draft / cell.k,
-            "acceptance": {"profile": str(bundle.mtp_acceptance_profile.resolve())},
+            "acceptance": {
+                "profile": str(
+                    (
+                        acceptance
+                        or bundle.profile_at("mtp", cell.k)
+                        or bundle.mtp_acceptance_profile
+                    ).resolve()
+                )
+            },
         }
         raw["speculation"] = {"policy": "chain", "k": cell.k, "verifier": "greedy"}
     elif cell.k > 0:
@@ -215,9 +228,13 @@ def cell_scenario(
             "acceptance": {
                 "profile": str(
                     (
-                        bundle.tree_acceptance_profile
-                        if cell.tree_branching
-                        else bundle.acceptance_profile
+                        acceptance
+                        or bundle.profile_at(drafter_kind(cell), cell.k)
+                        or (
+                            bundle.tree_acceptance_profile
+                            if cell.tree_branching
+                            else bundle.acceptance_profile
+                        )
                     ).resolve()
                 )
             },
@@ -576,6 +593,20 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
     except (PipelineError, KeyboardInterrupt) as err:
         failed = err  # keep the finished cells: predicted and reported below, then re-raised
         say(f"stopped: {err or type(err).__name__}; predicting the finished cells")
+    workload_dir = out / "workload"
+    if s.reuse:
+        workload = recorded_profiles(Path(s.reuse) / "workload")
+    else:
+        say("the cells' prompts in process (their own acceptance, no deployment) ...")
+        workload = workload_profiles(
+            [c for c in runnable if runs[c.label]],
+            prompts,
+            bundle,
+            s.target_dir,
+            s.drafter_dir,
+            s.mtp_dir,
+            workload_dir,
+        )
     if not s.reuse:
         rounds_info = []
     for r in range(min(s.rounds, len(profiles))):
@@ -596,6 +627,13 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                 cell_scenario(c, bundle, cdir / f"round{r}", f, s.des_requests, s.seed)
                 pred = engines(cdir / f"round{r}" / "scenario.yaml", sample_requests=c.prompts)
                 pred["components"] = predicted_components(c, bundle, f)
+                own = workload.get((drafter_kind(c), c.prompts, c.tokens, c.k))
+                if own is not None:
+                    wdir = cdir / f"round{r}_workload_acceptance"
+                    cell_scenario(c, bundle, wdir, f, s.des_requests, s.seed, acceptance=own)
+                    pred["workload_acceptance"] = engines(
+                        wdir / "scenario.yaml", sample_requests=c.prompts
+                    )
                 per_round.append(pred)
         try:
             cell_scenario(c, bundle, cdir / "bundle_only", Factors(), s.des_requests, s.seed)

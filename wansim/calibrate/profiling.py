@@ -291,6 +291,29 @@ def fit_messages(errors: pd.DataFrame) -> dict:
     }
 
 
+def fitted_profile_text(frame: pd.DataFrame, drafter: str, target: str, what: str) -> str:
+    """The acceptance profile (YAML) fitted from a trace frame with every K pooled
+    (:func:`wansim.acceptance.trace.fit_profile`), naming the bundle's activation-quality
+    table (a file beside it)."""
+    import yaml
+
+    from wansim.acceptance.profile import profile_to_mapping
+    from wansim.acceptance.trace import fit_profile
+
+    ks = ",".join(str(int(k)) for k in sorted(frame["k"].unique()))
+    prof = fit_profile(
+        frame,
+        drafter=drafter,
+        target=target,
+        temperature=0.0,
+        verifier="greedy",
+        provenance=f"{what} at K {ks} pooled",
+    )
+    mapping = profile_to_mapping(prof)
+    mapping["activation_quality"] = FILES["activation_quality"]
+    return yaml.safe_dump(mapping, sort_keys=False)
+
+
 def acceptance_trace(target_dir: str, drafter_dir: str, prompts, ks, tokens: int) -> pd.DataFrame:
     """Greedy in-process speculative decoding of ``prompts`` at every K: the trace frame."""
     import torch
@@ -514,8 +537,6 @@ def run_profile(
     drafting at the last stage: its drafting time per K and its acceptance).
     ``plans``, ``ks``, ``size``: smaller profiles for tests (default: :data:`FULL_PLANS` or
     :data:`QUICK_PLANS`, :data:`KS`, :data:`SIZES`)."""
-    from wansim.acceptance.profile import profile_to_mapping
-    from wansim.acceptance.trace import fit_profile
     from wansim.real.prompts import builtin_prompts
 
     say = progress or (lambda _m: None)
@@ -647,20 +668,15 @@ def run_profile(
     import yaml
 
     def profile_yaml(frame: pd.DataFrame, what: str) -> str:
-        prof = fit_profile(
+        return fitted_profile_text(
             frame,
-            drafter=Path(drafter_dir).name,
-            target=Path(target_dir).name,
-            temperature=0.0,
-            verifier="greedy",
-            provenance=f"wansim calibrate profile: {what} at K {','.join(map(str, ks))} pooled",
+            Path(drafter_dir).name,
+            Path(target_dir).name,
+            f"wansim calibrate profile: {what}",
         )
-        mapping = profile_to_mapping(prof)
-        mapping["activation_quality"] = FILES["activation_quality"]
-        return yaml.safe_dump(mapping, sort_keys=False)
 
     profile_text = profile_yaml(trace, "chain traces")
-    mtp_files = None
+    mtp_files, mtp_trace = None, None
     if mtp_dir:
         say(
             f"MTP head acceptance: {size['tree_prompts']} prompts x {size['tree_tokens']} tokens "
@@ -769,6 +785,19 @@ def run_profile(
                 int(k): float((g["accepted"] + 1).mean()) for k, g in mtp_trace.groupby("k")
             },
         }
+    per_k = {}  # each profiled K's own fit (Bundle.profile_at)
+    for kind, frame in (("chain", trace), ("tree", tree_trace), ("mtp", mtp_trace)):
+        if frame is None:
+            continue
+        for k in ks:
+            name = f"acceptance_profile_{kind}_k{k}.yaml"
+            per_k[name] = fitted_profile_text(
+                frame[frame["k"] == k],
+                Path(drafter_dir).name,
+                Path(target_dir).name,
+                f"wansim calibrate profile: {kind} traces at this K only",
+            )
+            manifest["acceptance"].setdefault("per_k", {}).setdefault(kind, {})[int(k)] = name
     write_bundle(
         out,
         manifest,
@@ -781,6 +810,15 @@ def run_profile(
         tree_text=tree_text,
         quality_text=yaml.safe_dump(quality, sort_keys=False),
         mtp=mtp_files,
+        traces=pd.concat(
+            [
+                t.assign(drafter=kind)
+                for kind, t in (("chain", trace), ("tree", tree_trace), ("mtp", mtp_trace))
+                if t is not None
+            ],
+            ignore_index=True,
+        ),
+        per_k=per_k,
     )
     say(f"profile written to {out} in {time.perf_counter() - t0:.0f} s")
     return manifest

@@ -350,18 +350,20 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
     from wansim.acceptance.profile import load_profile
     from wansim.errors import ProfileError
 
-    for key, loader, what in (
-        ("activation_quality", load_table, "activation-quality table"),
-        ("acceptance", load_profile, "acceptance profile"),
-        ("acceptance_tree", load_profile, "acceptance profile"),
-    ):
-        f = p / FILES[key]
+    def checked(name: str, loader=load_profile, what: str = "acceptance profile") -> Path:
+        """The bundle's file ``name``, read once by ``loader`` (one line when it cannot be)."""
+        f = p / str(name)
         if not f.is_file():
-            raise _bad(flag, f"{FILES[key]} is missing from the bundle", str(path))
+            raise _bad(flag, f"{name} is missing from the bundle", str(path))
         try:
             loader(f)
         except (ProfileError, WansimInputError, ValueError, TypeError, yaml.YAMLError):
-            raise _bad(flag, f"{FILES[key]} is not a valid {what}", str(f)) from None
+            raise _bad(flag, f"{name} is not a valid {what}", str(f)) from None
+        return f
+
+    checked(FILES["activation_quality"], load_table, "activation-quality table")
+    checked(FILES["acceptance"])
+    checked(FILES["acceptance_tree"])
     mtp = {}
     if "mtp" in man:
         _get(man, "mtp.mtp_config_sha256", where)
@@ -371,15 +373,7 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
             "mtp_fixed_ms": {r: _num(man, f"mtp.fixed_ms.{r}", where) for r in ("first", "last")},
         }
         _csv(p / MTP_FILES["mtp_drafter"], ("k", "draft_ms"), flag)
-        f = p / MTP_FILES["acceptance_mtp"]
-        if not f.is_file():
-            raise _bad(flag, f"{MTP_FILES['acceptance_mtp']} is missing from the bundle", path)
-        try:
-            load_profile(f)
-        except (ProfileError, WansimInputError, ValueError, TypeError, yaml.YAMLError):
-            raise _bad(
-                flag, f"{MTP_FILES['acceptance_mtp']} is not a valid acceptance profile", str(f)
-            ) from None
+        checked(MTP_FILES["acceptance_mtp"])
     q = _get(man, "activation_quality.bits", where)
     if not isinstance(q, dict):
         raise _bad(f"{where}: activation_quality.bits", "must map bits to their cost", q)
@@ -406,14 +400,7 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         if kind not in ("chain", "tree", "mtp") or not isinstance(files, dict):
             raise _bad(f"{where}: acceptance.per_k", "must map chain/tree/mtp to K -> file", kind)
         for k, name in files.items():
-            f = p / str(name)
-            if not f.is_file():
-                raise _bad(flag, f"{name} is missing from the bundle", str(path))
-            try:
-                load_profile(f)
-            except (ProfileError, WansimInputError, ValueError, TypeError, yaml.YAMLError):
-                raise _bad(flag, f"{name} is not a valid acceptance profile", str(f)) from None
-            per_k[(kind, int(k))] = f
+            per_k[(kind, int(k))] = checked(name)
     return Bundle(
         path=p,
         manifest=man,

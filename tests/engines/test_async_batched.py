@@ -1,5 +1,5 @@
 """Async in-pipe speculation with continuous batching in the analytical engine
-(``wansim.analytical.engine._async_batched``): each sequence's bets as one request's on a ring
+(``wansim.analytical.async_batched``): each sequence's bets as one request's on a ring
 whose passes cost the batch's, the run over R / N rounds per slot. Against the DES on a
 4-stage, 10 ms-per-hop ring (linear compute 8 ms + 0.05 ms per token, K = 4, window 4)."""
 

@@ -149,13 +149,7 @@ def analyze_hybrid(scenario: Scenario, analyze: Callable[[Scenario], Result]) ->
         "bet_win_rate": win,
     }
     trust = approximation(scenario).to_json()  # validated: false (regime.outside says why)
-    return Result(
-        scenario=scenario,
-        engine="analytical",
-        metrics=metrics,
-        details=details,
-        approximation=trust,
-    )
+    return Result.analytical(scenario, metrics, details, trust)
 
 
 def _many(scenario: Scenario) -> bool:

@@ -103,13 +103,7 @@ def analyze_pieces(scenario: Scenario, analyze_stationary) -> Result:
         for _, tok, ms, t0, lat, bw in walked
     ]
     details["makespan_ms"] = makespan
-    return Result(
-        scenario=scenario,
-        engine="analytical",
-        metrics=metrics,
-        details=details,
-        approximation=appr,
-    )
+    return Result.analytical(scenario, metrics, details, appr)
 
 
 def _combine(weighted: list[tuple[Result, float]]) -> dict:

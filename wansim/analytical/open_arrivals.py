@@ -402,10 +402,4 @@ def analyze_open(scenario, analyze) -> Result:
             "states_evaluated": len(states),
         }
     }
-    return Result(
-        scenario=scenario,
-        engine="analytical",
-        metrics=metrics,
-        details=details,
-        approximation=trust,
-    )
+    return Result.analytical(scenario, metrics, details, trust)

@@ -215,7 +215,7 @@ def outside(scenario) -> str:
     if name == "async+continuous batching":
         return (
             "async with continuous batching: each sequence's bets on a ring whose passes cost"
-            " the batch's (wansim/analytical/engine.py::_async_batched), checked against the DES"
+            " the batch's (wansim/analytical/async_batched.py), checked against the DES"
             " in tests/engines/test_async_batched.py (tokens/s -1% to +13% up to 8 users; on"
             " the reference ring +13% to +52% with 16 users, docs/approximations.md: the batches"
             " do not stay whole); stage utilisation from bulk passes is an upper bound"

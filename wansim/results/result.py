@@ -24,6 +24,13 @@ class Result:
         default=None, hash=False, compare=False
     )
 
+    @classmethod
+    def analytical(
+        cls, scenario: Scenario, metrics: dict, details: dict, approximation: dict | None
+    ) -> Result:
+        """An analytical engine's result (``approximation``: its regime, validity and band)."""
+        return cls(scenario, "analytical", metrics, details, approximation)
+
     def to_frame(self) -> pd.DataFrame:
         """One row: the scenario name, the engine and every metric as a scalar column."""
         import pandas as pd  # (imported here: a CLI run that prints JSON never needs it)

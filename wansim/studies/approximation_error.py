@@ -91,7 +91,7 @@ ASSUMPTIONS["open arrivals"] = (
 BOUNDS["async+continuous batching"] = dict(UNVALIDATED_BAND)
 ASSUMPTIONS["async+continuous batching"] = (
     "async with continuous batching, 4 and 16 users: each sequence's bets on a ring whose"
-    " passes cost the batch's (wansim/analytical/engine.py: _async_batched); validated: false"
+    " passes cost the batch's (wansim/analytical/async_batched.py); validated: false"
 )
 # groups whose bounds are checked on their validated points only
 VALIDATED_ONLY = (

@@ -157,13 +157,22 @@ def periodic_busy_ms(
     sender = TcpSender(params, bandwidth_mbps, latency_ms, rto_ms)
     if not math.isfinite(period_ms):  # one message on a cold connection
         return sender.send(0.0, n_bytes, 0)[0]
-    busy = 0.0
+    busy = [b for b, _ in periodic_train(sender, n_bytes, period_ms, messages)]
+    return busy[-1] if busy else 0.0
+
+
+def periodic_train(
+    sender: TcpSender, n_bytes: float, period_ms: float, messages: int, lost=frozenset()
+):
+    """(busy, repair) ms of each of ``messages`` messages of ``n_bytes`` offered every
+    ``period_ms`` on ``sender``, each sent when the one before has left (the messages whose
+    index is in ``lost`` lose one transmission)."""
     free = 0.0
     for i in range(messages):
         start = max(i * period_ms, free)
-        busy, _ = sender.send(start, n_bytes, 0)
+        busy, repair = sender.send(start, n_bytes, 1 if i in lost else 0)
         free = start + busy
-    return busy
+        yield busy, repair
 
 
 def prefill_busy_ms(
@@ -261,12 +270,10 @@ def lossy_train_costs_ms(
         at = {settle + round((j + 0.5) / losses) for j in range(k)}
     else:  # rarer: one loss at the stretch's start, its excess weighted by where it falls
         k, stretch, at = 1, room, {settle}
-    free, busy_sum, repair_sum, settled = 0.0, 0.0, 0.0, 0.0
+    busy_sum, repair_sum, settled = 0.0, 0.0, 0.0
     excess = []
-    for i in range(settle + stretch):
-        start = max(i * period_ms, free)
-        busy, repair = sender.send(start, n_bytes, 1 if i in at else 0)
-        free = start + busy
+    train = periodic_train(sender, n_bytes, period_ms, settle + stretch, at)
+    for i, (busy, repair) in enumerate(train):
         if i == settle - 1:
             settled = busy
         if i >= settle:

@@ -726,6 +726,32 @@ def test_report_spread_errors_and_strict_json():
     assert "NaN" not in text and math.isfinite(json.loads(text)["summary"]["tokens_per_s"]["worst"])
 
 
+def test_real_bets_counted_from_the_steps_and_cancellations():
+    """Hand-worked async run, two requests: request 0's blocks 1 -> 2 -> 4 (the bet behind 2
+    lost: pass 3 cancelled after it; 4 restarted after 2's verdict), request 1's 10 -> 11 (won:
+    11 started before 10's verdict) -> 12 (started after 11's verdict: no bet behind 11)."""
+    from wansim.calibrate.measure import real_bets
+    from wansim.calibrate.report import _bet_words
+
+    steps = pd.DataFrame(
+        {
+            "prompt_index": [0, 0, 0, 1, 1, 1],
+            "step": [0, 1, 2, 0, 1, 2],
+            "pass": [1, 2, 4, 10, 11, 12],
+            "start_ns": [0, 5, 200, 0, 5, 300],
+            "verdict_ns": [100, 150, 300, 100, 200, 400],
+        }
+    )
+    cancelled = pd.DataFrame({"prompt_index": [0], "pass": [3], "after_pass": [2]})
+    # request 0: pass 1 -> 2 started at 5 < 100 (won), pass 2's bet lost; request 1: 10 won
+    assert real_bets(steps, cancelled) == {"won": 2, "lost": 1, "win_rate": 2 / 3}
+    assert real_bets(steps, pd.DataFrame()) == {"won": 2, "lost": 0, "win_rate": 1.0}
+    assert real_bets(steps.iloc[[2]], None)["win_rate"] is None  # no bet placed
+    bets = {"real_won": 2, "real_lost": 1, "real_win_rate": 2 / 3, "des_win_rate": 0.7}
+    assert _bet_words(bets) == "; bets won: real 0.67 (2 of 3 a run), DES 0.70"
+    assert _bet_words(None) == ""
+
+
 # ----------------------------------------------------------------------------- the command
 def _run(argv, capsys):
     from wansim.cli import main

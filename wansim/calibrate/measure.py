@@ -262,6 +262,29 @@ def real_metrics(passes: pd.DataFrame, stages: int, max_new_tokens: int) -> dict
     }
 
 
+def real_bets(steps: pd.DataFrame, cancelled: pd.DataFrame | None) -> dict:
+    """The bets of an async run (``schedule: async``): a verified block with a block launched
+    behind it before its verdict bet that it accepts all K drafts and its bonus equals the
+    drafter's guess. Lost: the block behind was cancelled (``cancelled.csv``'s ``after_pass``);
+    won: the next verified block of the request started before this one's verdict. Returns
+    ``{"won", "lost", "win_rate"}`` (the rate over the bets placed; the engines' bet outcome
+    is the same event, so their rate per verified block compares with it)."""
+    lost_after = set()
+    if cancelled is not None and len(cancelled):
+        lost_after = set(zip(cancelled["prompt_index"], cancelled["after_pass"], strict=True))
+    won = lost = 0
+    for prompt, g in steps.sort_values(["prompt_index", "step"]).groupby("prompt_index"):
+        start = g["start_ns"].to_numpy()
+        verdict = g["verdict_ns"].to_numpy()
+        for i, pass_id in enumerate(g["pass"].to_numpy()):
+            if (prompt, pass_id) in lost_after:
+                lost += 1
+            elif i + 1 < len(g) and start[i + 1] < verdict[i]:
+                won += 1
+    placed = won + lost
+    return {"won": won, "lost": lost, "win_rate": won / placed if placed else None}
+
+
 def phase1_differences(summary: dict, real: dict) -> dict:
     """Phase-1 ``summary.json`` vs :func:`real_metrics` on the same job, with the reason."""
     keys = ("tokens_per_s", "tau", "lap_ms_mean", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p50")

@@ -331,6 +331,11 @@ def engines(scenario_path: Path, des: bool = True, sample_requests: int | None =
 
         res = simulate(sc)
         out["des"] = jsonable(res.metrics)
+        blocks = res.details.get("blocks")
+        if blocks and blocks["bets_won"] + blocks["bets_lost"]:  # the block schedule's bets
+            out["des"]["bet_win_rate"] = blocks["bets_won"] / (
+                blocks["bets_won"] + blocks["bets_lost"]
+            )
         if sample_requests:
             rec = res.details["record"]
             tpot = (rec.decode_ms / rec.decode_tokens)[measured_mask(rec)]
@@ -368,7 +373,7 @@ def run_real_cell(
 ) -> dict:
     """One real run of a runnable cell: the simulator-definition metrics, the per-stage service
     means, the per-message cost by hop role, and the machine's load before/after."""
-    from wansim.calibrate.measure import decompose, real_metrics
+    from wansim.calibrate.measure import decompose, real_bets, real_metrics
     from wansim.calibrate.profiling import hop_error_rows
     from wansim.real.config import DecodeSpec, PipelineSpec, TreeSpec
     from wansim.real.link import LinkSpec
@@ -404,8 +409,11 @@ def run_real_cell(
     t0 = time.perf_counter()
     with Pipeline(spec, run_dir) as pipe:
         res = pipe.generate(prompts, decode, name="job")
-    passes = decompose(res.steps, read_raw(run_dir / "raw", cell.stages), cell.stages)
+    raw = read_raw(run_dir / "raw", cell.stages)
+    passes = decompose(res.steps, raw, cell.stages)
     real = real_metrics(passes, cell.stages, cell.tokens)
+    if cell.schedule == "async":
+        real["bets"] = real_bets(raw["steps"], raw.get("cancelled"))
     v = passes[passes["kind"] == "verify"]
     real["stage_service_ms_mean"] = [float(v[f"service{i}_ms"].mean()) for i in range(cell.stages)]
     real["draft_ms_mean"] = float(v["draft_ms"].mean())

@@ -105,6 +105,16 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
             m = {key: _mean(p[engine].get(key) for p in own) for key in (*METRICS, "tau")}
             m["error"] = {key: rel_error(m[key], real[key]) for key in (*METRICS, "tau")}
             entry["workload_acceptance"][engine] = m
+    bets = [r["bets"] for r in runs if r.get("bets")]
+    if bets:  # async: how often a bet won, real (bets placed) and DES (per verified block)
+        # greedy runs repeat the same bets: the counts are per run (their mean)
+        won, lost = (float(np.mean([b[key] for b in bets])) for key in ("won", "lost"))
+        entry["bets"] = {
+            "real_won": won,
+            "real_lost": lost,
+            "real_win_rate": won / (won + lost) if won + lost else None,
+            "des_win_rate": _mean(p["des"].get("bet_win_rate") for p in pred["rounds"]),
+        }
     entry["lap_parts_ms"] = lap_parts(runs, [p["components"] for p in pred["rounds"]])
     only = pred["bundle_only"].get("analytical", {})
     entry["bundle_only"] = {
@@ -385,6 +395,15 @@ def _gap_words(parts: dict | None) -> str:
     return f"{key.replace('_', ' ')} {parts[key]['gap']:+.1f} ms"
 
 
+def _bet_words(bets: dict | None) -> str:
+    if not bets or bets["real_win_rate"] is None or bets["des_win_rate"] is None:
+        return ""
+    return (
+        f"; bets won: real {bets['real_win_rate']:.2f} ({bets['real_won']:g} of "
+        f"{bets['real_won'] + bets['real_lost']:g} a run), DES {bets['des_win_rate']:.2f}"
+    )
+
+
 def _pct(x, signed: bool = False) -> str:
     if x is None:
         return "-"
@@ -427,7 +446,7 @@ def format_table(result: dict) -> str:
             f"{_pct(d['error']['tau'], True):>7} "
             f"{_pct((c.get('workload_sample') or {}).get('half_width')):>6} | "
             f"{r['load_avg_1min']['min']:.1f}-{r['load_avg_1min']['max']:.1f} | "
-            f"{_gap_words(c.get('lap_parts_ms'))}"
+            f"{_gap_words(c.get('lap_parts_ms'))}{_bet_words(c.get('bets'))}"
         )
     lines += ["", "median |error| / worst (cell), measured cells:"]
     for name, block in (

@@ -726,6 +726,24 @@ def test_report_spread_errors_and_strict_json():
     assert "NaN" not in text and math.isfinite(json.loads(text)["summary"]["tokens_per_s"]["worst"])
 
 
+def test_des_sample_band_is_the_chance_of_a_few_requests(tmp_path):
+    """The DES's tokens/s over seeded runs of a cell's request count: ordered percentiles, a
+    band that narrows as the runs hold more requests (an independent computation: the same
+    seeds, 2 vs 32 requests), and a median near the 1,000-request prediction."""
+    from wansim.calibrate.predict import des_sample_band, engines
+
+    b = load_bundle(make_bundle(tmp_path / "b"))
+    cell_scenario(Cell(4, 20.0, 4), b, tmp_path / "c", des_requests=1000)
+    path = tmp_path / "c" / "scenario.yaml"
+    few = des_sample_band(path, 2, seeds=40)
+    many = des_sample_band(path, 32, seeds=40)
+    assert few["p2_5"] <= few["p50"] <= few["p97_5"] and few["requests"] == 2
+    assert many["p97_5"] - many["p2_5"] < (few["p97_5"] - few["p2_5"]) / 2
+    long_run = engines(path)["des"]["tokens_per_s"]
+    assert many["p50"] == pytest.approx(long_run, rel=0.05)
+    assert many["p2_5"] <= long_run <= many["p97_5"]
+
+
 def test_real_bets_counted_from_the_steps_and_cancellations():
     """Hand-worked async run, two requests: request 0's blocks 1 -> 2 -> 4 (the bet behind 2
     lost: pass 3 cancelled after it; 4 restarted after 2's verdict), request 1's 10 -> 11 (won:

@@ -344,6 +344,29 @@ def engines(scenario_path: Path, des: bool = True, sample_requests: int | None =
     return out
 
 
+SAMPLE_BAND_SEEDS = 200  # DES runs of the cell's request count (its chance band)
+
+
+def des_sample_band(scenario_path: Path, requests: int, seeds: int = SAMPLE_BAND_SEEDS) -> dict:
+    """The DES's tokens/s over ``seeds`` runs of ``requests`` requests (the real cell's prompt
+    count), seeds 0..seeds-1: how far a run of that few requests moves by chance (their
+    acceptance draws and difficulty, the bets, the last pass of each request). Its 2.5 / 50 /
+    97.5 percentiles; a real cell's tokens/s inside [p2_5, p97_5] is as close as that many
+    requests can show (the long-run prediction is the engines' 1,000-request run)."""
+    import dataclasses as dc
+
+    from wansim.config.scenario import load_scenario
+    from wansim.sim import simulate
+
+    sc = load_scenario(scenario_path)
+    wl = dc.replace(sc.workload, requests=int(requests))
+    rates = [
+        simulate(dc.replace(sc, seed=i, workload=wl)).metrics["tokens_per_s"] for i in range(seeds)
+    ]
+    lo, mid, hi = np.percentile(np.asarray(rates, dtype=float), [2.5, 50, 97.5])
+    return {"requests": int(requests), "seeds": seeds, "p2_5": lo, "p50": mid, "p97_5": hi}
+
+
 NORMAL_Z99 = 2.3263478740408408  # the standard normal's 0.99 quantile
 TPOT_SEED = 12
 TPOT_DRAWS = 4000
@@ -635,6 +658,10 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                 cell_scenario(c, bundle, cdir / f"round{r}", f, s.des_requests, s.seed)
                 pred = engines(cdir / f"round{r}" / "scenario.yaml", sample_requests=c.prompts)
                 pred["components"] = predicted_components(c, bundle, f)
+                if r == 0:  # the chance of a run of the cell's few requests (one round suffices)
+                    pred["sample_band"] = des_sample_band(
+                        cdir / "round0" / "scenario.yaml", c.prompts
+                    )
                 own = workload.get((drafter_kind(c), c.prompts, c.tokens, c.k))
                 if own is not None:
                     wdir = cdir / f"round{r}_workload_acceptance"

@@ -105,6 +105,12 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
             m = {key: _mean(p[engine].get(key) for p in own) for key in (*METRICS, "tau")}
             m["error"] = {key: rel_error(m[key], real[key]) for key in (*METRICS, "tau")}
             entry["workload_acceptance"][engine] = m
+    band = next((p["sample_band"] for p in pred["rounds"] if "sample_band" in p), None)
+    if band is not None:  # the DES's tokens/s over runs of the cell's request count
+        entry["des"]["sample_band"] = band
+        entry["des"]["real_inside_sample_band"] = (
+            band["p2_5"] <= real["tokens_per_s"] <= band["p97_5"]
+        )
     bets = [r["bets"] for r in runs if r.get("bets")]
     if bets:  # async: how often a bet won, real (bets placed) and DES (per verified block)
         # greedy runs repeat the same bets: the counts are per run (their mean)
@@ -258,6 +264,10 @@ def summarize(entries: list[dict]) -> dict:
             f"{sum(either)}/{len(either)}" if either else None
         ),
         "workload_sample_half_width_median": _median(halves),
+        # the real tokens/s inside the DES's 95% range over runs of the cell's request count
+        "tokens_per_s_inside_des_sample_band": _count(
+            e["des"].get("real_inside_sample_band") for e in measured
+        ),
         "real_spread_median": {
             key: _median([e["real"]["spread"][key] for e in measured]) for key in METRICS
         },
@@ -266,6 +276,11 @@ def summarize(entries: list[dict]) -> dict:
         "pending": [e["name"] for e in entries if e["status"] == "pending"],
         "load_avg_1min": {"min": min(loads), "max": max(loads)} if loads else None,
     }
+
+
+def _count(flags) -> str | None:
+    known = [f for f in flags if f is not None]
+    return f"{sum(known)}/{len(known)}" if known else None
 
 
 def _median(values):
@@ -472,6 +487,11 @@ def format_table(result: dict) -> str:
         + ", ".join(f"{k} {_pct(sp[k])}" for k in METRICS)
         + f"; DES tokens/s error within 2x the cell's spread: {s['tokens_per_s_within_2x_spread']}"
     )
+    if s.get("tokens_per_s_inside_des_sample_band"):
+        lines.append(
+            "real tokens/s inside the DES's 95% range over runs of the cell's request count "
+            f"(seeds): {s['tokens_per_s_inside_des_sample_band']}"
+        )
     if s.get("tokens_per_s_within_2x_spread_or_sample"):
         lines.append(
             "the cells' prompts are a sample of the workload (greedy runs repeat it exactly, so "

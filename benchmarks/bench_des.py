@@ -10,7 +10,8 @@ applies: ``wansim/sim/lone_ring.py``, else events on ``wansim/sim/kernel.py``'s 
 per-event engine on SimPy's own loop (``per_event=True``, the reference) and the bare loop back
 to back; ratios are the medians of those paired ratios (robust to a shared machine's
 load shifting between repeats), the times the best of ``--repeat`` (wall, and CPU seconds of
-the process, which a loaded machine inflates less). Also: the same with the timeline kept (Perfetto), a
+the process, which a loaded machine inflates less). Also: the same with the timeline kept (Perfetto;
+paired repeat by repeat with the same run untimed, and the time to write the trace file), a
 concurrency-8 continuous-batching variant, and async in-pipe speculation (K = 3, 8 blocks in
 flight, drafter on S0) alone and with 16 concurrent requests.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +32,7 @@ import simpy
 
 from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
+from wansim.sim.perfetto import write_perfetto
 
 ROOT = Path(__file__).resolve().parents[1]
 ASYNC = [
@@ -69,8 +72,10 @@ def measure(overrides: list[str], repeat: int, timeline: bool = False) -> dict:
     repeat with the per-event engine (``per_event=True``) and with bare SimPy."""
     scenario = load_scenario(REFERENCE, overrides)
     simulate(load_scenario(REFERENCE, [*overrides, "workload.requests=2"]))  # warm caches
-    walls, cpus, event_walls, event_cpus, bares = [], [], [], [], []
+    walls, cpus, event_walls, event_cpus, bares, untimed = [], [], [], [], [], []
     for _ in range(repeat):
+        if timeline:  # the same run without the timeline, paired (target 3)
+            untimed.append(_timed(scenario)[1])
         result, wall, cpu = _timed(scenario, timeline=timeline)
         walls.append(wall)
         cpus.append(cpu)
@@ -83,6 +88,17 @@ def measure(overrides: list[str], repeat: int, timeline: bool = False) -> dict:
     record = result.details["record"]
     events = per_event.details["events"]
     tokens = record.output_tokens
+    kept = {}
+    if timeline:
+        kept = {
+            "untimed_wall_s": round(min(untimed), 3),
+            "over_untimed_median_of_pairs": round(
+                float(np.median(np.array(walls) / np.array(untimed))), 2
+            ),
+            # reading the kept timeline and writing the Perfetto file (not in the run's time)
+            "perfetto_write_s": round(_write_s(result), 3),
+            "per_event_perfetto_write_s": round(_write_s(per_event), 3),
+        }
     return {
         "requests": scenario.workload.requests,
         "output_tokens": tokens,
@@ -102,7 +118,16 @@ def measure(overrides: list[str], repeat: int, timeline: bool = False) -> dict:
             float(np.median(np.array(event_walls) / np.array(bares))), 2
         ),
         "des_tokens_per_s_metric": round(result.metrics["tokens_per_s"], 3),
+        **kept,
     }
+
+
+def _write_s(result) -> float:
+    """Wall seconds to write ``result``'s timeline as a Perfetto trace (a temporary file)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        write_perfetto(result, Path(tmp) / "trace.json")
+        return time.perf_counter() - start
 
 
 def main() -> dict:

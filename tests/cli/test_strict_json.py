@@ -34,6 +34,21 @@ def test_dumps_turns_non_finite_into_null_and_refuses_leftovers():
     ]
 
 
+def test_dumps_large_writes_what_dumps_writes():
+    """The large-document path (Perfetto traces) gives :func:`dumps`'s text: numpy scalars
+    and arrays converted, tuples as lists, and a non-finite float written as null."""
+    docs = [
+        {"a": [1, 2.5, "x", None, True], "b": {"c": (np.int64(3), np.float64(0.1))}},
+        {"events": [{"ts": np.float32(2.0), "args": {"n": np.arange(3)}}] * 4},
+        {"a": [float("nan"), np.float64(-np.inf), 1.5]},
+    ]
+    for doc in docs:
+        assert strict_json.dumps_large(doc) == strict_json.dumps(doc)
+    assert strict_loads(strict_json.dumps_large(docs[2])) == {"a": [None, None, 1.5]}
+    with pytest.raises(TypeError):
+        strict_json.dumps_large({"a": object()})
+
+
 def test_run_json_one_request_has_a_finite_interval(run_cli, tmp_path):
     code, out, err = run_cli("run", REFERENCE, "--engine", "both", "--json", *ONE_REQUEST)
     assert code == 0, err

@@ -21,7 +21,10 @@ from hypothesis import strategies as st
 from tests.conftest import REFERENCE
 from wansim.config.scenario import Scenario, load_scenario
 from wansim.sim import lone_ring, simulate
+from wansim.sim.columnar_timeline import ColumnarTimeline
 from wansim.sim.engine import build
+from wansim.sim.perfetto import trace_events
+from wansim.sim.record import Timeline
 
 BASE = {
     "name": "lone-ring",
@@ -66,9 +69,9 @@ def identical(a, b) -> bool:
     return a == b
 
 
-def assert_same_run(scenario) -> None:
-    fast = simulate(scenario)
-    slow = simulate(scenario, per_event=True)
+def assert_same_run(scenario, timeline: bool = False) -> None:
+    fast = simulate(scenario, timeline=timeline)
+    slow = simulate(scenario, timeline=timeline, per_event=True)
     assert fast.details["events"] == 0 < slow.details["events"]  # the lone-ring path ran
     assert fast.metrics.keys() == slow.metrics.keys()
     for name, value in slow.metrics.items():
@@ -81,6 +84,29 @@ def assert_same_run(scenario) -> None:
     for name in ("verify_passes", "tokens_verified", "tokens_committed", "target_exact"):
         assert getattr(a, name) == getattr(b, name), name
     assert fast.details["ci_method"] == slow.details["ci_method"]
+    if timeline:
+        assert_same_timeline(fast.details["timeline"], slow.details["timeline"])
+
+
+def assert_same_timeline(a, b) -> None:
+    """The lone ring's columnar timeline reads as the events' tuples: every field, every value
+    and type, in the events' order (passes by label), and the same Perfetto trace."""
+    assert isinstance(a, ColumnarTimeline) and isinstance(b, Timeline)
+    assert (a.stage_names, a.link_names) == (b.stage_names, b.link_names)
+    for name in ("stage_slices", "transfers", "verify_log", "software"):
+        x, y = getattr(a, name), getattr(b, name)
+        if name in ("stage_slices", "transfers"):
+            x, y = _labelled(x), _labelled(y)
+        assert len(x) == len(y), name
+        for row_a, row_b in zip(x, y, strict=True):
+            assert identical(row_a, row_b), (name, row_a, row_b)
+            assert [type(v) for v in row_a] == [type(v) for v in row_b], (name, row_a, row_b)
+    assert a.window_stalls == b.window_stalls == [] and a.slowdowns == b.slowdowns == []
+    assert trace_events(a) == trace_events(b)
+
+
+def _labelled(rows: list[tuple]) -> list[tuple]:
+    return [(*row[:-1], [(p.label(), p.n, p.request.rid) for p in row[-1]]) for row in rows]
 
 
 hop = st.fixed_dictionaries(
@@ -104,6 +130,7 @@ scenarios = st.fixed_dictionaries(
         "workload.output_tokens": st.integers(2, 80),
         "workload.prompt_tokens": st.integers(1, 300),
         "seed": st.integers(0, 2**16),
+        "timeline": st.booleans(),
     },
     optional={
         "network.jitter": st.sampled_from(JITTERS),
@@ -126,6 +153,7 @@ scenarios = st.fixed_dictionaries(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios)
 def test_lone_ring_equals_the_per_event_engine_to_the_bit(overrides):
+    timeline = overrides.pop("timeline")  # kept (Perfetto) in about half the examples
     if "network.hops" in overrides:
         overrides["network.hops"] = overrides["network.hops"][: overrides["stages"]]
     if overrides.get("speculation.policy") == "tree":
@@ -139,14 +167,16 @@ def test_lone_ring_equals_the_per_event_engine_to_the_bit(overrides):
             overrides["schedule.hedge_branches"], overrides["speculation.k"]
         )
         overrides["drafter.acceptance.sibling_logit_offsets"] = [1.0, 2.0]
-    assert_same_run(load_scenario(data=BASE, overrides=overrides))
+    assert_same_run(load_scenario(data=BASE, overrides=overrides), timeline)
 
 
 def test_reference_scenario_to_the_bit_across_blocks(monkeypatch):
     """The reference (10 stages, lognormal jitter, the DSpark profile), with blocks of a few
-    hundred passes so the clock, the draws and the sums carry across many blocks."""
+    hundred passes so the clock, the draws and the sums carry across many blocks; its kept
+    timeline too (each block's rows named by their place in the run)."""
     monkeypatch.setattr(lone_ring, "ROWS_PER_BLOCK", 300)
     assert_same_run(load_scenario(REFERENCE, ["workload.requests=40"]))
+    assert_same_run(load_scenario(REFERENCE, ["workload.requests=12"]), timeline=True)
 
 
 def test_a_lossy_roofline_ring_with_per_hop_costs_to_the_bit():
@@ -170,7 +200,7 @@ def test_a_lossy_roofline_ring_with_per_hop_costs_to_the_bit():
         "workload.requests": 5,
         "workload.output_tokens": 60,
     }
-    assert_same_run(load_scenario(data=BASE, overrides=overrides))
+    assert_same_run(load_scenario(data=BASE, overrides=overrides), timeline=True)
 
 
 def test_payload_per_hop_to_the_bit():
@@ -203,6 +233,7 @@ def test_a_correction_of_the_event_step_is_applied_where_simpy_rounds(monkeypatc
     }
     sc = load_scenario(data=BASE, overrides=overrides)
     assert_same_run(sc)
+    assert_same_run(sc, timeline=True)  # the delivery kept is the sum before SimPy's step
     monkeypatch.setattr(lone_ring, "MAX_FIXES", 0)  # without the correction: handed back
     assert lone_ring.run(build(sc)) is None
     fallback = simulate(sc)  # ... and simulate() then runs the events
@@ -229,7 +260,7 @@ def test_only_a_lone_request_in_the_sync_ring_takes_the_vectorised_path():
         }
     )
     assert not takes(**{"drafter.overlap": True})
-    assert not takes(timeline=True)
+    assert takes(timeline=True)  # kept as the run's clock (wansim.sim.columnar_timeline)
 
 
 @pytest.mark.parametrize(

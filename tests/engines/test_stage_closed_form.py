@@ -29,12 +29,14 @@ BASE = {
 
 
 def run(overrides: dict, *, processes_only: bool):
-    """``simulate`` with the timeline kept; ``processes_only`` turns the closed form off."""
+    """``simulate`` event by event with the timeline kept; ``processes_only`` turns the closed
+    form off."""
     original = RelayStage.serves_in_closed_form
     if processes_only:
         RelayStage.serves_in_closed_form = lambda self: False
     try:
-        return simulate(load_scenario(data=BASE, overrides=overrides), timeline=True)
+        scenario = load_scenario(data=BASE, overrides=overrides)
+        return simulate(scenario, timeline=True, per_event=True)
     finally:
         RelayStage.serves_in_closed_form = original
 

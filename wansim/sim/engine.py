@@ -423,9 +423,9 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
 
     A lone request in the sync ring (concurrency 1, closed arrivals, and only mechanisms on
     :mod:`wansim.sim.lone_ring`'s whitelist) is computed lap by lap in vectorised blocks: the
-    same arithmetic as the events, the same record to the bit, no event scheduled. Every other
-    run goes event by event on :class:`~wansim.sim.kernel.Kernel` (SimPy's order of events in a
-    lighter loop). ``per_event=True`` runs every scenario event by event on SimPy's own loop
+    same arithmetic as the events, the same record (and kept timeline) to the bit, no event
+    scheduled. Every other run goes event by event on :class:`~wansim.sim.kernel.Kernel`
+    (SimPy's order of events in a lighter loop). ``per_event=True`` runs every scenario event by event on SimPy's own loop
     (the reference both are tested against).
     """
     check_supported(scenario)
@@ -445,7 +445,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
     undefined = {"tokens_per_s_ci95": method} if method.startswith("undefined") else {}
     details = {
         "record": record,
-        "timeline": pipe.timeline,
+        "timeline": record.timeline,
         "makespan_ms": record.makespan_ms,
         "events": record.events,
         "ci_method": method,

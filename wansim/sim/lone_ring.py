@@ -23,7 +23,9 @@ start of a run (it does when d <= 2B, Sterbenz); it is checked for every event a
 differs, the chain takes SimPy's value and is summed again from there. Jitter, losses and
 acceptance come from the same streams, in the same blocks and order, as in the event engine;
 stage busy times and wire bytes are summed in the same order. The record is the event engine's
-to the bit (``tests/engines/test_lone_ring.py``) with no event scheduled.
+to the bit (``tests/engines/test_lone_ring.py``) with no event scheduled. A kept timeline is
+that clock too: each block's is kept and the slices are read from it
+(:mod:`wansim.sim.columnar_timeline`), the same tuples as the events append.
 
 Eligibility is a whitelist (:func:`applies`): every scenario field must be one this module
 knows, with a value it handles (:data:`KNOWN_FIELDS`), and every component of the built
@@ -34,11 +36,13 @@ such a scenario runs event by event until someone adds it here and to the equali
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
-from wansim.links.delivery import HopSender, busy_ms
+from wansim.links.delivery import HopSender, busy_ms, software_ms
 from wansim.links.draws import LinkDraws
+from wansim.sim.columnar_timeline import DRAFT, ColumnarTimeline
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, VERIFY, Pass
 from wansim.sim.record import RunRecord
@@ -255,26 +259,25 @@ def _same(value, allowed) -> bool:
 def applies(pipe) -> bool:
     """Whether the built pipeline (``wansim.sim.engine.build``) is a lone request in the sync
     ring with nothing this module does not reproduce (a whitelist: module docstring)."""
-    if pipe.scheduler is not None or pipe.timeline is not None:
+    if pipe.scheduler is not None:
         return False
     if unknown_fields(pipe.scenario):
         return False
-    if type(pipe.verifier) is not Verifier or pipe.verifier.log is not None:
+    if type(pipe.verifier) is not Verifier:
+        return False
+    log = pipe.verifier.log  # only the kept timeline's (written here as columns)
+    if log is not None and (pipe.timeline is None or log is not pipe.timeline.verify_log):
         return False
     if type(pipe.source) is not RequestSource:
         return False
     for stage in pipe.stages:
         if type(stage) not in (RelayStage, LastStage) or stage.hooks is not None:
             return False
-        if stage.timeline is not None:
-            return False
     for link in pipe.links:
         if type(link) is not Link or type(link.draws) is not LinkDraws:
             return False
         sender = link.sender
         if type(sender) is not HopSender or sender.tcp is not None or sender.drift is not None:
-            return False
-        if link.timeline is not None:
             return False
     return True
 
@@ -287,26 +290,36 @@ def run(pipe) -> RunRecord | None:
     for stage in stages:
         stage.closed_form = stage.serves_in_closed_form()
     wl = sc.workload
-    requests, lap_tokens = [], []
+    requests, lap_tokens, drawn = [], [], []
     for rid in range(wl.requests):
         req = Request(rid, 0.0, wl.prompt_tokens, wl.output_tokens - 1)
         verifier.prepare(req)  # admission order: the same acceptance draws as the events
         requests.append(req)
     n_verify = verifier.tokens_per_pass(requests[0])
     for req in requests:
-        lap_tokens.append(verifier.verify_all(req, n_verify))
+        committed, accepted = verifier.verify_all(req, n_verify)
+        lap_tokens.append(committed)
+        drawn.append(accepted)
     ring = _Ring(stages, links, requests[0], wl.prompt_tokens, n_verify)
     chain = _Chain(len(stages))
     out = _Columns()
-    start = 0
+    kept: list | None = [] if pipe.timeline is not None else None  # each block's clock
+    start, first_row = 0, 0
     while start < len(requests):
         stop, rows = start, 0
         while stop < len(requests) and (rows == 0 or rows < ROWS_PER_BLOCK):
             rows += 1 + requests[stop].passes
             stop += 1
-        if not ring.block(requests[start:stop], chain, out):
+        if not ring.block(requests[start:stop], chain, out, kept, first_row):
             return None
-        start = stop
+        start, first_row = stop, first_row + rows
+    timeline = None
+    if kept is not None:
+        tl = pipe.timeline
+        columns = functools.partial(
+            _timeline_columns, ring, kept, requests, lap_tokens, drawn, n_verify, wl
+        )
+        timeline = ColumnarTimeline(tl.stage_names, tl.link_names, requests, columns)
     admitted, first, finish = out.cat("admitted"), out.cat("first"), out.cat("finish")
     passes = np.array([r.passes for r in requests], dtype=np.int64)
     return RunRecord(
@@ -329,8 +342,44 @@ def run(pipe) -> RunRecord | None:
         tokens_committed=verifier.tokens_committed,
         target_exact=verifier.target_exact,
         events=0,
+        timeline=timeline,
         lap_tokens=np.concatenate(lap_tokens),
     )
+
+
+def _timeline_columns(
+    ring: _Ring, blocks: list, requests, lap_tokens, drawn, n_verify, wl
+) -> dict[str, np.ndarray]:
+    """The run's timeline as columns (:mod:`wansim.sim.columnar_timeline`), from each block's
+    clock (:meth:`_Ring.keep`) and each request's passes and verdicts; computed when the
+    timeline is first read."""
+    kept = _Columns()
+    for block in blocks:
+        ring.keep(kept, *block)
+    passes = np.array([r.passes for r in requests], dtype=np.int64)
+    rid = np.repeat(np.arange(len(requests)), 1 + passes)
+    first = np.concatenate([[0], np.cumsum(1 + passes)[:-1]])
+    step = np.arange(len(rid)) - first[rid]
+    verify = step > 0
+    committed = np.concatenate(lap_tokens)
+    done_before = np.concatenate(  # tokens each request had committed before each pass
+        [np.cumsum(c) - c for c in lap_tokens]
+    )
+    columns = {
+        "pass_rid": rid,
+        "pass_step": step,
+        "pass_n": np.where(verify, n_verify, wl.prompt_tokens),
+        **{name: kept.cat(name) for name in kept.parts},
+        "verify_rid": rid[verify],
+        "verify_step": step[verify],
+        "verify_time_ms": kept.cat("verdict_ms")[verify],
+        "verify_n": np.full(int(verify.sum()), n_verify),
+        "verify_accepted": np.concatenate(drawn),
+        "verify_remaining": np.repeat(wl.output_tokens - 1, len(committed)) - done_before,
+        "verify_committed": committed,
+    }
+    del columns["verdict_ms"]
+    return columns
 
 
 class _Chain:
@@ -371,15 +420,17 @@ def _running(total: float, values: np.ndarray) -> float:
 
 
 def _hop_terms(link: Link, n_bytes: np.ndarray, count: int):
-    """(busy, propagation, wait, wire bytes) of ``count`` messages on an idle hop, with the
-    hop's next draws: what :meth:`HopSender.send` computes per message (module docstring)."""
+    """(busy, propagation, wait, wire bytes, losses) of ``count`` messages on an idle hop,
+    with the hop's next draws: what :meth:`HopSender.send` computes per message (module
+    docstring)."""
     sender = link.sender
     losses = link.draws.losses_block(count)
     prop = link.draws.propagation_block(count)
     busy = busy_ms(
         n_bytes, sender.bandwidth_mbps, sender.per_message_ms, sender.codec_ms_per_mb, losses
     )
-    return busy, prop, losses * sender.retransmit_ms, sender.wire_bytes(n_bytes, losses)
+    wire = sender.wire_bytes(n_bytes, losses)
+    return busy, prop, losses * sender.retransmit_ms, wire, losses
 
 
 class _Ring:
@@ -390,21 +441,35 @@ class _Ring:
         self.p = len(stages)
         prefill = [Pass(any_request, PREFILL, 0, prompt_tokens)]
         verify = [Pass(any_request, VERIFY, 1, n_verify)]
-        # (prefill, verify) per stage: draft + compute, as the stage adds them
+        # (prefill, verify) per stage: draft + compute, as the stage adds them; the drafting
+        # before compute alone (a kept timeline's draft slices)
         self.service_ms = [tuple(_service(s, b) for b in (prefill, verify)) for s in stages]
+        self.draft_ms = [
+            tuple(s._service_ms(b, b[0].n)[0] for b in (prefill, verify)) for s in stages
+        ]
         # (bytes, decode share) of the forward message, (prefill, verify), per forward hop
         self.forward = [
             tuple(s.message_bytes(b, b[0].n) for b in (prefill, verify)) for s in stages[:-1]
         ]
         last = stages[-1]
         self.draft_after_ms = last.draft_after(1)
+        self.drafts_after = bool(last.draft_after_ms or last.draft_after_per_sequence_ms)
         self.return_bytes = last.return_bytes * 1
         self.columns = HOP_COLUMNS * (self.p - 1) + 1 + HOP_COLUMNS
         # where each delivery's timeout is scheduled from: T_i (closed form) or the pass's end
         self.scheduled_at = [0 if s.closed_form else 1 for s in stages[:-1]]
 
-    def block(self, requests: list[Request], chain: _Chain, out: _Columns) -> bool:
-        """Run the passes of ``requests`` (whole requests, in admission order)."""
+    def block(
+        self,
+        requests: list[Request],
+        chain: _Chain,
+        out: _Columns,
+        kept: list | None = None,
+        first_row: int = 0,
+    ) -> bool:
+        """Run the passes of ``requests`` (whole requests, in admission order); with ``kept``,
+        keep the block's clock there for the timeline (``first_row``: the run's row of the
+        block's first pass; :meth:`keep` reads it)."""
         p, cols = self.p, self.columns
         passes = np.array([r.passes for r in requests], dtype=np.int64)
         rows = int(len(requests) + passes.sum())
@@ -415,22 +480,24 @@ class _Ring:
         going_on = np.ones(rows, dtype=bool)  # a return message follows the verdict
         going_on[final_row] = False
         inc = np.zeros((rows, cols))
-        busy_sums, link_sums = [], []
+        busy_sums, link_sums, sent = [], [], []
         for i in range(p - 1):
             c = HOP_COLUMNS * i
             service = np.where(verify, self.service_ms[i][1], self.service_ms[i][0])
             (pre_bytes, pre_share), (ver_bytes, ver_share) = self.forward[i]
             n_bytes = np.where(verify, ver_bytes, pre_bytes)
             share = np.where(verify, ver_share, pre_share)
-            busy, prop, wait, wire = _hop_terms(self.links[i], n_bytes, rows)
+            busy, prop, wait, wire, losses = _hop_terms(self.links[i], n_bytes, rows)
             inc[:, c], inc[:, c + 1], inc[:, c + 2], inc[:, c + 3] = service, busy, prop, wait
             busy_sums.append(service)
             link_sums.append((rows, wire, wire * share))
+            sent.append((n_bytes, losses))
         c = HOP_COLUMNS * (p - 1)
         inc[:, c] = np.where(verify, self.service_ms[-1][1], self.service_ms[-1][0])
         returns = int(going_on.sum())
         n_bytes = np.full(returns, self.return_bytes)
-        busy, prop, wait, wire = _hop_terms(self.links[-1], n_bytes, returns)
+        busy, prop, wait, wire, losses = _hop_terms(self.links[-1], n_bytes, returns)
+        sent.append((n_bytes, losses))
         inc[going_on, c + 1] = self.draft_after_ms
         inc[going_on, c + 2] = busy
         inc[going_on, c + 3] = prop
@@ -448,6 +515,8 @@ class _Ring:
         out.add("finish", verdict[final_row])
         previous = np.concatenate([[chain.last_verdict_ms], verdict[:-1]])
         out.add("laps", (verdict - previous)[verify])
+        if kept is not None:
+            kept.append((times, inc.ravel(), verify, going_on, sent, first_row))
         chain.now_ms = float(times[-1])
         chain.last_verdict_ms = float(verdict[-1])
         for i, values in enumerate(busy_sums):
@@ -457,6 +526,82 @@ class _Ring:
             chain.link_bytes[i] = _running(chain.link_bytes[i], wire)
             chain.link_bytes_decode[i] = _running(chain.link_bytes_decode[i], decode)
         return True
+
+    def keep(self, kept: _Columns, times, flat, verify, going_on, sent, first_row: int) -> None:
+        """The block's timeline as columns, in the order the events append it: per pass, each
+        stage's drafting (when it drafts) then its compute, the last stage's drafting after the
+        verdict; each hop's message, then its software cost (module
+        :mod:`wansim.sim.columnar_timeline`). A stage's clock before increment j of row r is
+        ``times[r * columns + j]``; a delivery is the sum before its event step."""
+        p, cols = self.p, self.columns
+        rows = len(verify)
+        row0 = np.arange(rows) * cols
+        row = first_row + np.arange(rows)
+        # stage slots per row: (draft, compute) per stage, then the drafting after the verdict
+        stage = np.empty((rows, 2 * p + 1), dtype=np.int64)
+        start = np.empty((rows, 2 * p + 1))
+        end = np.empty((rows, 2 * p + 1))
+        what = np.empty((rows, 2 * p + 1), dtype=np.int64)
+        which = np.empty((rows, 2 * p + 1), dtype=np.int64)
+        valid = np.empty((rows, 2 * p + 1), dtype=bool)
+        for i in range(p):
+            c = HOP_COLUMNS * i
+            begin, done = times[row0 + c], times[row0 + c + 1]
+            draft = np.where(verify, self.draft_ms[i][1], self.draft_ms[i][0])
+            drafted = begin + draft
+            stage[:, 2 * i : 2 * i + 2] = i
+            start[:, 2 * i], end[:, 2 * i] = begin, drafted
+            start[:, 2 * i + 1], end[:, 2 * i + 1] = drafted, done
+            what[:, 2 * i], what[:, 2 * i + 1] = DRAFT, verify
+            which[:, 2 * i : 2 * i + 2] = row[:, None]
+            valid[:, 2 * i], valid[:, 2 * i + 1] = draft != 0, True
+        c = HOP_COLUMNS * (p - 1)
+        stage[:, -1], what[:, -1], which[:, -1] = p - 1, DRAFT, row + 1
+        start[:, -1], end[:, -1] = times[row0 + c + 1], times[row0 + c + 2]
+        valid[:, -1] = going_on & self.drafts_after
+        for name, values in (
+            ("slice_stage", stage),
+            ("slice_start_ms", start),
+            ("slice_end_ms", end),
+            ("slice_what", what),
+            ("slice_pass", which),
+        ):
+            kept.add(name, values[valid])
+        # hop slots per row: each forward hop, then the return hop (when a pass follows)
+        cells = {name: np.empty((rows, p)) for name in ("offer", "free", "delivery", "bytes")}
+        losses = np.zeros((rows, p), dtype=np.int64)
+        which = np.empty((rows, p), dtype=np.int64)
+        on = np.ones((rows, p), dtype=bool)
+        for i in range(p):
+            c = HOP_COLUMNS * i + (1 if i == p - 1 else 0)  # the return hop: after the drafting
+            at = row0 + c + 1  # the clock after the stage's service (or drafting): the offer
+            mask = going_on if i == p - 1 else slice(None)
+            cells["offer"][:, i] = times[at]
+            cells["free"][:, i] = times[at + 1]
+            cells["delivery"][:, i] = times[at + 2] + flat[at + 2]  # before the event step
+            cells["bytes"][mask, i], losses[mask, i] = sent[i]
+            which[:, i] = row + (1 if i == p - 1 else 0)
+        on[:, -1] = going_on
+        hop = np.broadcast_to(np.arange(p), (rows, p))
+        offer = cells["offer"][on]
+        n_bytes = cells["bytes"][on]
+        kept.add("transfer_hop", hop[on])
+        kept.add("transfer_offer_ms", offer)
+        kept.add("transfer_start_ms", offer)  # an idle hop starts the message when offered
+        kept.add("transfer_free_ms", cells["free"][on])
+        kept.add("transfer_delivery_ms", cells["delivery"][on])
+        kept.add("transfer_bytes", n_bytes)
+        kept.add("transfer_losses", losses[on])
+        kept.add("transfer_pass", which[on])
+        senders = [link.sender for link in self.links]
+        per_message = np.broadcast_to([s.per_message_ms for s in senders], (rows, p))[on]
+        codec = np.broadcast_to([s.codec_ms_per_mb for s in senders], (rows, p))[on]
+        software = software_ms(n_bytes, per_message, codec)
+        paid = software > 0
+        kept.add("software_hop", hop[on][paid])
+        kept.add("software_start_ms", offer[paid])
+        kept.add("software_end_ms", (offer + software)[paid])
+        kept.add("verdict_ms", times[row0 + HOP_COLUMNS * (p - 1) + 1])
 
     def _chain(self, flat: np.ndarray, now_ms: float, going_on) -> np.ndarray | None:
         """[now, then the clock after each increment], with every event step B + (d - B)

@@ -18,6 +18,7 @@ busy time, so divided by the makespan they give ``stage_utilization``.
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -153,8 +154,16 @@ def write_perfetto(result: Result, path: str | os.PathLike) -> Path:
     out = Path(path)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
+    paused = gc.isenabled()  # hundreds of thousands of small dicts: no collection midway
+    if paused:
+        gc.disable()
+    try:
+        events = trace_events(timeline, result.details.get("faults"))
+    finally:
+        if paused:
+            gc.enable()
     doc = {
-        "traceEvents": trace_events(timeline, result.details.get("faults")),
+        "traceEvents": events,
         "displayTimeUnit": "ms",
         "otherData": {
             "scenario": result.scenario.name,
@@ -163,7 +172,7 @@ def write_perfetto(result: Result, path: str | os.PathLike) -> Path:
         },
     }
     try:
-        out.write_text(strict_json.dumps(doc))
+        out.write_text(strict_json.dumps_large(doc))
     except OSError as exc:
         raise WansimInputError("--perfetto", f"cannot write ({exc.strerror})", str(path)) from None
     return out

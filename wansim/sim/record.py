@@ -8,7 +8,8 @@ included, decode-phase share separately); the verifier's pass/token totals.
 Kept only when asked (``simulate(..., timeline=True)``): the :class:`Timeline` -- every compute
 and drafting slice per stage, every transfer per link (offer, link start, serialisation end,
 delivery, bytes, losses) and every verify pass (A drawn, tokens remaining, tokens committed), for
-Perfetto export and for tests that inspect the order of events.
+Perfetto export and for tests that inspect the order of events. The vectorised lone ring keeps
+the same fields as columns (:class:`wansim.sim.columnar_timeline.ColumnarTimeline`).
 """
 
 from __future__ import annotations

@@ -104,18 +104,20 @@ class Verifier:
             self.log.append((p.request.rid, p.step, now_ms, p.n, accepted, remaining, committed))
         return committed
 
-    def verify_all(self, request: Request, n: int) -> np.ndarray:
+    def verify_all(self, request: Request, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Every verify pass of ``n`` tokens a request needs, one after another (a lone
         request: the same draws, refills and totals as that many :meth:`verify` calls); returns
-        the tokens each pass committed (what :meth:`verify` appends to ``lap_tokens``).
+        the tokens each pass committed (what :meth:`verify` appends to ``lap_tokens``) and the
+        accepted drafts A each pass drew (what its log keeps).
 
         Pass j commits min(A_j + 1, remaining): the passes run until the running sum of
         A_j + 1 first reaches the tokens needed, and that last pass commits what remains."""
-        parts = []
+        parts, drawn = [], []
         while request.committed < request.decode_tokens:
             if request.accepted_i >= len(request.accepted):
                 self._refill(request)
-            gains = np.asarray(request.accepted[request.accepted_i :], dtype=np.int64) + 1
+            accepted = np.asarray(request.accepted[request.accepted_i :], dtype=np.int64)
+            gains = accepted + 1
             need = request.decode_tokens - request.committed
             reached = np.cumsum(gains)
             m = int(np.searchsorted(reached, need))  # the first pass whose sum reaches need
@@ -124,13 +126,16 @@ class Verifier:
                 gains[m] = need - (int(reached[m - 1]) if m else 0)
             used, got = len(gains), int(gains.sum())
             parts.append(gains)
+            drawn.append(accepted[:used])
             request.accepted_i += used
             request.committed += got
             request.passes += used
             self.passes += used
             self.tokens_verified += n * used
             self.tokens_committed += got
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if not parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(parts), np.concatenate(drawn)
 
     def verify_drawn(self, p: Pass, now_ms: float, accepted: int) -> int:
         """Verify pass ``p`` whose accepted drafts were drawn elsewhere (a tree round of the

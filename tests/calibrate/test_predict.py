@@ -1025,3 +1025,89 @@ def test_sample_p99_is_the_real_estimator():
     assert sample_p99(np.arange(1.0, 1001.0), 4) == pytest.approx(exact, abs=15.0)
     # for a few requests it sits well below the population's p99 (near their maximum)
     assert sample_p99(np.arange(1.0, 1001.0), 4) < np.quantile(np.arange(1.0, 1001.0), 0.99)
+
+
+def _fake_real(cell, round_: int) -> dict:
+    """A real run's record (the keys run_real_cell returns), made up from the cell: no torch."""
+    lap = 5.0 + 2.0 * cell.stages + 2.0 * cell.stages * cell.latency_ms / 10 + round_
+    tau = 1.0 + 0.6 * cell.k
+    return {
+        "tokens_per_s": 1e3 * tau / lap,
+        "throughput_tokens_per_s": 1e3 * tau / lap,
+        "tau": tau,
+        "lap_ms_mean": lap,
+        "lap_ms_p50": lap,
+        "lap_ms_p99": 1.1 * lap,
+        "tpot_ms_p50": lap / tau,
+        "tpot_ms_p99": 1.2 * lap / tau,
+        "ttft_ms_mean": lap,
+        "bubble_fraction": 0.9,
+        "stage_utilization": [0.1] * cell.stages,
+        "bytes_per_token": 700.0,
+        "wasted_token_fraction": 0.2,
+        "target_exact": True,
+        "acceptance_rate": (tau - 1) / cell.k,
+        "requests": cell.prompts,
+        "verify_passes": 40,
+        "tokens_per_s_ci95": [0.9e3 * tau / lap, 1.1e3 * tau / lap],
+        "stage_service_ms_mean": [2.0] * cell.stages,
+        "draft_ms_mean": 1.5,
+        "per_message_ms_mean": {"forward": 0.5, "return": 0.4},
+        "load_avg_1min": [0.5, 0.5],
+        "seconds": 1.0,
+    }
+
+
+def test_an_interrupted_predict_keeps_its_real_runs_for_reuse(tmp_path, monkeypatch):
+    """Every real run and re-profile is written to OUT/real_runs.json as it finishes; a run
+    interrupted while predicting (after minutes of real runs) is predicted later with
+    ``--reuse OUT``, to the same result as the run that was not interrupted."""
+    import wansim.calibrate.predict as predict
+    from wansim.calibrate.predict import RUNS_FILE, PredictSettings, run_predict
+
+    bundle = make_bundle(tmp_path / "b")
+    matrix = tmp_path / "m.yaml"
+    cells = [{"stages": 4, "latency_ms": 5, "k": 2}, {"stages": 2, "latency_ms": 20, "k": 4}]
+    matrix.write_text(yaml.safe_dump({"defaults": {"prompts": 2, "tokens": 24}, "cells": cells}))
+    monkeypatch.setattr(
+        predict, "run_real_cell", lambda c, *a, **k: _fake_real(c, int(a[3].name[-1]))
+    )
+    monkeypatch.setattr(
+        predict,
+        "reprofile",
+        lambda *a: (Factors(), {"factors": Factors().as_dict(), "load_avg_1min": [0.5, 0.5]}),
+    )
+    monkeypatch.setattr(predict, "workload_profiles", lambda *a, **k: {})
+    monkeypatch.setattr(predict, "des_sample_band", lambda *a, **k: None)
+
+    def settings(out: str, reuse: str | None = None) -> PredictSettings:
+        return PredictSettings(
+            profile=str(bundle),
+            matrix=str(matrix),
+            target_dir=str(TARGET),
+            drafter_dir=str(DRAFTER),
+            out=str(tmp_path / out),
+            des_requests=40,
+            reuse=reuse,
+        )
+
+    whole = run_predict(settings("whole"))
+    kept = json.loads((tmp_path / "whole" / RUNS_FILE).read_text())
+    assert len(kept["profiles"]) == 3 and all(len(r) == 2 for r in kept["runs"].values())
+
+    engines = predict.engines
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(predict, "engines", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_predict(settings("stopped"))
+    assert not (tmp_path / "stopped" / "predict.json").exists()
+    assert json.loads((tmp_path / "stopped" / RUNS_FILE).read_text()) == kept
+
+    monkeypatch.setattr(predict, "engines", engines)
+    monkeypatch.setattr(predict, "run_real_cell", None)  # reuse: no real run
+    again = run_predict(settings("again", reuse=str(tmp_path / "stopped")))
+    assert dumps(again["cells"]) == dumps(whole["cells"])
+    assert again["summary"]["rounds"] == whole["summary"]["rounds"]

@@ -546,7 +546,7 @@ def prepare(s: PredictSettings) -> tuple[Bundle, list[Cell]]:
     cells = load_matrix(s.matrix, quick=s.quick)
     check_cells(cells, bundle, s.matrix or "heldout.yaml")
     if s.reuse:
-        _recorded(s.reuse)  # a recorded predict.json to reuse (else one line, exit 2)
+        _recorded(s.reuse)  # recorded real runs to reuse (else one line, exit 2)
     if any(c.drafter == "mtp" and c.runnable for c in cells) and mtp is None:
         raise WansimInputError(
             "--mtp", "must be an MTP head directory holding mtp_config.json", s.mtp_dir
@@ -577,24 +577,32 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
     runs: dict[str, list] = {c.label: [] for c in runnable}
     profiles = []
 
+    def keep() -> None:  # every finished real run and re-profile, as they finish
+        _write_atomic(out / RUNS_FILE, _dumps({"runs": runs, "profiles": profiles}))
+
     def measure_load(i: int) -> None:
         factors, info = reprofile(
             bundle, s.target_dir, s.drafter_dir, out / "real" / f"reprofile{i}"
         )
         info["index"] = i
         profiles.append(info)
+        keep()
         say(
             f"  re-profile {i}: load factors CPU {factors.compute:.2f}, per-message "
             f"{factors.forward:.2f} (load average {info['load_avg_1min'][0]:.1f})"
         )
 
     failed: BaseException | None = None
+    rounds_info = []
     if s.reuse:  # predict the recorded real runs again (after an engine change): no torch
         prior = _recorded(s.reuse)
-        for entry in prior["cells"]:
-            if entry["name"] in runs and entry.get("real"):
-                runs[entry["name"]] = entry["real"]["runs"]
-        rounds_info = prior["summary"]["rounds"]
+        for label, recorded in prior["runs"].items():
+            if label in runs and recorded:
+                runs[label] = recorded
+        if prior["rounds"] is not None:
+            rounds_info = prior["rounds"]
+        else:  # an interrupted run's re-profiles: its rounds' factors are bracketed below
+            profiles.extend(prior["profiles"])
         say(f"reusing the real runs of {s.reuse} ({sum(map(bool, runs.values()))} cells)")
     try:
         for r in range(0 if s.reuse else s.rounds):
@@ -612,6 +620,7 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                 )
                 real["round"] = r
                 runs[c.label].append(real)
+                keep()
                 say(
                     f"  {c.label}: {real['tokens_per_s']:.1f} tok/s, lap p50 "
                     f"{real['lap_ms_p50']:.1f} ms, load {real['load_avg_1min'][0]:.1f}-"
@@ -638,8 +647,6 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
             s.mtp_dir,
             workload_dir,
         )
-    if not s.reuse:
-        rounds_info = []
     for r in range(min(s.rounds, len(profiles))):
         after = profiles[r + 1] if r + 1 < len(profiles) else profiles[r]  # stopped: no closing
         f = bracket(Factors(**profiles[r]["factors"]), Factors(**after["factors"]))
@@ -693,18 +700,46 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
     return result
 
 
+RUNS_FILE = "real_runs.json"  # OUT/: every finished real run and re-profile, kept as they finish
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def _recorded(out_dir: str) -> dict:
-    """A finished ``predict.json`` to reuse (one line, exit 2, when there is none)."""
-    path = Path(out_dir) / "predict.json"
+    """The real runs a predict output dir recorded, to predict again: from a finished
+    ``predict.json`` (its rounds' load factors), else from ``real_runs.json``, the runs and
+    re-profiles a stopped or interrupted run kept as they finished. ``{"runs": {cell: [run]},
+    "rounds": [...] | None, "profiles": [...]}``; one line, exit 2, when there is neither."""
     try:
-        prior = json.loads(path.read_text())
+        prior = json.loads((Path(out_dir) / "predict.json").read_text())
         if not isinstance(prior["summary"]["rounds"], list) or not isinstance(prior["cells"], list):
             raise TypeError("rounds and cells must be lists")
-    except (OSError, ValueError, KeyError, TypeError):
+        runs = {e["name"]: e["real"]["runs"] for e in prior["cells"] if e.get("real")}
+        return {"runs": runs, "rounds": prior["summary"]["rounds"], "profiles": []}
+    except OSError:
+        pass  # no predict.json: an interrupted run's own record, below
+    except (ValueError, KeyError, TypeError):
         raise WansimInputError(
             "--reuse", "must be a calibrate predict output dir holding predict.json", out_dir
         ) from None
-    return prior
+    try:
+        kept = json.loads((Path(out_dir) / RUNS_FILE).read_text())
+        if not isinstance(kept["runs"], dict) or not isinstance(kept["profiles"], list):
+            raise TypeError("runs must be a mapping, profiles a list")
+        if not kept["profiles"] or not any(kept["runs"].values()):
+            raise ValueError("no re-profile or no real run finished")
+    except (OSError, ValueError, KeyError, TypeError):
+        raise WansimInputError(
+            "--reuse",
+            f"must be a calibrate predict output dir holding predict.json or {RUNS_FILE} "
+            "(an interrupted run's finished real runs)",
+            out_dir,
+        ) from None
+    return {"runs": kept["runs"], "rounds": None, "profiles": kept["profiles"]}
 
 
 class PredictStopped(RuntimeError):

@@ -106,7 +106,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         reuse=args.reuse,
     )
     prepare(s)  # every input check before any process starts (run_predict repeats it: cheap)
-    from wansim.calibrate.predict import PredictStopped
+    from wansim.calibrate.predict import RUNS_FILE, PredictStopped
 
     try:
         result = run_predict(s, None if args.quiet else _say)
@@ -118,6 +118,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
             return 130
         print(f"calibrate predict failed: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # while predicting: the real runs are on disk already
+        kept = Path(s.out) / RUNS_FILE
+        if not s.reuse and kept.is_file():
+            print(
+                f"interrupted; the finished real runs are kept in {kept}: predict them with "
+                f"--reuse {s.out}",
+                file=sys.stderr,
+            )
+        else:
+            print("interrupted", file=sys.stderr)
+        return 130
     print(dumps(result) if args.json else format_table(result))
     return 0
 

@@ -155,15 +155,6 @@ def check_supported(scenario: Scenario) -> None:
                 " on a grid are",
             )
         )
-    if varies(scenario) and network_modulation(net) is not None:
-        unsupported.append(
-            (
-                "network.trace_file" if net.trace_file else "network.drift",
-                "with a workload mix or length distribution",
-                False,
-                "time-varying links with requests that differ are",
-            )
-        )
     for path, value, ok, what in unsupported:
         if not ok:
             why = f"{what} not modelled by the analytical engine" if what else "not modelled by"

@@ -78,6 +78,14 @@ def nodes(scenario) -> list[tuple[float, object]]:
     return out
 
 
+def mean_output_tokens(scenario) -> float:
+    """Output tokens per request in expectation: the nodes' weighted mean where requests
+    differ, else ``workload.output_tokens``."""
+    if not varies(scenario):
+        return float(scenario.workload.output_tokens)
+    return float(sum(w * node.workload.output_tokens for w, node in nodes(scenario)))
+
+
 def _mixture_quantiles(weights, p50, p99, qs) -> list[float]:
     sd = np.maximum((np.asarray(p99) - np.asarray(p50)) / Z99, 0.0)
     return [float(x) for x in mixture_normal_quantiles(weights, p50, sd, qs)]

@@ -218,15 +218,18 @@ def test_unsupported_combinations_exit_2_with_one_line(tmp_path):
         )
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and "faults.events" in proc.stderr
-    varied = load_scenario(
-        data={
-            **DETERMINISTIC,
-            "faults": {"events": [{"stage": 1, "at_s": 1}]},
-            "workload": {"requests": 4, "lengths": {"kind": "lognormal", "output_cv": 0.5}},
-        }
-    )
-    with pytest.raises(ScenarioError, match="faults with the block schedule, with requests that"):
-        analyze(varied)
+    varied = {
+        **DETERMINISTIC,
+        "faults": {"events": [{"stage": 1, "at_s": 1}]},
+        "workload": {"requests": 4, "lengths": {"kind": "lognormal", "output_cv": 0.5}},
+    }
+    assert analyze(load_scenario(data=varied)).metrics["availability"] < 1  # modelled since
+    drifting = {
+        **varied,
+        "network": {**varied.get("network", {}), "drift": {"latency_factor": 1.2}},
+    }
+    with pytest.raises(ScenarioError, match="with requests that differ on time-varying links"):
+        analyze(load_scenario(data=drifting))
 
 
 def test_analytical_null_with_a_reason_when_failures_outpace_recovery():

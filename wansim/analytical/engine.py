@@ -27,7 +27,7 @@ from wansim.analytical.distribution import (
     waits_variance,
     with_waits,
 )
-from wansim.analytical.faults import fault_run
+from wansim.analytical.faults import fault_run, fault_run_mixed
 from wansim.analytical.hybrid import analyze_hybrid
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
@@ -150,9 +150,11 @@ def check_supported(scenario: Scenario) -> None:
             (
                 "faults.events",
                 f"{len(scenario.faults.events)} events",
-                scalar and not varies(scenario) and not blocks,
-                "faults with the block schedule, with requests that differ (lengths, mixes) or"
-                " on a grid are",
+                scalar
+                and not blocks
+                and not (varies(scenario) and network_modulation(net) is not None),
+                "faults with the block schedule, with requests that differ on time-varying"
+                " links, or on a grid are",
             )
         )
     for path, value, ok, what in unsupported:
@@ -239,11 +241,41 @@ def analyze(scenario: Scenario) -> Result:
             return _pieces_with_faults(scenario)
         return analyze_pieces(scenario, analyze)
     if varies(scenario):
+        if scenario.faults.events:
+            return _nodes_with_faults(scenario)
         return _over_nodes(scenario)
     if is_hybrid(scenario):  # two schedules mixed per round (wansim.analytical.hybrid)
         return analyze_hybrid(scenario, analyze)
     requested = scenario
-    scenario = kv_admitted(scenario)
+    answer, scenario, judged, queued = _stationary_answer(scenario)
+    metrics, details = _metrics(answer), {**answer.details, "decode": answer.decode}
+    metrics.update(serving_metrics(scenario, answer.means))
+    trust = approximation(judged).to_json()
+    if queued:
+        trust["regime"] += " + KV admission queue"
+        scenario = requested
+    if scenario.faults.events:
+        metrics, details = _with_faults(scenario, answer, metrics, details)
+        per_request = details["faults"].get("failures_per_request", 0.0)
+        if details["undefined"]:
+            trust = {**trust, "validated": False, "why": next(iter(details["undefined"].values()))}
+        elif trust["validated"] and per_request > RARE_FAILURES_PER_REQUEST:
+            trust = {
+                **trust,
+                "validated": False,
+                "why": f"failures not rare against a request ({per_request:.2g} per request; the"
+                f" grid measured up to {RARE_FAILURES_PER_REQUEST:g}): the model takes the lost"
+                " work and re-prefills of each as independent of the others (600 failures an"
+                " hour on 45 s requests: -10% on tokens/s)",
+            }
+    return Result.analytical(scenario, metrics, details, trust)
+
+
+def _stationary_answer(requested: Scenario) -> tuple[Answer, Scenario, Scenario, bool]:
+    """The answer for like requests on stationary links (no faults counted yet): (answer, the
+    scenario it was computed on -- KV-admitted, tcp as its ideal equivalent --, the scenario
+    the regime is judged on, whether a KV admission queue was added)."""
+    scenario = kv_admitted(requested)
     judged = scenario  # the regime is judged on the transport asked for
     alone = not (uses_blocks(scenario) or batched(scenario) or concurrent(scenario))
     if scenario.network.transport == "tcp" and alone:
@@ -277,26 +309,46 @@ def analyze(scenario: Scenario) -> Result:
             scenario.workload.concurrency,
             scenario.workload.output_tokens - 1,
         )
-    metrics, details = _metrics(answer), {**answer.details, "decode": answer.decode}
-    metrics.update(serving_metrics(scenario, answer.means))
-    trust = approximation(judged).to_json()
-    if queued:
-        trust["regime"] += " + KV admission queue"
-        scenario = requested
-    if scenario.faults.events:
-        metrics, details = _with_faults(scenario, answer, metrics, details)
-        per_request = details["faults"].get("failures_per_request", 0.0)
-        if details["undefined"]:
-            trust = {**trust, "validated": False, "why": next(iter(details["undefined"].values()))}
-        elif trust["validated"] and per_request > RARE_FAILURES_PER_REQUEST:
-            trust = {
-                **trust,
-                "validated": False,
-                "why": f"failures not rare against a request ({per_request:.2g} per request; the"
-                f" grid measured up to {RARE_FAILURES_PER_REQUEST:g}): the model takes the lost"
-                " work and re-prefills of each as independent of the others (600 failures an"
-                " hour on 45 s requests: -10% on tokens/s)",
-            }
+    return answer, scenario, judged, queued
+
+
+def _nodes_with_faults(scenario: Scenario) -> Result:
+    """Faults with requests that differ (length distributions, mixes): the run without faults
+    as the expectation over the workload's nodes (:mod:`wansim.analytical.mixture`), then the
+    faults' expected value over the nodes' kinds of request
+    (:func:`wansim.analytical.faults.fault_run_mixed`: a failure finds a kind in proportion to
+    its ring time). Each node's means are its own model's (one request, or the loaded ring at
+    the scenario's concurrency, a pipe of like requests)."""
+    calm = dataclasses.replace(scenario, faults=dataclasses.replace(scenario.faults, events=()))
+    averaged = _over_nodes(calm)
+    kinds = []
+    for w, node in nodes(scenario):
+        answer, used, _, queued = _stationary_answer(node)
+        nw, n_mean, n_var = passes_per_node(used)
+        passes_var = float((nw * (n_var + n_mean**2)).sum() - (nw * n_mean).sum() ** 2)
+        kinds.append((w, node if queued else used, {**answer.means, "passes_var": passes_var}))
+    fa = fault_run_mixed(scenario, kinds, in_flight(scenario))
+    metrics = {**averaged.metrics, **fa.metrics}
+    if fa.metrics["availability"] is not None:  # the stages idle through the outages
+        util = [u * fa.metrics["availability"] for u in metrics["stage_utilization"]]
+        metrics["stage_utilization"] = util
+        metrics["bubble_fraction"] = 1.0 - float(np.mean(util))
+    details = dict(averaged.details)
+    undefined = {**details.get("undefined", {}), **fa.undefined}
+    details.update(faults=fa.details, undefined=undefined)
+    trust = dict(averaged.approximation or {})
+    trust.update(
+        regime=f"{trust.get('regime', '')} + faults",
+        validated=False,
+        error_band=dict(UNVALIDATED_BAND),
+        why=next(iter(undefined.values()))
+        if undefined
+        else (
+            "faults with requests that differ: the faults' expected value over the workload's"
+            " kinds of request (checked against the DES in tests/physics/test_faults_varied.py,"
+            " not on the approximation-error grid)"
+        ),
+    )
     return Result.analytical(scenario, metrics, details, trust)
 
 

@@ -33,6 +33,12 @@ R T0 / N, every failure hits the N requests in the ring (fail: N fail; failover:
 queued behind each other at the slowest station a prefill crosses, (N - 1) times its service
 added to X), and a request's hits are those of the failures that found it in the ring.
 
+Requests that differ (:func:`fault_run_mixed`, kinds i with shares w_i): T0 is the mean
+sum w_i T0_i; a failure finds kind i with probability w_i T0_i / T0 (its share of the ring
+time), so X, a failed request's age and lost time are those time-weighted means; with ``fail``
+each kind races the rate clock with its own T0; tokens/s and TTFT are each kind's (its hits
+per request) averaged over the requests; produced tokens count each kind's own M.
+
 tokens_per_s (mean over finished requests of M / decode time): failover mixes in the requests
 hit k times in their decode (k Poisson with mean F (N L / T0) / R), whose decode time grows by
 k (D + E[elapsed in a lap] + E[P(prompt + c)]); ttft: requests hit in prefill wait D + P0 / 2
@@ -106,30 +112,58 @@ def fault_run(scenario: Scenario, means: dict, in_flight: int = 1) -> FaultAnswe
     its loaded TTFT plus its passes at the loaded lap, the run's up time R T0 / N, every failure
     hits the N requests in flight, and a failover's N re-prefills queue behind each other at
     the slowest station they cross."""
+    return fault_run_mixed(scenario, [(1.0, scenario, means)], in_flight)
+
+
+def fault_run_mixed(
+    scenario: Scenario, kinds: list[tuple[float, Scenario, dict]], in_flight: int = 1
+) -> FaultAnswer:
+    """:func:`fault_run` for requests that differ: ``kinds`` lists (share of the requests,
+    scenario of such requests, their means without faults). A failure finds a kind's request in
+    the ring in proportion to the ring time its requests take (w_i T0_i: long requests are hit
+    more often), so a failure's added ring time, the hit request's age and whether it was
+    decoding are those time-weighted means; each kind's requests race the rate clock with their
+    own T0 (fail), and a kind's tokens/s and TTFT take the hits per request of that kind. One
+    kind is the module docstring's model exactly."""
     faults = scenario.faults
     wl = scenario.workload
     r_requests = float(wl.requests)
-    m = float(wl.output_tokens - 1)
     slots = float(max(min(in_flight, wl.requests), 1))
-    p0 = float(means["prefill_ms"] if slots == 1 else means["ttft_ms_mean"])
-    n = float(means["passes_per_request"])
-    lap = float(means["lap_ms_mean"])
-    lap_var = float(means["lap_ms_var"])
-    n_var = float(means.get("passes_var", 0.0))
+    w = np.array([float(x) for x, _, _ in kinds])
+    w = w / w.sum()
+    k_means = [mm for _, _, mm in kinds]
+
+    def per_kind(key, default=None) -> np.ndarray:
+        return np.array(
+            [float(mm.get(key, default) if default is not None else mm[key]) for mm in k_means]
+        )
+
+    m = np.array([float(sc.workload.output_tokens - 1) for _, sc, _ in kinds])
+    p0 = per_kind("prefill_ms") if slots == 1 else per_kind("ttft_ms_mean")
+    n = per_kind("passes_per_request")
+    lap = per_kind("lap_ms_mean")
+    lap_var = per_kind("lap_ms_var")
+    n_var = per_kind("passes_var", 0.0)
     decode = n * lap
     t0 = p0 + decode
     in_decode = decode / t0
     elapsed_lap = (lap**2 + lap_var) / (2.0 * lap)
     elapsed = (p0**2 + n * (lap**2 + lap_var)) / (2.0 * t0)
-    c = np.floor((np.arange(C_POINTS) + 0.5) / C_POINTS * m)
-    reprefill = float(np.mean(reprefill_ms(scenario, c)))
-    if slots > 1:  # the other re-prefills queue at the slowest station
-        reprefill += (slots - 1.0) * float(np.mean(prefill_station_ms(scenario, c)))
+    reprefill = np.empty(len(kinds))
+    for i, (_, sc, _) in enumerate(kinds):
+        c = np.floor((np.arange(C_POINTS) + 0.5) / C_POINTS * m[i])
+        reprefill[i] = float(np.mean(reprefill_ms(sc, c)))
+        if slots > 1:  # the other re-prefills queue at the slowest station
+            reprefill[i] += (slots - 1.0) * float(np.mean(prefill_station_ms(sc, c)))
     failover = faults.recovery == "failover"
-    x = elapsed + in_decode * reprefill  # ring time a failover adds
+    x_k = elapsed + in_decode * reprefill  # ring time a failover adds
     var_t = lap**2 * n_var + n * lap_var
-    age = (t0**2 + var_t) / (2.0 * t0)
-    t_ring = t0 / slots  # ring time per request: N share the ring
+    age_k = (t0**2 + var_t) / (2.0 * t0)
+    t0_mean = float((w * t0).sum())
+    hit_share = w * t0 / t0_mean  # which kind a failure finds in the ring
+    x = float((hit_share * x_k).sum())
+    age = float((hit_share * age_k).sum())
+    t_ring = t0_mean / slots  # ring time per request: N share the ring
     rated = [e for e in faults.events if e.rate_per_hour is not None]
     lam = sum(e.rate_per_hour for e in rated) / MS_PER_HOUR
     d_rated = (
@@ -141,9 +175,10 @@ def fault_run(scenario: Scenario, means: dict, in_flight: int = 1) -> FaultAnswe
     fixed = sorted(
         (e.at_s * MS_PER_S, downtime_ms(scenario, e)) for e in faults.events if e.at_s is not None
     )
+    lost = float((hit_share * (t0 - age_k)).sum())  # fail: the hit request's remaining time
     hits, down, end_prev = 0, 0.0, -1.0  # hits: failures that found requests in the ring
     for t, d in fixed:
-        up_work = r_requests * t_ring + hits * (x if failover else -(t0 - age))
+        up_work = r_requests * t_ring + hits * (x if failover else -lost)
         if t >= up_work + down or (not failover and hits * slots >= r_requests):
             break
         if t < end_prev:  # during an outage: it extends it
@@ -163,41 +198,51 @@ def fault_run(scenario: Scenario, means: dict, in_flight: int = 1) -> FaultAnswe
             return FaultAnswer(metrics, dict.fromkeys(names, DIVERGES), {})
         up = (r_requests * t_ring + hits * x) / (1.0 - lam * x)
         f_rated = lam * up
-        failed = 0.0
+        failed_k = np.zeros(len(kinds))
     else:  # each request left races the rate clock: it fails with 1 - exp(-lambda T0)
         hit_requests = min(hits * slots, r_requests)
         left = r_requests - hit_requests
         p_fail = -np.expm1(-lam * t0)
-        failed_rated = left * p_fail
-        up = (hit_requests * age + (left * p_fail / lam if lam > 0 else left * t0)) / slots
-        f_rated = failed_rated / slots  # failures: each fails the N in flight
-        failed = hit_requests + failed_rated
+        failed_rated_k = left * w * p_fail
+        held = left * w * (p_fail / lam if lam > 0 else t0)
+        up = (hit_requests * age + float(held.sum())) / slots
+        f_rated = float(failed_rated_k.sum()) / slots  # failures: each fails the N in flight
+        failed_k = hit_requests * hit_share + failed_rated_k
+    failed = float(failed_k.sum())
     downtime = down + f_rated * d_rated
     makespan = up + downtime
+    finished_k = r_requests * w - failed_k
     finished = r_requests - failed
     hits_all = hits + f_rated
-    produced = finished * (m + 1) + failed * in_decode * (1.0 + m / 2.0)
+    produced = float((finished_k * (m + 1)).sum() + (failed_k * in_decode * (1.0 + m / 2.0)).sum())
     out = {
         "throughput_tokens_per_s": 1e3 * produced / makespan,
-        "goodput_tokens_per_s": 1e3 * finished * (m + 1) / makespan,
+        "goodput_tokens_per_s": 1e3 * float((finished_k * (m + 1)).sum()) / makespan,
         "failed_requests": failed,
         "availability": 1.0 - downtime / makespan,
     }
     d_mean = downtime / hits_all if hits_all else 0.0
+    tokens = per_kind("tokens_per_s")
+    ttft = per_kind("ttft_ms_mean")
     if failover and hits_all:
-        # failures in a request's decode: Poisson with the mean of hits per request
-        mu = hits_all * slots * in_decode / r_requests
+        # failures in a request's decode: Poisson with the mean of hits per request of its kind
+        hits_per_request = hits_all * slots * hit_share / (r_requests * w)
         k = np.arange(K_MAX)
-        pk = np.exp(k * np.log(max(mu, 1e-300)) - mu - np.cumsum(np.log(np.maximum(k, 1))))
-        rate = 1e3 * m / (decode + k * (d_mean + elapsed_lap + reprefill))
-        rate[0] = float(means["tokens_per_s"])
-        out["tokens_per_s"] = float((pk * rate).sum() / pk.sum())
-        pre = hits_all * slots * (1.0 - in_decode) / r_requests
-        out["ttft_ms_mean"] = float(means["ttft_ms_mean"]) + pre * (d_mean + p0 / 2.0)
+        log_k_fact = np.cumsum(np.log(np.maximum(k, 1)))
+        rates = np.empty(len(kinds))
+        for i in range(len(kinds)):
+            mu = hits_per_request[i] * in_decode[i]
+            pk = np.exp(k * np.log(max(mu, 1e-300)) - mu - log_k_fact)
+            rate = 1e3 * m[i] / (decode[i] + k * (d_mean + elapsed_lap[i] + reprefill[i]))
+            rate[0] = tokens[i]
+            rates[i] = float((pk * rate).sum() / pk.sum())
+        out["tokens_per_s"] = float((w * rates).sum())
+        pre = hits_per_request * (1.0 - in_decode)
+        out["ttft_ms_mean"] = float((w * (ttft + pre * (d_mean + p0 / 2.0))).sum())
     elif not failover and finished > 0 and hits_all:
         # the request admitted at a failure waits the downtime; it finishes with 1 - F / R
         waited = min(hits_all * slots, r_requests) * (1.0 - failed / r_requests)
-        out["ttft_ms_mean"] = float(means["ttft_ms_mean"]) + waited * d_mean / finished
+        out["ttft_ms_mean"] = float((w * ttft).sum()) + waited * d_mean / finished
     details = {
         "failures": hits_all,
         "failures_per_request": hits_all * slots / r_requests,
@@ -208,4 +253,6 @@ def fault_run(scenario: Scenario, means: dict, in_flight: int = 1) -> FaultAnswe
         "added_ring_ms_per_failover": x if failover else 0.0,
         "failed_request_age_ms": 0.0 if failover else age,
     }
+    if len(kinds) > 1:
+        details["hit_share_by_kind"] = [float(v) for v in hit_share]
     return FaultAnswer(out, undefined, details)

@@ -228,8 +228,15 @@ def test_unsupported_combinations_exit_2_with_one_line(tmp_path):
         **varied,
         "network": {**varied.get("network", {}), "drift": {"latency_factor": 1.2}},
     }
-    with pytest.raises(ScenarioError, match="with requests that differ on time-varying links"):
-        analyze(load_scenario(data=drifting))
+    assert analyze(load_scenario(data=drifting)).metrics["availability"] < 1  # and on drift
+    async_ring = {
+        **varied,
+        "drafter": {"kind": "draft_model", "placement": "first_stage", "draft_ms": 1.0},
+        "speculation": {"policy": "chain", "k": 2},
+        "schedule": {"kind": "async"},
+    }
+    with pytest.raises(ScenarioError, match=r"^faults\.events: faults with the block schedule"):
+        analyze(load_scenario(data=async_ring))
 
 
 def test_analytical_null_with_a_reason_when_failures_outpace_recovery():

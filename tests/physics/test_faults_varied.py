@@ -16,7 +16,6 @@ from tests.conftest import ROOT
 from wansim.analytical import analyze
 from wansim.analytical.faults import fault_run, fault_run_mixed
 from wansim.config.scenario import load_scenario
-from wansim.errors import ScenarioError
 from wansim.sim import simulate
 
 RING = ROOT / "scenarios" / "ring-stage-failover.yaml"
@@ -109,10 +108,42 @@ def test_faults_with_requests_that_differ_agree_with_the_des(case):
     assert not appr["validated"] and appr["regime"].endswith("+ faults"), appr
 
 
-def test_faults_with_requests_that_differ_on_time_varying_links_are_refused():
-    sc = load_scenario(
-        ROOT / "scenarios" / "ring-drift-1.3x.yaml",
-        ["workload.lengths={kind: lognormal, output_cv: 0.5}", *RATED],
-    )
-    with pytest.raises(ScenarioError, match=r"^faults.events: .*time-varying"):
-        analyze(sc)
+DRIFTING = {
+    "lognormal lengths, one request, drift over 15 min, failover": [
+        "workload.lengths={kind: lognormal, output_cv: 0.5}",
+        "workload.requests=60",
+        "network.drift.over_ms=900000",
+        *RATED,
+    ],
+    "lognormal lengths, 4 users, drift over 5 min, failover": [
+        "workload.lengths={kind: lognormal, output_cv: 0.5}",
+        "workload.concurrency=4",
+        "workload.requests=80",
+        "network.drift.over_ms=300000",
+        *RATED,
+    ],
+}
+
+
+@pytest.mark.parametrize("case", list(DRIFTING))
+def test_faults_with_requests_that_differ_on_drifting_links_agree_with_the_des(case):
+    """On a ring drifting 1.3x: the run without faults over its pieces (each the expectation
+    over the nodes), each kind's means moved as the run-averaged ring moves the workload's,
+    then the faults over the kinds. Against the DES's mean over seeds 0-3 (measured: tokens/s
+    +1.7% and -0.2%, throughput +1.8% and +4.4%, availability within 0.005): tokens/s within
+    5%, throughput and goodput within 8%, availability within 0.01; never vouched for."""
+    sc = load_scenario(ROOT / "scenarios" / "ring-drift-1.3x.yaml", DRIFTING[case])
+    ana = analyze(sc)
+    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(4)]
+    for key, tol in (
+        ("tokens_per_s", 0.05),
+        ("throughput_tokens_per_s", 0.08),
+        ("goodput_tokens_per_s", 0.08),
+    ):
+        des = float(np.mean([r[key] for r in runs]))
+        assert ana.metrics[key] == pytest.approx(des, rel=tol), (case, key)
+    des_avail = float(np.mean([r["availability"] for r in runs]))
+    assert ana.metrics["availability"] == pytest.approx(des_avail, abs=0.01)
+    appr = ana.approximation
+    assert not appr["validated"] and "time-varying links" in appr["regime"]
+    assert appr["regime"].endswith("+ faults") and "workload nodes" in appr["regime"]

@@ -150,11 +150,8 @@ def check_supported(scenario: Scenario) -> None:
             (
                 "faults.events",
                 f"{len(scenario.faults.events)} events",
-                scalar
-                and not blocks
-                and not (varies(scenario) and network_modulation(net) is not None),
-                "faults with the block schedule, with requests that differ on time-varying"
-                " links, or on a grid are",
+                scalar and not blocks,
+                "faults with the block schedule or on a grid are",
             )
         )
     for path, value, ok, what in unsupported:
@@ -324,18 +321,10 @@ def _nodes_with_faults(scenario: Scenario) -> Result:
     kinds = []
     for w, node in nodes(scenario):
         answer, used, _, queued = _stationary_answer(node)
-        nw, n_mean, n_var = passes_per_node(used)
-        passes_var = float((nw * (n_var + n_mean**2)).sum() - (nw * n_mean).sum() ** 2)
-        kinds.append((w, node if queued else used, {**answer.means, "passes_var": passes_var}))
+        kinds.append((w, node if queued else used, _fault_means(used, answer.means)))
     fa = fault_run_mixed(scenario, kinds, in_flight(scenario))
-    metrics = {**averaged.metrics, **fa.metrics}
-    if fa.metrics["availability"] is not None:  # the stages idle through the outages
-        util = [u * fa.metrics["availability"] for u in metrics["stage_utilization"]]
-        metrics["stage_utilization"] = util
-        metrics["bubble_fraction"] = 1.0 - float(np.mean(util))
-    details = dict(averaged.details)
-    undefined = {**details.get("undefined", {}), **fa.undefined}
-    details.update(faults=fa.details, undefined=undefined)
+    metrics, details = _merged_faults(dict(averaged.metrics), dict(averaged.details), fa)
+    undefined = details["undefined"]
     trust = dict(averaged.approximation or {})
     trust.update(
         regime=f"{trust.get('regime', '')} + faults",
@@ -357,22 +346,40 @@ def _pieces_with_faults(scenario: Scenario) -> Result:
     (:mod:`wansim.analytical.nonstationary`), then the faults' expected value
     (:mod:`wansim.analytical.faults`) on the run-averaged ring: its mean lap, TTFT and rate,
     the passes and their variances of the links at the start. Assumes the faults' cost does not
-    depend on the piece they fall in (their re-prefills are taken on the starting links)."""
+    depend on the piece they fall in (their re-prefills are taken on the starting links). With
+    requests that differ, each kind's means at the start are moved by the ratios the run-averaged
+    ring gives the workload's (lap, rate, TTFT), and the faults are taken over the kinds
+    (:func:`wansim.analytical.faults.fault_run_mixed`)."""
     calm = dataclasses.replace(scenario, faults=dataclasses.replace(scenario.faults, events=()))
     averaged = analyze_pieces(calm, analyze)
     static = kv_admitted(stationary_at(scenario, 1.0, 1.0))
-    answer = _one_request(static, lap_parts(static))
     m = averaged.metrics
-    means = {
-        **answer.means,
-        "lap_ms_mean": m["lap_ms_mean"],
-        "tokens_per_s": m["tokens_per_s"],
-        "ttft_ms_mean": m["ttft_ms_mean"],
-        "prefill_ms": answer.means["prefill_ms"] * m["ttft_ms_mean"] / answer.means["ttft_ms_mean"],
-    }
-    metrics, details = _with_faults(
-        static, dataclasses.replace(answer, means=means), dict(m), dict(averaged.details)
-    )
+    if not varies(static):
+        answer = _one_request(static, lap_parts(static))
+        means = {
+            **answer.means,
+            "lap_ms_mean": m["lap_ms_mean"],
+            "tokens_per_s": m["tokens_per_s"],
+            "ttft_ms_mean": m["ttft_ms_mean"],
+            "prefill_ms": answer.means["prefill_ms"]
+            * m["ttft_ms_mean"]
+            / answer.means["ttft_ms_mean"],
+        }
+        kinds = [(1.0, static, _fault_means(static, means))]
+    else:  # each kind's means moved as the run-averaged ring moves the workload's
+        calm_static = dataclasses.replace(static, faults=calm.faults)
+        at_start = _over_nodes(calm_static).metrics
+        ratio = {k: m[k] / at_start[k] for k in ("lap_ms_mean", "tokens_per_s", "ttft_ms_mean")}
+        kinds = []
+        for w, node in nodes(static):
+            answer, used, _, queued = _stationary_answer(node)
+            means = dict(answer.means)
+            for key in ratio:
+                means[key] *= ratio[key]
+            means["prefill_ms"] *= ratio["ttft_ms_mean"]
+            kinds.append((w, node if queued else used, _fault_means(used, means)))
+    fa = fault_run_mixed(static, kinds, in_flight(static))
+    metrics, details = _merged_faults(dict(m), dict(averaged.details), fa)
     trust = dict(averaged.approximation or {})
     trust.update(
         regime=f"{trust.get('regime', '')} + faults",
@@ -451,11 +458,23 @@ def _over_nodes(scenario: Scenario) -> Result:
 
 def _with_faults(scenario: Scenario, answer: Answer, metrics: dict, details: dict):
     """The run with its faults in expected value (:mod:`wansim.analytical.faults`)."""
+    fa = fault_run(scenario, _fault_means(scenario, answer.means), in_flight(scenario))
+    return _merged_faults(metrics, details, fa)
+
+
+def _fault_means(scenario: Scenario, means: dict) -> dict:
+    """A kind of request's means for the fault model: the model's, and the variance of its
+    number of passes (over the difficulty quadrature)."""
     w, n_mean, n_var = passes_per_node(scenario)
     passes_var = float((w * (n_var + n_mean**2)).sum() - (w * n_mean).sum() ** 2)
-    fa = fault_run(scenario, {**answer.means, "passes_var": passes_var}, in_flight(scenario))
+    return {**means, "passes_var": passes_var}
+
+
+def _merged_faults(metrics: dict, details: dict, fa) -> tuple[dict, dict]:
+    """The metrics and details without faults, with the faults' answer on top (the stages
+    idle through the outages)."""
     metrics = {**metrics, **fa.metrics}
-    if fa.metrics["availability"] is not None:  # the stages idle through the outages
+    if fa.metrics["availability"] is not None:
         util = [u * fa.metrics["availability"] for u in metrics["stage_utilization"]]
         metrics["stage_utilization"] = util
         metrics["bubble_fraction"] = 1.0 - float(np.mean(util))

@@ -89,12 +89,6 @@ def check_supported(scenario: Scenario) -> None:
         (
             "workload.arrival",
             wl.arrival,
-            closed or network_modulation(scenario.network) is None,
-            "open arrivals on time-varying links are",
-        ),
-        (
-            "workload.arrival",
-            wl.arrival,
             closed or all(np.ndim(v) == 0 for v in (wl.concurrency, wl.requests, wl.rate_per_s)),
             "open arrivals on a grid (one point at a time) are",
         ),
@@ -229,6 +223,9 @@ def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
     with the approximation it was answered by (:mod:`wansim.analytical.regime`)."""
     check_supported(scenario)
+    modulated = network_modulation(scenario.network) is not None
+    if modulated and scenario.workload.arrival != "closed":  # pieces of open-arrival queues
+        return analyze_pieces(scenario, analyze)
     if scenario.workload.arrival != "closed":  # the flow-equivalent server (open_arrivals.py)
         return analyze_open(scenario, analyze)
     if contended(scenario):  # computes share the host's cores (wansim.analytical.shared_host)

@@ -18,7 +18,10 @@ pieces). Requests that differ (length distributions, mixes): W takes the workloa
 length and each piece's stationary answer is already the expectation over the workload's nodes
 (:mod:`wansim.analytical.mixture`); ``validated: false``, checked against the DES in
 ``tests/physics/test_drift.py`` (lognormal lengths alone and with 4 users, a mix, a trace:
-within 3%). Exact when the links change slowly compared with a request and its laps; a request
+within 3%). Open arrivals: each piece is a stationary open queue (the flow-equivalent
+server of :mod:`wansim.analytical.open_arrivals`) and the walk takes its output rate; a queue
+near capacity carries from one piece into the next, which the pieces do not model
+(``tests/physics/test_open_drift.py``). Exact when the links change slowly compared with a request and its laps; a request
 that straddles a change sees a mixture the pieces do not model, and the DES's
 per-message factors are finer than the pieces. Results keep the stationary regime's band and
 ``validated`` where the approximation-error grid measured it (a drift of up to 1.3x on the sync

@@ -49,3 +49,17 @@ def test_open_arrivals_on_drifting_links_agree_with_the_des(case):
     appr = ana.approximation
     assert not appr["validated"] and "time-varying links" in appr["regime"]
     assert appr["regime"].startswith("open arrivals (poisson)")
+
+
+def test_a_queue_near_capacity_in_a_piece_is_named():
+    """At 0.03/s one slot is ~85% busy before the drift: the pieces say that a queue near
+    capacity carries between them (measured on such runs: the mean wait about half the
+    DES's)."""
+    sc = load_scenario(
+        DRIFT,
+        ["workload.arrival=poisson", "workload.rate_per_s=0.03", "workload.requests=200"],
+    )
+    appr = analyze(sc).approximation
+    assert not appr["validated"] and "near capacity" in appr["why"], appr["why"]
+    calm = load_scenario(DRIFT, ["workload.arrival=poisson", "workload.rate_per_s=0.015"])
+    assert "near capacity" not in analyze(calm).approximation["why"]

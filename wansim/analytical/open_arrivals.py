@@ -45,8 +45,12 @@ engine's expectation over the workload's nodes (:mod:`wansim.analytical.mixture`
 steady throughput in requests; c_s^2, the prefill and the decode-time mixture come from the
 nodes at C (a node's prompt and output taken independent of each other in the tails).
 
-Not modelled (refused): faults and time-varying links with open arrivals. Every answer is ``validated: false``: checked against the
-DES in tests/engines/test_open_arrivals.py, not on the approximation-error grid.
+Time-varying links: quasi-static pieces of this queue (:mod:`wansim.analytical.nonstationary`).
+Not modelled (refused): faults with open arrivals (measured with the faults' closed model as
+X(n): ``failover`` within the stationary bias, but ``fail`` frees slots the queue does not
+see, +86% on TTFT; and the open answer would need the faults' own metrics). Every answer is
+``validated: false``: checked against the DES in tests/engines/test_open_arrivals.py, not on
+the approximation-error grid.
 """
 
 from __future__ import annotations

@@ -6,12 +6,10 @@ failover ring of ``scenarios/ring-stage-failover.yaml``."""
 
 from __future__ import annotations
 
-import dataclasses
-
-import numpy as np
 import pytest
 
 from tests.conftest import ROOT
+from tests.physics.faults_agreement import agrees_with_des_mean
 from wansim.analytical import analyze
 from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
@@ -76,18 +74,7 @@ def test_loaded_faults_agree_with_the_des(case):
     """Against the DES's mean over seeds 0-2 (measured: tokens/s -1.4%, -3.6%, -5.4%, -2.7%;
     throughput -0.3%, -0.6%, -1.0%, -2.8%; goodput -0.3%, -6.2%, -1.0%, -2.8%; availability
     within 0.007): tokens/s, throughput and goodput within 8%, availability within 0.01."""
-    sc = load_scenario(RING, CASES[case])
-    ana = analyze(sc)
-    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(3)]
-    for key, tol in (
-        ("tokens_per_s", 0.08),
-        ("throughput_tokens_per_s", 0.08),
-        ("goodput_tokens_per_s", 0.08),
-    ):
-        des = float(np.mean([r[key] for r in runs]))
-        assert ana.metrics[key] == pytest.approx(des, rel=tol), (case, key)
-    des_avail = float(np.mean([r["availability"] for r in runs]))
-    assert ana.metrics["availability"] == pytest.approx(des_avail, abs=0.01)
+    ana = agrees_with_des_mean(load_scenario(RING, CASES[case]), case, 3, 0.08, 0.08, 0.01)
     assert not ana.approximation["validated"]
 
 
@@ -129,13 +116,7 @@ def test_faults_on_drifting_links_agree_with_the_des(case):
     +3.5%; availability within 0.008): within 8% and 0.015."""
     sets = ["faults.events=[{stage: 2, rate_per_hour: 60}]", "faults.detection_s=2"]
     sc = load_scenario(DRIFT, sets + DRIFTING[case])
-    ana = analyze(sc)
-    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(3)]
-    for key in ("tokens_per_s", "throughput_tokens_per_s", "goodput_tokens_per_s"):
-        des = float(np.mean([r[key] for r in runs]))
-        assert ana.metrics[key] == pytest.approx(des, rel=0.08), (case, key)
-    des_avail = float(np.mean([r["availability"] for r in runs]))
-    assert ana.metrics["availability"] == pytest.approx(des_avail, abs=0.015)
+    ana = agrees_with_des_mean(sc, case, 3, 0.08, 0.08, 0.015)
     regime = ana.approximation["regime"]
     assert "time-varying links" in regime and regime.endswith("+ faults")
     assert not ana.approximation["validated"]

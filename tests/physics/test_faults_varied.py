@@ -7,16 +7,13 @@ on the 8-stage failover ring of ``scenarios/ring-stage-failover.yaml``."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from wansim.analytical import analyze
+from tests.physics.faults_agreement import agrees_with_des_mean
 from wansim.analytical.faults import fault_run, fault_run_mixed
 from wansim.config.scenario import load_scenario
-from wansim.sim import simulate
 
 RING = ROOT / "scenarios" / "ring-stage-failover.yaml"
 RATED = ["faults.events=[{stage: 2, rate_per_hour: 60}]", "faults.detection_s=2"]
@@ -92,18 +89,7 @@ def test_faults_with_requests_that_differ_agree_with_the_des(case):
     throughput +0.3%, +6.5%, +1.2%; goodput +0.3%, +3.4%, +1.2%; availability within 0.004;
     the seeds' spread of goodput up to 11% with ``fail``): tokens/s within 5%, throughput and
     goodput within 8%, availability within 0.01; never vouched for."""
-    sc = load_scenario(RING, CASES[case])
-    ana = analyze(sc)
-    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(4)]
-    for key, tol in (
-        ("tokens_per_s", 0.05),
-        ("throughput_tokens_per_s", 0.08),
-        ("goodput_tokens_per_s", 0.08),
-    ):
-        des = float(np.mean([r[key] for r in runs]))
-        assert ana.metrics[key] == pytest.approx(des, rel=tol), (case, key)
-    des_avail = float(np.mean([r["availability"] for r in runs]))
-    assert ana.metrics["availability"] == pytest.approx(des_avail, abs=0.01)
+    ana = agrees_with_des_mean(load_scenario(RING, CASES[case]), case, 4, 0.05, 0.08, 0.01)
     appr = ana.approximation
     assert not appr["validated"] and appr["regime"].endswith("+ faults"), appr
 
@@ -133,17 +119,6 @@ def test_faults_with_requests_that_differ_on_drifting_links_agree_with_the_des(c
     +1.7% and -0.2%, throughput +1.8% and +4.4%, availability within 0.005): tokens/s within
     5%, throughput and goodput within 8%, availability within 0.01; never vouched for."""
     sc = load_scenario(ROOT / "scenarios" / "ring-drift-1.3x.yaml", DRIFTING[case])
-    ana = analyze(sc)
-    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(4)]
-    for key, tol in (
-        ("tokens_per_s", 0.05),
-        ("throughput_tokens_per_s", 0.08),
-        ("goodput_tokens_per_s", 0.08),
-    ):
-        des = float(np.mean([r[key] for r in runs]))
-        assert ana.metrics[key] == pytest.approx(des, rel=tol), (case, key)
-    des_avail = float(np.mean([r["availability"] for r in runs]))
-    assert ana.metrics["availability"] == pytest.approx(des_avail, abs=0.01)
-    appr = ana.approximation
+    appr = agrees_with_des_mean(sc, case, 4, 0.05, 0.08, 0.01).approximation
     assert not appr["validated"] and "time-varying links" in appr["regime"]
     assert appr["regime"].endswith("+ faults") and "workload nodes" in appr["regime"]

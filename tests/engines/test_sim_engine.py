@@ -277,6 +277,8 @@ def test_hundred_thousand_tokens_cost_bounded_events():
     per stage, one timeout per pass, no per-token events): the work bound that makes the DES
     fast, counted rather than timed (a wall-clock assert fails by chance under load)."""
     sc = load_scenario(REFERENCE, ["workload.requests=391"])  # 100,096 output tokens
-    r = simulate(sc)
+    r = simulate(sc, per_event=True)  # the event engine (a lone request: the lone ring, below)
     assert r.details["record"].output_tokens >= 100_000
     assert 0 < r.details["events"] <= 4 * sc.stages * r.details["verify_passes"]
+    lone = simulate(sc)  # the vectorised lone ring: no event at all, the same metrics
+    assert lone.details["events"] == 0 and lone.metrics == r.metrics

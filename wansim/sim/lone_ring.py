@@ -47,7 +47,7 @@ from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, VERIFY, Pass
 from wansim.sim.record import RunRecord
 from wansim.sim.request import Request, RequestSource
-from wansim.sim.stage import LastStage, RelayStage, Stage
+from wansim.sim.stage import LastStage, RelayStage
 from wansim.sim.verifier import Verifier
 
 ROWS_PER_BLOCK = 16_384  # passes summed per accumulate (bounds memory on long runs)
@@ -369,7 +369,7 @@ def _timeline_columns(
         "pass_rid": rid,
         "pass_step": step,
         "pass_n": np.where(verify, n_verify, wl.prompt_tokens),
-        **{name: kept.cat(name) for name in kept.parts},
+        **{name: kept.cat(name) for name in kept.parts if name != "verdict_ms"},
         "verify_rid": rid[verify],
         "verify_step": step[verify],
         "verify_time_ms": kept.cat("verdict_ms")[verify],
@@ -378,7 +378,6 @@ def _timeline_columns(
         "verify_remaining": np.repeat(wl.output_tokens - 1, len(committed)) - done_before,
         "verify_committed": committed,
     }
-    del columns["verdict_ms"]
     return columns
 
 
@@ -405,11 +404,6 @@ class _Columns:
 
     def cat(self, name: str) -> np.ndarray:
         return np.concatenate(self.parts[name])
-
-
-def _service(stage: Stage, batch: list[Pass]) -> float:
-    draft, compute = stage._service_ms(batch, batch[0].n)
-    return draft + compute  # as the stage adds them
 
 
 def _running(total: float, values: np.ndarray) -> float:
@@ -443,10 +437,9 @@ class _Ring:
         verify = [Pass(any_request, VERIFY, 1, n_verify)]
         # (prefill, verify) per stage: draft + compute, as the stage adds them; the drafting
         # before compute alone (a kept timeline's draft slices)
-        self.service_ms = [tuple(_service(s, b) for b in (prefill, verify)) for s in stages]
-        self.draft_ms = [
-            tuple(s._service_ms(b, b[0].n)[0] for b in (prefill, verify)) for s in stages
-        ]
+        parts = [[s._service_ms(b, b[0].n) for b in (prefill, verify)] for s in stages]
+        self.service_ms = [tuple(d + c for d, c in per_kind) for per_kind in parts]
+        self.draft_ms = [tuple(d for d, _ in per_kind) for per_kind in parts]
         # (bytes, decode share) of the forward message, (prefill, verify), per forward hop
         self.forward = [
             tuple(s.message_bytes(b, b[0].n) for b in (prefill, verify)) for s in stages[:-1]

@@ -13,7 +13,7 @@ import copy
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from wansim.analytical import analyze
@@ -103,8 +103,12 @@ def _analytical_monotone(seed: int) -> None:
     assert max(base.metrics["stage_utilization"]) <= 1.0 + 1e-9
     rate = base.metrics["tokens_per_s"]
     # the block schedule on a loaded ring solves its stale blocks as a fixed point over 4
-    # Laguerre nodes of S0's wait (a step function of it): its numerical noise, up to 1.8% in
-    # 60 hunt points, is the tolerance there; elsewhere the bisections' 0.1% (seed 704: 0.012%)
+    # Laguerre nodes of S0's wait, and how many stale blocks S0 starts before the verdict is a
+    # step function of the lap against S0's service: 1.8% in 60 hunt points, 3.7% at seed
+    # 792290 (S0 saturated, no jitter: latency x0.9 steps TTFT +23 ms, tokens/s -3.7% at the
+    # same throughput; the DES itself steps there, +33% throughput between latency x1.0 and
+    # x0.97, as the verdict comes just after or just before S0 starts the stale block). That
+    # step is the tolerance there; elsewhere the bisections' 0.1% (seed 704: 0.012%)
     blocks_loaded = "concurrent" in base.approximation["regime"] and (
         "async" in base.approximation["regime"] or "overlap" in base.approximation["regime"]
     )
@@ -112,12 +116,13 @@ def _analytical_monotone(seed: int) -> None:
     # queues sooner, so more of them decode at once and each one's rate can dip while the
     # throughput rises (seed 1012: 16 requests, no speculation, bandwidth x4: -0.3%)
     loaded = "concurrent" in base.approximation["regime"]
-    tolerance = 0.02 if blocks_loaded else 5e-3 if loaded else 1e-3
-    # ... and where a station is saturated in the model (utilisation 1: the requests' cycle
-    # time N / X is fixed by it), Little's law moves all the TTFT a faster link saves into the
-    # decode: the rate per request may fall to M / (D + saved TTFT), while the throughput may
-    # not fall (seed 152: the last stage drafting 60 ms a pass, 4 requests, bandwidth x4:
-    # TTFT -37.5 ms, tokens/s -2.8% on 1.28 s of decode, throughput unchanged)
+    tolerance = 0.04 if blocks_loaded else 5e-3 if loaded else 1e-3
+    # ... and in a closed loop the requests' cycle time is N / X: where the throughput X does
+    # not fall, Little's law moves the TTFT a faster link saves into the decode, so the rate
+    # per request may fall to M / (D + saved TTFT) (seed 152, a station saturated: TTFT
+    # -37.5 ms, tokens/s -2.8% on 1.28 s of decode, throughput unchanged; seeds 617613 and
+    # 902833, near saturation: bandwidth x4 saves 0.18 s and 1.3 s of TTFT, tokens/s -0.95%
+    # and -3.8% while the throughput rises 0.1% and 16%)
     saturated = loaded and max(base.metrics["stage_utilization"]) >= 1.0 - 1e-9
     decode_s = (data["workload"]["output_tokens"] - 1) / rate
     for field, factor in (("bandwidth_mbps", 4.0), ("latency_ms", 0.5)):
@@ -127,6 +132,10 @@ def _analytical_monotone(seed: int) -> None:
             assert better["throughput_tokens_per_s"] >= base.metrics["throughput_tokens_per_s"] * (
                 1 - 1e-3
             ), (seed, field)
+        throughput_kept = better["throughput_tokens_per_s"] >= base.metrics[
+            "throughput_tokens_per_s"
+        ] * (1 - 1e-3)
+        if loaded and throughput_kept:
             saved_s = max(base.metrics["ttft_ms_mean"] - better["ttft_ms_mean"], 0.0) / 1e3
             floor = rate * decode_s / (decode_s + saved_s)
         assert better["tokens_per_s"] >= floor * (1 - tolerance), (seed, field)
@@ -134,6 +143,8 @@ def _analytical_monotone(seed: int) -> None:
 
 @settings(max_examples=15)
 @given(seed=st.integers(0, 10**6))
+@example(seed=617613)  # near saturation: Little's law (found by the fresh run)
+@example(seed=902833)
 def test_analytical_monotone_and_utilisation_at_most_one(seed):
     _analytical_monotone(seed)
 
@@ -141,6 +152,8 @@ def test_analytical_monotone_and_utilisation_at_most_one(seed):
 @pytest.mark.slow
 @settings(max_examples=200, derandomize=False)
 @given(seed=st.integers(0, 10**6))
+@example(seed=792290)  # the stale-block step (~1 minute)
+@example(seed=902031)  # tcp: a train idling past the RTO every third frame (~45 s)
 def test_analytical_monotone_and_utilisation_at_most_one_fresh(seed):
     _analytical_monotone(seed)
 

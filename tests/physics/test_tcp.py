@@ -13,7 +13,14 @@ from wansim.analytical import analyze
 from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
 from wansim.links.delivery import HopSender
-from wansim.links.tcp import TcpParams, TcpSender, periodic_busy_ms, prefill_busy_ms
+from wansim.links.tcp import (
+    TcpParams,
+    TcpSender,
+    periodic_busy_ms,
+    periodic_train,
+    prefill_busy_ms,
+    settled_cycle,
+)
 from wansim.sim import simulate
 
 MSS = 1000
@@ -60,6 +67,32 @@ def test_restart_after_idle_is_a_switch():
     # back to back (period shorter than the busy time) the window never idles: no restart
     busy = periodic_busy_ms(TcpParams(restart_after_idle=True), period_ms=1.0, **kwargs)
     assert busy == pytest.approx(open_, rel=0.01)
+
+
+def test_a_train_idling_past_the_rto_every_few_frames_costs_its_cycle_mean():
+    """244 kB every 242 ms on a 30 ms hop (hunt seed 902031 with latency halved): a cold frame
+    (240 ms) leaves the window open for the next (58 ms) and the one after (2 ms), which
+    then idles 240 ms, past the RTO, so the fourth is cold again. The settled cost is the
+    cycle's mean (brute force: the mean of frames 600-1199 of the same train, a whole number
+    of any cycle up to 6), not its last frame's; the ring built on the last frame's cost
+    stayed at a 1.9 s lap (tokens/s -71% against the DES's 42)."""
+    kwargs = {"bandwidth_mbps": 1000.0, "latency_ms": 30.0, "rto_ms": 200.0, "n_bytes": 243810.0}
+    settled = periodic_busy_ms(TcpParams(), period_ms=242.4375, **kwargs)
+    sender = TcpSender(
+        TcpParams(), kwargs["bandwidth_mbps"], kwargs["latency_ms"], kwargs["rto_ms"]
+    )
+    busy = [b for b, _ in periodic_train(sender, kwargs["n_bytes"], 242.4375, 1200)]
+    brute = math.fsum(busy[600:]) / 600
+    assert settled == pytest.approx(brute, rel=1e-9)
+    assert max(busy[600:]) > 200 and min(busy[600:]) < 3  # 240, 58, 2 ms ...
+    assert settled == pytest.approx(100.0, abs=1.0)  # ... their mean
+    assert settled_cycle(busy) == 3 and settled_cycle([1.0, 2.0, 3.0, 4.0]) == 0
+    # a train that settles to one busy time keeps its last frame's, bit for bit
+    fast = periodic_busy_ms(TcpParams(), period_ms=100.0, **kwargs)
+    sender = TcpSender(
+        TcpParams(), kwargs["bandwidth_mbps"], kwargs["latency_ms"], kwargs["rto_ms"]
+    )
+    assert fast == [b for b, _ in periodic_train(sender, kwargs["n_bytes"], 100.0, 64)][-1]
 
 
 def test_loss_repairs_fast_retransmit_and_timeout():

@@ -144,8 +144,16 @@ def check_supported(scenario: Scenario) -> None:
             (
                 "faults.events",
                 f"{len(scenario.faults.events)} events",
-                scalar and not blocks,
-                "faults with the block schedule or on a grid are",
+                scalar,
+                "faults on a grid are",
+            )
+        )
+        unsupported.append(
+            (
+                "faults.events",
+                f"{len(scenario.faults.events)} events",
+                not is_hybrid(scenario),
+                "faults with the per-round hybrid are",
             )
         )
     for path, value, ok, what in unsupported:
@@ -460,11 +468,48 @@ def _with_faults(scenario: Scenario, answer: Answer, metrics: dict, details: dic
 
 
 def _fault_means(scenario: Scenario, means: dict) -> dict:
-    """A kind of request's means for the fault model: the model's, and the variance of its
-    number of passes (over the difficulty quadrature)."""
+    """A kind of request's means for the fault model: the model's, the variance of its
+    number of passes (over the difficulty quadrature), and under the block schedule the lap
+    that restarts its chain after a re-prefill (:func:`wansim.analytical.faults.fault_run`)."""
     w, n_mean, n_var = passes_per_node(scenario)
     passes_var = float((w * (n_var + n_mean**2)).sum() - (w * n_mean).sum() ** 2)
-    return {**means, "passes_var": passes_var}
+    out = {**means, "passes_var": passes_var}
+    if uses_blocks(scenario):
+        out["first_lap_ms"], out["lap_residual_ms"] = _chain_laps_ms(
+            scenario, float(means["lap_ms_mean"])
+        )
+    return out
+
+
+def _chain_laps_ms(scenario: Scenario, lap_ms: float) -> tuple[float, float]:
+    """The block schedule's laps as a failover sees them: (the first lap after a re-prefill,
+    the mean residual of the lap a failure interrupts). The first lap is one block alone
+    through the drafting and the whole ring, a sync lap (the blocks model's B = 1 limit); the
+    residual E[L^2] / 2 E[L] is over the model's verify-to-verify laps (short spacings inside
+    a chain, a long restart after each lost bet: ``lap_atoms``) and the verdicts' jitter.
+    With several requests in flight both carry the queueing the loaded ring adds to a lap
+    (the loaded lap ``lap_ms`` less the lone request's)."""
+    wl = scenario.workload
+    calm = dataclasses.replace(scenario.faults, events=())
+    lone = dataclasses.replace(
+        scenario,
+        workload=dataclasses.replace(wl, concurrency=1),
+        schedule=dataclasses.replace(scenario.schedule, batching="none"),
+        faults=calm,
+    )
+    one = dataclasses.replace(
+        lone,
+        schedule=dataclasses.replace(lone.schedule, kind="sync", max_inflight_blocks=1),
+        drafter=dataclasses.replace(scenario.drafter, overlap=False),
+    )
+    sched = block_schedule(lone)
+    values, weights = sched.chains.lap_atoms
+    lone_lap = float((weights * values).sum())
+    queued = max(lap_ms - lone_lap, 0.0) if in_flight(scenario) > 1 else 0.0
+    values = values + queued
+    jitter_var = float(np.asarray(sched.means["lap_ms_var"]))
+    residual = float(((weights * values**2).sum() + jitter_var) / (2.0 * (weights * values).sum()))
+    return float(sync_metrics(one)["lap_ms_mean"]) + queued, residual
 
 
 def _merged_faults(metrics: dict, details: dict, fa) -> tuple[dict, dict]:

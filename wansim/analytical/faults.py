@@ -1,4 +1,4 @@
-"""Faults in expected value (sync schedule, closed loop), the DES's model of
+"""Faults in expected value (closed loop, either schedule), the DES's model of
 :mod:`wansim.sim.faults` (a failure stops the ring for its downtime D and loses the passes in
 flight; ``failover`` re-prefills the request, ``fail`` fails it).
 
@@ -32,6 +32,17 @@ request's loaded ring time (its loaded TTFT plus N laps of the loaded lap), the 
 R T0 / N, every failure hits the N requests in the ring (fail: N fail; failover: N re-prefill,
 queued behind each other at the slowest station a prefill crosses, (N - 1) times its service
 added to X), and a request's hits are those of the failures that found it in the ring.
+
+The block schedule (async, an overlapped drafter): a request's verify-to-verify laps are of
+two kinds, short spacings inside a chain and a whole lap after each lost bet, so the lap a
+failure interrupts has the residual E[L^2] / 2 E[L] over the blocks model's laps (its
+``lap_atoms``), not over one lap of the mean length; and after the re-prefill the new chain's
+first verdict comes a first lap F (one block through the drafting and the whole ring) later,
+where the interrupted chain's would have come a residual after the failure. So a failover in
+the decode adds the residual (lost) + P(prompt + c) + F - 2 x residual (the engine gives F and
+the residual as ``first_lap_ms``, ``lap_residual_ms``; with N in flight both carry the loaded
+ring's queueing per lap). A sync ring's next lap is like the one lost (F - 2 x residual ~ 0:
+left out, the model as above).
 
 Requests that differ (:func:`fault_run_mixed`, kinds i with shares w_i): T0 is the mean
 sum w_i T0_i; a failure finds kind i with probability w_i T0_i / T0 (its share of the ring
@@ -149,12 +160,22 @@ def fault_run_mixed(
     in_decode = decode / t0
     elapsed_lap = (lap**2 + lap_var) / (2.0 * lap)
     elapsed = (p0**2 + n * (lap**2 + lap_var)) / (2.0 * t0)
+    # the block schedule: its laps are of two kinds (chain spacings, a restart after each lost
+    # bet) with their own residual; the restarted chain's first verdict comes a first lap F
+    # after the re-prefill, where the interrupted chain's would have come a residual after the
+    # failure (sync: the next lap is like the one lost, F - 2 x residual ~ 0, left out)
+    blocks = per_kind("first_lap_ms", -1.0) >= 0.0
+    residual = per_kind("lap_residual_ms", 0.0)
+    elapsed_lap = np.where(blocks, residual, elapsed_lap)
+    elapsed = np.where(blocks, (p0**2 + n * 2.0 * lap * residual) / (2.0 * t0), elapsed)
+    restart = np.where(blocks, per_kind("first_lap_ms", -1.0) - 2.0 * residual, 0.0)
     reprefill = np.empty(len(kinds))
     for i, (_, sc, _) in enumerate(kinds):
         c = np.floor((np.arange(C_POINTS) + 0.5) / C_POINTS * m[i])
         reprefill[i] = float(np.mean(reprefill_ms(sc, c)))
         if slots > 1:  # the other re-prefills queue at the slowest station
             reprefill[i] += (slots - 1.0) * float(np.mean(prefill_station_ms(sc, c)))
+    reprefill += restart
     failover = faults.recovery == "failover"
     x_k = elapsed + in_decode * reprefill  # ring time a failover adds
     var_t = lap**2 * n_var + n * lap_var

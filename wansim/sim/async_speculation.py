@@ -110,12 +110,13 @@ class Verdict:
     """Last stage -> S0: the verdict of block ``step`` (``won``: the bet on it won; ``tree``:
     a tree round's verdict)."""
 
-    __slots__ = ("committed", "epoch", "request", "step", "tree", "won")
+    __slots__ = ("committed", "epoch", "gen", "request", "step", "tree", "won")
     kind = VERDICT
     n = 0
 
     def __init__(self, request, step: int, committed: int, won: bool, epoch: int, tree=False):
         self.request = request
+        self.gen = request.gen  # lost with the ring in a failure (wansim.sim.faults)
         self.step = step
         self.committed = committed
         self.won = won
@@ -129,12 +130,13 @@ class Verdict:
 class Cancel:
     """S0 -> S1 -> ... -> S(P-2): drop the request's blocks of epochs before ``epoch``."""
 
-    __slots__ = ("epoch", "request")
+    __slots__ = ("epoch", "gen", "request")
     kind = CANCEL
     n = 0
 
     def __init__(self, request, epoch: int):
         self.request = request
+        self.gen = request.gen
         self.epoch = epoch
 
     def label(self) -> str:
@@ -167,6 +169,7 @@ class RequestState:
         "bet_rng",
         "bets",
         "committed_known",
+        "down",
         "drafting",
         "epoch",
         "forwarded_step",
@@ -193,6 +196,7 @@ class RequestState:
         self.held = None  # overlap: the block drafted ahead, waiting for the window
         self.drafting = None  # overlap: the block on the drafter device
         self.forwarded_step = 0  # the last step S0 forwarded in the known epoch
+        self.down = False  # lost in a failure: nothing issued until its re-prefill's verdict
         self.p_guess = p_guess
         self.bet_rng = bet_rng
         self.bets: list[float] = []
@@ -225,6 +229,7 @@ class Scheduler:
         "drafter_wasted_blocks",
         "dropped_unstarted",
         "env",
+        "faults",
         "first_stage",
         "flush",
         "full",
@@ -256,8 +261,10 @@ class Scheduler:
         draft_ms: float,
         cancel_bytes: float,
         tree_rounds: TreeRounds | None = None,
+        faults: bool = False,
     ):
         self.env = env
+        self.faults = faults  # failures renew requests' generations (wansim.sim.faults)
         self.verifier = verifier
         self.stages = stages
         self.n_stages = len(stages)
@@ -351,6 +358,10 @@ class Scheduler:
         receive = stage.receive
 
         def deliver(message: list) -> None:
+            if self.faults and not all(m.gen == m.request.gen for m in message):
+                message = [m for m in message if m.gen == m.request.gen]  # lost in a failure
+                if not message:
+                    return
             head = message[0]
             if head.kind == VERDICT:
                 for v in message:
@@ -423,7 +434,7 @@ class Scheduler:
                 self._cancelled(p)
                 continue
             keep.append(p)
-            if index == 0 and self.first_stage:
+            if index == 0 and self.first_stage and p.gen == p.request.gen:
                 st = self.states[p.request.rid]
                 st.forwarded_step = p.step
                 issue.append(p.request)
@@ -441,10 +452,14 @@ class Scheduler:
         answers = []
         for p in batch:
             req = p.request
+            if p.gen != req.gen:  # lost in a failure while computed (wansim.sim.faults)
+                continue
             st = self.states[req.rid]
-            if p.kind != VERIFY:  # prefill: the first token
-                req.first_token_ms = now
-                req.last_verify_ms = now
+            if p.kind != VERIFY:  # prefill: the first token (a re-prefill keeps both clocks)
+                if req.first_token_ms != req.first_token_ms:
+                    req.first_token_ms = now
+                    req.last_verify_ms = now
+                st.down = False
                 if req.committed >= req.decode_tokens:
                     source.finished(req)
                 elif self.first_stage:
@@ -548,10 +563,29 @@ class Scheduler:
             self.cancel_messages += 1
             stage.link_out.send([c], self.cancel_bytes, 1.0)
 
+    def lost_in_failure(self, req) -> None:
+        """A failure lost everything of the request in the ring (:mod:`wansim.sim.faults`: its
+        generation is renewed, its passes and messages are dropped where next handled): it
+        issues nothing until its re-prefill's first token (failover) or at all (fail). A new
+        epoch discards what the drafter device is drafting for it; no bet or acceptance draw
+        is consumed, so its committed sequence is unchanged."""
+        st = self.states[req.rid]
+        st.down = True
+        st.committed_known = req.committed  # what the re-prefill carries
+        st.epoch += 1
+        st.known_epoch = st.epoch
+        st.inflight = 0
+        st.pending = None  # (the failure emptied S0's mailbox of it)
+        if st.held is not None:
+            self.drafter_wasted_blocks += 1
+            st.held = None
+        st.forwarded_step = 0
+        st.round = None
+
     def _issue(self, req) -> None:
         """Put the request's next block on its way if the window and the request allow."""
         st = self.states[req.rid]
-        if req.finish_ms == req.finish_ms:  # finished (the room rule already stops it)
+        if req.finish_ms == req.finish_ms or st.down:  # finished, or waiting for a re-prefill
             return
         if self.overlap:
             self._release(req, st)
@@ -587,7 +621,7 @@ class Scheduler:
     # overlap: the drafter device ------------------------------------------------------------
     def _draft(self, req, st: RequestState) -> None:
         """Queue the request's next block for the drafter device (one ahead at most)."""
-        if st.drafting is not None or st.held is not None or not self._room(st, req):
+        if st.drafting is not None or st.held is not None or st.down or not self._room(st, req):
             return
         st.drafting = QUEUED
         self.draft_queue.append(req)
@@ -610,7 +644,7 @@ class Scheduler:
             req = queue.popleft()
             st = self.states[req.rid]
             st.drafting = None
-            if st.held is not None or not self._room(st, req):
+            if st.held is not None or st.down or not self._room(st, req):
                 continue
             block = Block(req, st.next_step, self.tokens, st.known_epoch)
             st.next_step += 1
@@ -647,7 +681,7 @@ class Scheduler:
     def _release(self, req, st: RequestState) -> None:
         """Send the held block into the pipe when the window has room; then draft ahead."""
         block = st.held
-        if block is None or st.inflight >= self.window:
+        if block is None or st.inflight >= self.window or st.down:
             return
         st.held = None
         st.inflight += 1

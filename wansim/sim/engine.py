@@ -117,13 +117,6 @@ def check_supported(scenario: Scenario) -> None:
     if not uses_blocks(scenario):
         return
     check_tree_rounds(scenario)
-    if scenario.faults.events:
-        raise ScenarioError(
-            "faults.events",
-            "faults with the block schedule (async, an overlapped drafter) are not simulated"
-            " (use schedule.kind: sync without drafter.overlap)",
-            f"{len(scenario.faults.events)} events",
-        )
     field = "schedule.kind" if sched.kind == "async" else "drafter.overlap"
     value = sched.kind if sched.kind == "async" else True
     if scenario.speculation.policy == "tree":
@@ -347,6 +340,9 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
     )
     if faults is not None:
         faults.wire(source, admit)
+        if scheduler is not None:
+            faults.scheduler = scheduler
+            scheduler.faults = True
     if tl is not None:  # the WAN physics' own slices (wansim.sim.perfetto)
         for stage in stages:
             stage.slowdowns = tl.slowdowns

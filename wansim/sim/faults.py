@@ -6,7 +6,10 @@ flight at t - computing, queued at a stage or on a link - is lost: each request 
 gets a new generation (``Request.gen``), and a pass of an older generation is dropped where it
 is next handled (a link's delivery, a stage's mailbox, the verifier). Work in progress is not
 aborted (a stage finishes the pass it computes; its busy time counts, the result is dropped).
-Requests admitted during the outage wait for the ring.
+Requests admitted during the outage wait for the ring. Under the block schedule the verdicts
+and cancellations in flight carry the generation too, and the schedule is told of each request
+hit (:meth:`wansim.sim.async_speculation.Scheduler.lost_in_failure`): it issues nothing for it
+until the re-prefill's first token, then starts a new chain.
 
 Recovery (``faults.recovery``):
 
@@ -89,6 +92,7 @@ class FaultInjector:
         self.stages = stages
         self.source = None
         self._admit = None
+        self.scheduler = None  # the block schedule, told of the requests a failure hits
         self.rng = np.random.default_rng(seed)
         self.log = FaultLog(faults.recovery)
         self.down_until = -1.0
@@ -184,6 +188,8 @@ class FaultInjector:
         ]
         for req in hit:
             req.gen += 1
+            if self.scheduler is not None:
+                self.scheduler.lost_in_failure(req)
         for stage in self.stages:  # queued passes of the old generations
             if stage.mailbox:
                 stale = [p for p in stage.mailbox if p.gen != p.request.gen]

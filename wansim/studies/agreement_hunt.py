@@ -196,7 +196,8 @@ def wan_physics(data: dict, seed: int) -> dict:
     """Issue 13's mechanisms on a drawn scenario, from a stream of their own (seed, 13): the
     base draws of every seed stay what they were. Each is added where both engines model it
     (the analytical engine refuses the rest: tcp with loss beyond one request or with
-    continuous batching, faults with async or requests that differ). The hybrid is drawn with one request only: its
+    continuous batching, faults with the per-round hybrid). The hybrid is drawn with one
+    request only: its
     concurrent form (answered, ``validated: false``) came after the hunt's table."""
     rng = np.random.default_rng([int(seed), 13])
     net, sched, wl = data["network"], data["schedule"], data["workload"]
@@ -282,6 +283,27 @@ def wan_physics(data: dict, seed: int) -> dict:
             acc = drafter["acceptance"]
             if "profile" not in acc:  # the tree rounds need sibling rates
                 acc["sibling_logit_offsets"] = [1.0, 2.0]
+    # failures on the block schedule (async, an overlapped drafter; not the per-round hybrid,
+    # which the analytical engine refuses with faults): a stream of its own (seed, 13, 5)
+    blocks = sched["kind"] == "async" or drafter["overlap"]
+    if (
+        "faults" not in data
+        and blocks
+        and not sched.get("micro_batches")
+        and "hybrid_confident_fraction" not in sched
+    ):
+        on_blocks = np.random.default_rng([int(seed), 13, 5])
+        if on_blocks.random() < 0.3:
+            data["faults"] = {
+                "recovery": str(on_blocks.choice(["failover", "fail"])),
+                "detection_s": float(on_blocks.choice([0.05, 0.5])),
+                "events": [
+                    {
+                        "stage": int(on_blocks.integers(0, stages)),
+                        "at_s": float(on_blocks.choice([0.2, 1.0])),
+                    }
+                ],
+            }
     return data
 
 

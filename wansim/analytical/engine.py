@@ -178,11 +178,13 @@ def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
             "open arrivals are evaluated one scenario at a time (wansim run), not on a grid",
             scenario.workload.arrival,
         )
-    if scenario.faults.events:
+    if needs_points(scenario):  # (evaluate_grid answers these one point at a time)
+        field = "faults.events" if scenario.faults.events else "network.transport"
         raise ScenarioError(
-            "faults.events",
-            "a faulty ring is evaluated one scenario at a time (wansim run), not on a grid",
-            f"{len(scenario.faults.events)} events",
+            field,
+            "is answered one point at a time (analytical.grid.evaluate_grid, wansim run), not"
+            " by the vectorised closed forms",
+            f"{len(scenario.faults.events)} events" if scenario.faults.events else "tcp",
         )
     if is_hybrid(scenario):
         raise ScenarioError(
@@ -199,6 +201,30 @@ def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     if concurrent(scenario):
         out = concurrent_metrics(scenario, out, lap_parts(scenario), blocks)
     return out
+
+
+def needs_points(scenario: Scenario) -> bool:
+    """Whether a grid of the scenario is answered one point at a time (:func:`point_means`):
+    TCP's window is a fixed point of the lap, and faults an expected value over the whole run,
+    neither of which broadcasts over a grid's values."""
+    return scenario.network.transport == "tcp" or bool(scenario.faults.events)
+
+
+def point_means(scenario: Scenario) -> dict[str, float]:
+    """:data:`GRID_KEYS` of one scalar scenario by the model :func:`analyze` uses (the TCP
+    fixed point and the prefill's own window, the faults' expected value: tokens/s, throughput,
+    TTFT and the stages' idling through the outages); the other keys are those of the run the
+    model answers on (the ideal-transport equivalent, the run without faults). A metric the
+    faults leave undefined (failures outpacing recovery) is NaN."""
+    answer, _, _, _ = _stationary_answer(scenario)
+    metrics = _metrics(answer)  # (the bubble from the utilisation, as analyze reports it)
+    means = {k: float(np.asarray(metrics.get(k, answer.means[k]))) for k in GRID_KEYS}
+    if scenario.faults.events:
+        merged, _ = _with_faults(scenario, answer, metrics, dict(answer.details))
+        for key in ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean", "bubble_fraction"):
+            value = merged[key]
+            means[key] = float("nan") if value is None else float(value)
+    return means
 
 
 GRID_KEYS = (

@@ -5,7 +5,8 @@ arrays inside an otherwise ordinary scenario, and the same functions that evalua
 evaluate all points by broadcasting (chunked to bound memory). Every distinct value of every
 field is validated through the scenario loader first, so a bad value fails with its field path
 before anything is computed. Categorical fields (policy, kinds) are not vectorised: evaluate one
-grid per category.
+grid per category. TCP and faults are answered one point at a time by the model ``analyze``
+uses (a fixed point of the lap, an expected value over the run).
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from wansim.analytical.engine import GRID_KEYS, check_supported, mean_metrics
+from wansim.analytical.engine import (
+    GRID_KEYS,
+    check_supported,
+    mean_metrics,
+    needs_points,
+    point_means,
+)
 from wansim.config.scenario import Scenario, load_scenario, scenario_to_dict, split_path
 from wansim.config.validation import parsing_memoised
 from wansim.errors import ScenarioError
@@ -113,6 +120,8 @@ def evaluate_grid(
         shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
         points = {k: np.broadcast_to(a, shape).flatten() for k, a in arrays.items()}  # new arrays
     n = len(next(iter(points.values()))) if points else 1
+    if needs_points(base):
+        return _point_by_point(base, points, n)
     if mesh and points and OPEN_MESH:
         return _open_mesh(base, arrays, points, n)
     chunks = []
@@ -125,6 +134,20 @@ def evaluate_grid(
         size = min(CHUNK, n - start)
         chunks.append({k: np.broadcast_to(out[k], (size,)) for k in GRID_KEYS})
     return _frame({k: np.concatenate([c[k] for c in chunks]) for k in GRID_KEYS}, points, n)
+
+
+def _point_by_point(base: Scenario, points, n: int) -> pd.DataFrame:
+    """TCP and faults (:func:`wansim.analytical.engine.needs_points`): each point by the model
+    ``analyze`` uses (milliseconds a point, not the closed forms' microseconds)."""
+    rows = []
+    for i in range(n):
+        sc = base
+        for key, arr in points.items():
+            sc = replace_dotted(sc, key, arr[i].item())
+        rows.append(point_means(sc))
+    metrics = {k: np.array([r[k] for r in rows], dtype=float) for k in GRID_KEYS}
+    metrics["target_exact"] = metrics["target_exact"].astype(bool)
+    return _frame(metrics, points, n)
 
 
 def _open_mesh(base: Scenario, arrays, points, n: int) -> pd.DataFrame:

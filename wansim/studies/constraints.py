@@ -8,11 +8,11 @@ import math
 import re
 
 from wansim.errors import WansimInputError
-from wansim.results.metric_names import METRICS
+from wansim.results.metric_names import FAULT_METRICS, METRICS
 
-# metrics a bound may name: every scalar number both engines report
+# metrics a bound may name: every scalar number both engines report (the faults' with faults)
 NOT_BOUNDABLE = ("stage_utilization", "tokens_per_s_ci95", "target_exact")
-BOUNDABLE = tuple(name for name in METRICS if name not in NOT_BOUNDABLE)
+BOUNDABLE = tuple(name for name in {**METRICS, **FAULT_METRICS} if name not in NOT_BOUNDABLE)
 
 _BOUND = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*(\S+)\s*$")
 

@@ -31,6 +31,7 @@ LOWER_IS_BETTER = (
     "bubble_fraction",
     "bytes_per_token",
     "wasted_token_fraction",
+    "failed_requests",
 )
 # metrics outside the vectorised grid (tails, serving metrics) cost one analytical run per point
 MAX_POINT_RUNS = 2000
@@ -109,6 +110,15 @@ def optimize(
         direction = "min" if metric in LOWER_IS_BETTER else "max"
     sets = list(sets or [])
     base = load_scenario(path, sets)
+    from wansim.results.metric_names import FAULT_METRICS
+
+    for name in (metric, *(b.metric for b in constraints)):
+        if name in FAULT_METRICS and not base.faults.events:
+            raise WansimInputError(
+                "--metric" if name == metric else "--constraint",
+                "is reported with faults only (the scenario has no faults.events)",
+                name,
+            )
     per_stage = has_per_stage_lists(scenario_to_dict(base)) or any(
         f.startswith(PER_STAGE_PATHS) for f, _ in overs
     )

@@ -35,7 +35,7 @@ from wansim.analytical.nonstationary import analyze_pieces, stationary_at
 from wansim.analytical.open_arrivals import analyze_open
 from wansim.analytical.regime import UNVALIDATED_BAND, approximation, varied_approximation
 from wansim.analytical.serving import serving_metrics
-from wansim.analytical.shared_host import analyze_shared_host, contended
+from wansim.analytical.shared_host import analyze_shared_host, contended, scaled
 from wansim.analytical.sync import (
     lap_constant,
     lap_parts,
@@ -170,27 +170,33 @@ def concurrent(scenario: Scenario) -> bool:
     )
 
 
-def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
-    """Mean metrics (arrays; fields may be arrays) by the model that covers the scenario."""
+def check_grid(scenario: Scenario) -> None:
+    """What no grid answers, point by point or vectorised (one line, exit 2): open arrivals
+    and the per-round hybrid (``wansim run`` evaluates them one scenario at a time)."""
     if scenario.workload.arrival != "closed":
         raise ScenarioError(
             "workload.arrival",
             "open arrivals are evaluated one scenario at a time (wansim run), not on a grid",
             scenario.workload.arrival,
         )
-    if needs_points(scenario):  # (evaluate_grid answers these one point at a time)
-        field = "faults.events" if scenario.faults.events else "network.transport"
-        raise ScenarioError(
-            field,
-            "is answered one point at a time (analytical.grid.evaluate_grid, wansim run), not"
-            " by the vectorised closed forms",
-            f"{len(scenario.faults.events)} events" if scenario.faults.events else "tcp",
-        )
     if is_hybrid(scenario):
         raise ScenarioError(
             "schedule.hybrid_confident_fraction",
             "the per-round hybrid is evaluated one scenario at a time (wansim run), not on a grid",
             scenario.schedule.hybrid_confident_fraction,
+        )
+
+
+def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
+    """Mean metrics (arrays; fields may be arrays) by the model that covers the scenario."""
+    check_grid(scenario)
+    if needs_points(scenario):  # (evaluate_grid answers these one point at a time)
+        field, value = point_field(scenario)
+        raise ScenarioError(
+            field,
+            "is answered one point at a time (analytical.grid.evaluate_grid, wansim run), not"
+            " by the vectorised closed forms",
+            value,
         )
     blocks = uses_blocks(scenario)
     out = block_schedule_metrics(scenario) if blocks else sync_metrics(scenario)
@@ -205,17 +211,38 @@ def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
 
 def needs_points(scenario: Scenario) -> bool:
     """Whether a grid of the scenario is answered one point at a time (:func:`point_means`):
-    TCP's window is a fixed point of the lap, and faults an expected value over the whole run,
-    neither of which broadcasts over a grid's values."""
-    return scenario.network.transport == "tcp" or bool(scenario.faults.events)
+    TCP's window is a fixed point of the lap, faults an expected value over the whole run, a
+    KV capacity an admission limit and its queue, a shared host a fixed point of the compute
+    stretch; none of them broadcasts over a grid's values."""
+    return (
+        scenario.network.transport == "tcp"
+        or bool(scenario.faults.events)
+        or scenario.workload.kv_capacity_tokens is not None
+        or scenario.model.host_cores is not None
+    )
+
+
+def point_field(scenario: Scenario) -> tuple[str, Any]:
+    """The field (and its value) that makes :func:`needs_points` true, for error lines."""
+    if scenario.faults.events:
+        return "faults.events", f"{len(scenario.faults.events)} events"
+    if scenario.network.transport == "tcp":
+        return "network.transport", "tcp"
+    if scenario.workload.kv_capacity_tokens is not None:
+        return "workload.kv_capacity_tokens", scenario.workload.kv_capacity_tokens
+    return "model.host_cores", scenario.model.host_cores
 
 
 def point_means(scenario: Scenario) -> dict[str, float]:
     """:data:`GRID_KEYS` of one scalar scenario by the model :func:`analyze` uses (the TCP
-    fixed point and the prefill's own window, the faults' expected value: tokens/s, throughput,
-    TTFT and the stages' idling through the outages); the other keys are those of the run the
-    model answers on (the ideal-transport equivalent, the run without faults). A metric the
-    faults leave undefined (failures outpacing recovery) is NaN."""
+    fixed point and the prefill's own window, the KV admission and its queue, the shared
+    host's stretch, the faults' expected value: tokens/s, throughput, TTFT and the stages'
+    idling through the outages); the other keys are those of the run the model answers on
+    (the ideal-transport equivalent, the run without faults). A metric the faults leave
+    undefined (failures outpacing recovery) is NaN."""
+    if contended(scenario):  # the run at the fixed point's stretch (shared_host.py)
+        stretch = analyze(scenario).details["shared_host"]["stretch"]
+        return point_means(scaled(scenario, stretch))
     answer, _, _, _ = _stationary_answer(scenario)
     metrics = _metrics(answer)  # (the bubble from the utilisation, as analyze reports it)
     means = {k: float(np.asarray(metrics.get(k, answer.means[k]))) for k in GRID_KEYS}

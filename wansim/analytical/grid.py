@@ -5,8 +5,9 @@ arrays inside an otherwise ordinary scenario, and the same functions that evalua
 evaluate all points by broadcasting (chunked to bound memory). Every distinct value of every
 field is validated through the scenario loader first, so a bad value fails with its field path
 before anything is computed. Categorical fields (policy, kinds) are not vectorised: evaluate one
-grid per category. TCP and faults are answered one point at a time by the model ``analyze``
-uses (a fixed point of the lap, an expected value over the run).
+grid per category. TCP, faults, a KV capacity and a shared host are answered one point at a
+time by the model ``analyze`` uses (fixed points, an expected value over the run, an admission
+queue: :func:`wansim.analytical.engine.needs_points`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pandas as pd
 
 from wansim.analytical.engine import (
     GRID_KEYS,
+    check_grid,
     check_supported,
     mean_metrics,
     needs_points,
@@ -121,6 +123,7 @@ def evaluate_grid(
         points = {k: np.broadcast_to(a, shape).flatten() for k, a in arrays.items()}  # new arrays
     n = len(next(iter(points.values()))) if points else 1
     if needs_points(base):
+        check_grid(base)
         return _point_by_point(base, points, n)
     if mesh and points and OPEN_MESH:
         return _open_mesh(base, arrays, points, n)
@@ -137,8 +140,8 @@ def evaluate_grid(
 
 
 def _point_by_point(base: Scenario, points, n: int) -> pd.DataFrame:
-    """TCP and faults (:func:`wansim.analytical.engine.needs_points`): each point by the model
-    ``analyze`` uses (milliseconds a point, not the closed forms' microseconds)."""
+    """TCP, faults, a KV capacity, a shared host (:func:`wansim.analytical.engine.needs_points`):
+    each point by the model ``analyze`` uses (milliseconds a point, not microseconds)."""
     rows = []
     for i in range(n):
         sc = base

@@ -6,6 +6,7 @@ and at their limits (p = 1: the async schedule; p = 0: the sync tree schedule)."
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -314,13 +315,20 @@ def hybrid_scenarios(draw) -> dict:
 
 
 def _agree(data: dict) -> None:
-    """tokens/s within the hybrid's checked 10% plus the DES's 95% half-width; tau 5%."""
+    """tokens/s within the hybrid's checked 10% plus the DES's 95% half-width; tau within 5%
+    plus three standard errors of the DES's tau over its 16 requests (their own taus' spread:
+    the fresh run found seed 2, a window of 1 with the flush protocol, whose DES tau 2.637 lies
+    2.2 standard deviations above its mean over 12 seeds, 2.497, where the model says 2.501)."""
     sc = load_scenario(data=data)
-    des, ana = simulate(sc).metrics, analyze(sc).metrics
+    res = simulate(sc)
+    des, ana = res.metrics, analyze(sc).metrics
     low, high = des["tokens_per_s_ci95"]
     half = (high - low) / 2
     assert abs(ana["tokens_per_s"] - des["tokens_per_s"]) <= 0.10 * des["tokens_per_s"] + half
-    assert ana["tau"] == pytest.approx(des["tau"], rel=0.05)
+    record = res.details["record"]
+    per_request = record.decode_tokens / np.maximum(record.passes, 1)
+    stderr = float(np.std(per_request, ddof=1) / np.sqrt(len(per_request)))
+    assert abs(ana["tau"] - des["tau"]) <= 0.05 * des["tau"] + 3.0 * stderr
 
 
 @settings(max_examples=6, deadline=None)

@@ -15,6 +15,7 @@ import contextlib
 import math
 
 import numpy as np
+import pytest
 import simpy
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -181,14 +182,25 @@ def test_a_kept_timeline_to_the_bit():
     assert_same_run(load_scenario(data=BASE, overrides=over), timeline=True)
 
 
-def test_faults_to_the_bit():
-    """A stage failure mid-run (sync schedule, the requests in flight re-prefilled)."""
+@pytest.mark.parametrize(
+    "schedule",
+    [{"kind": "sync"}, {"kind": "async", "max_inflight_blocks": 3}],
+    ids=["sync", "async"],
+)
+def test_faults_to_the_bit(schedule):
+    """Stage failures mid-run, the requests in flight re-prefilled (sync; and the block
+    schedule, whose lost blocks, verdicts and cancellations the failure drops)."""
     data = {
         **BASE,
-        "stages": 3,
+        "stages": 4,
         "network": {"latency_ms": 5.0, "jitter": {"kind": "normal", "std_ms": 1.0}},
+        "drafter": {**BASE["drafter"], "placement": "first_stage"},
+        "schedule": schedule,
         "workload": {"prompt_tokens": 32, "requests": 8, "concurrency": 3, "output_tokens": 40},
-        "faults": {"detection_s": 0.05, "events": [{"stage": 1, "at_s": 0.3}]},
+        "faults": {
+            "detection_s": 0.05,
+            "events": [{"stage": 1, "at_s": 0.3}, {"link": 2, "rate_per_hour": 20000}],
+        },
     }
     assert_same_run(load_scenario(data=data))
 

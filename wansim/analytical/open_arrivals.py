@@ -46,9 +46,14 @@ steady throughput in requests; c_s^2, the prefill and the decode-time mixture co
 nodes at C (a node's prompt and output taken independent of each other in the tails).
 
 Time-varying links: quasi-static pieces of this queue (:mod:`wansim.analytical.nonstationary`).
-Not modelled (refused): faults with open arrivals (measured with the faults' closed model as
-X(n): ``failover`` within the stationary bias, but ``fail`` frees slots the queue does not
-see, +86% on TTFT; and the open answer would need the faults' own metrics). Every answer is
+Failures at rates with ``recovery: failover`` (:func:`_open_faults`): the closed model at each n
+carries them (a request in service is hit by every failure during its residence), the ring is
+down lambda D / (1 + lambda D) of the time (its failure clock runs while it is up, busy or
+idle), every request finishes (goodput = throughput), and an arrival during an outage waits
+the rest of it (D / 2 on average) before its prefill; checked against the DES in
+tests/physics/test_open_faults.py. Not modelled (refused): failures at fixed times (they hit
+whoever the queue has in service then) and ``recovery: fail`` (a failed request frees a slot
+the queue does not see: +86% on TTFT when tried). Every answer is
 ``validated: false``: checked against the DES in tests/engines/test_open_arrivals.py, not on
 the approximation-error grid.
 """
@@ -268,6 +273,30 @@ def residences(scenario, analyze) -> Residences:
     return Residences(w / w.sum(), np.asarray(outputs, float), np.asarray(ttfts), decode, prefill)
 
 
+def _open_faults(scenario, metrics: dict) -> dict:
+    """Failures at rates with fail-over under open arrivals (module docstring): the ring is
+    down a share lambda D / (1 + lambda D) of the time (its failure clock runs while it is up,
+    busy or idle), every request finishes (goodput = throughput), and an arrival that comes
+    during an outage waits the rest of it (D / 2 on average, PASTA) before its prefill."""
+    from wansim.analytical.faults import MS_PER_HOUR, downtime_ms
+
+    events = scenario.faults.events
+    rate = sum(e.rate_per_hour for e in events) / MS_PER_HOUR
+    down = sum(e.rate_per_hour * downtime_ms(scenario, e) for e in events) / MS_PER_HOUR
+    share = down / (1.0 + down)  # down = lambda x mean downtime
+    mean_d = down / rate
+    ttft = metrics["ttft_ms_mean"] + share * mean_d / 2.0
+    util = [u * (1.0 - share) for u in metrics["stage_utilization"]]
+    return {
+        "ttft_ms_mean": ttft,
+        "goodput_tokens_per_s": metrics["throughput_tokens_per_s"],
+        "failed_requests": 0.0,
+        "availability": 1.0 - share,
+        "stage_utilization": util,
+        "bubble_fraction": 1.0 - float(np.mean(util)),
+    }
+
+
 def analyze_open(scenario, analyze) -> Result:
     """The open-arrival scenario by the flow-equivalent server (module docstring); ``analyze``
     answers the closed scenario at each number in service."""
@@ -290,6 +319,14 @@ def analyze_open(scenario, analyze) -> Result:
         many = max(requests, (32 if differ else 2) * n)
         w_n = dataclasses.replace(closed_wl, concurrency=int(n), requests=many)
         answers.append(analyze(dataclasses.replace(scenario, workload=w_n)))
+    if scenario.faults.events and any(a.metrics["tokens_per_s"] is None for a in answers):
+        from wansim.errors import ScenarioError
+
+        raise ScenarioError(
+            "faults.events",
+            "failures come faster than the ring recovers (rate x recovery time >= 1)",
+            f"{len(scenario.faults.events)} events",
+        )
     ttft = np.array([a.metrics["ttft_ms_mean"] for a in answers])
     n_all = np.arange(1, slots + 1)
 
@@ -369,6 +406,8 @@ def analyze_open(scenario, analyze) -> Result:
     )
     metrics["queue_ms_mean"] = wait_mean
     metrics["queue_ms_p99"] = float(quantiles_of_atoms(values, mass, [0.99])[0])
+    if scenario.faults.events:
+        metrics.update(_open_faults(scenario, metrics))
     attain = 1.0
     if wl.slo.ttft_ms is not None:
         attain *= float(t_mass[t_values <= wl.slo.ttft_ms].sum())

@@ -195,8 +195,9 @@ def check_grid(scenario: Scenario) -> None:
 def mean_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     """Mean metrics (arrays; fields may be arrays) by the model that covers the scenario."""
     check_grid(scenario)
-    if needs_points(scenario):  # (evaluate_grid answers these one point at a time)
-        field, value = point_field(scenario)
+    point = point_field(scenario)
+    if point is not None:  # (evaluate_grid answers these one point at a time)
+        field, value = point
         raise ScenarioError(
             field,
             "is answered one point at a time (analytical.grid.evaluate_grid, wansim run), not"
@@ -219,23 +220,21 @@ def needs_points(scenario: Scenario) -> bool:
     TCP's window is a fixed point of the lap, faults an expected value over the whole run, a
     KV capacity an admission limit and its queue, a shared host a fixed point of the compute
     stretch; none of them broadcasts over a grid's values."""
-    return (
-        scenario.network.transport == "tcp"
-        or bool(scenario.faults.events)
-        or scenario.workload.kv_capacity_tokens is not None
-        or scenario.model.host_cores is not None
-    )
+    return point_field(scenario) is not None
 
 
-def point_field(scenario: Scenario) -> tuple[str, Any]:
-    """The field (and its value) that makes :func:`needs_points` true, for error lines."""
+def point_field(scenario: Scenario) -> tuple[str, Any] | None:
+    """The field (and its value, for error lines) that makes a grid of the scenario go one
+    point at a time (:func:`needs_points`), or None."""
     if scenario.faults.events:
         return "faults.events", f"{len(scenario.faults.events)} events"
     if scenario.network.transport == "tcp":
         return "network.transport", "tcp"
     if scenario.workload.kv_capacity_tokens is not None:
         return "workload.kv_capacity_tokens", scenario.workload.kv_capacity_tokens
-    return "model.host_cores", scenario.model.host_cores
+    if scenario.model.host_cores is not None:
+        return "model.host_cores", scenario.model.host_cores
+    return None
 
 
 def point_means(scenario: Scenario) -> dict[str, float]:

@@ -28,6 +28,7 @@ from wansim.analytical.distribution import (
     with_waits,
 )
 from wansim.analytical.faults import fault_run, fault_run_mixed
+from wansim.analytical.finite_run import varied_run_metrics
 from wansim.analytical.hybrid import analyze_hybrid
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
@@ -505,6 +506,7 @@ def _over_nodes(scenario: Scenario) -> Result:
     (:mod:`wansim.analytical.mixture`)."""
     parts = [(w, node, analyze(node)) for w, node in nodes(scenario)]
     metrics = combine([(w, r.metrics, node.workload.output_tokens) for w, node, r in parts])
+    metrics = varied_run_metrics(scenario, parts, metrics)  # the slots' unequal finishes
     decode = [(w, r.details.get("decode")) for w, _, r in parts]
     if all(d is not None for _, d in decode):  # own passes, the population's waits
         p50, p99 = population_tpot_quantiles(decode)

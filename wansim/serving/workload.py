@@ -230,20 +230,27 @@ def length_nodes(workload, points: int = 3) -> tuple[np.ndarray, np.ndarray, np.
         wo, o = nodes(workload.output_tokens, lengths.output_cv, 2, lengths.max_output_tokens)
         weight = np.outer(wp, wo).ravel()
         return weight, np.repeat(p, len(o)), np.tile(o, len(p))
+    inverse, prompt, output = trace_rows(workload)
+    count = np.bincount(inverse).astype(float)
+    mean_p = np.rint(np.bincount(inverse, weights=prompt) / count)
+    mean_o = np.rint(np.bincount(inverse, weights=output) / count)
+    return count / count.sum(), mean_p, mean_o
+
+
+def trace_rows(workload) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(node of each row, prompt tokens, output tokens) of the rows a trace workload's
+    requests take (``trace``: the first ``requests`` rows in order; ``empirical``: all rows,
+    drawn with replacement), each row's node being its cell in :func:`length_nodes`."""
     trace = read_trace(workload.trace)
     prompt, output = trace.prompt_tokens.astype(float), trace.output_tokens.astype(float)
-    if lengths.kind == "trace":
+    if workload.lengths.kind == "trace":
         prompt, output = prompt[: workload.requests], output[: workload.requests]
     cells = np.zeros(len(prompt), dtype=np.int64)
     for values in (prompt, output):
         edges = np.unique(np.quantile(values, CELL_EDGES))
         cells = cells * (len(CELL_EDGES) + 1) + np.searchsorted(edges, values, side="right")
-    keys, inverse = np.unique(cells, return_inverse=True)
-    count = np.bincount(inverse).astype(float)
-    mean_p = np.rint(np.bincount(inverse, weights=prompt) / count)
-    mean_o = np.rint(np.bincount(inverse, weights=output) / count)
-    del keys
-    return count / count.sum(), mean_p, mean_o
+    _, inverse = np.unique(cells, return_inverse=True)
+    return inverse, prompt, output
 
 
 def check_workload(workload, path: str = "workload") -> None:

@@ -10,13 +10,13 @@ own 95% half-width h (its moving-block interval on tokens/s):
 
 on tokens/s, and on throughput with the same h relative to tokens/s (the DES gives no interval
 on throughput; both come from the same requests). Trace workloads (lengths that differ) hold
-throughput to the mean of 4 seeded runs with h their t-interval's half-width: a run's makespan,
-so its throughput, moves with which requests come last. The band is the one the analytical result
+throughput to the mean of 4 seeded runs with h their t-interval's half-width (a run's makespan,
+so its throughput, moves with which requests come last), and the tail likewise (a p99 of a few
+dozen requests is about their maximum, which the DES's own interval cannot bound from above). The band is the one the analytical result
 carries where it says ``validated: true``; trace workloads outside the validated domain are
 held to the worst the approximation-error table measured for them over all its points
 (``UNVALIDATED_TRACE_BAND``); other unvalidated draws are skipped
-(``assume``). Where the band names a tail (TPOT p99 with varied lengths), it is checked too,
-within the band plus twice the DES's bootstrap half-width on it. Several mechanisms per example keep the DES cost near a few seconds each.
+(``assume``). Where the band names a tail (TPOT p99 with varied lengths), it is checked too. Several mechanisms per example keep the DES cost near a few seconds each.
 """
 
 from __future__ import annotations
@@ -96,27 +96,28 @@ def check(mech: str, over: dict) -> None:
     a, b = ana.metrics["tokens_per_s"], d
     allowed = (band["tokens_per_s"] + 2 * half_rel) * b
     assert abs(a - b) <= allowed, (mech, "tokens_per_s", a, b, band, half_rel, over)
-    key = "throughput_tokens_per_s"
-    if mech in ("trace", "empirical"):
+    seeded = [des]
+    if mech in ("trace", "empirical") or "tpot_ms_p99" in band:
         # a run's throughput is its requests over its makespan, and with lengths that differ the
         # makespan is set by the last few requests (a 1189-token request drawn last ran alone
-        # for half of one 32-request run: 56 tokens/s where 15 seeds average 106): its noise is
-        # the run-to-run spread, measured over seeds, not the laps' interval
-        runs = [des[key]] + [
-            simulate(load_scenario(REFERENCE, {**over, "seed": over["seed"] + i})).metrics[key]
+        # for half of one 32-request run: 56 tokens/s where 15 seeds average 106); a p99 of a
+        # few dozen requests is about their maximum (32 requests: sd 29% over seeds, where the
+        # DES's own interval is unbounded above). Their noise is the run-to-run spread,
+        # measured over 4 seeded runs, not the laps' interval
+        seeded += [
+            simulate(load_scenario(REFERENCE, {**over, "seed": over["seed"] + i})).metrics
             for i in (1, 2, 3)
         ]
-        b, half = float(np.mean(runs)), T975_3DF * float(np.std(runs, ddof=1)) / 2.0
-        assert abs(ana.metrics[key] - b) <= band[key] * b + 2 * half, (mech, key, runs, over)
-    else:
-        a, b = ana.metrics[key], des[key]
-        allowed = (band[key] + 2 * half_rel) * b
-        assert abs(a - b) <= allowed, (mech, key, a, b, band[key], half_rel, over)
-    if "tpot_ms_p99" in band:  # a tail's band, with the DES's bootstrap interval on it
-        a, b = ana.metrics["tpot_ms_p99"], des["tpot_ms_p99"]
-        low, high = des["tpot_ms_p99_ci95"]
-        allowed = band["tpot_ms_p99"] * b + (high - low)
-        assert abs(a - b) <= allowed, (mech, "tpot_ms_p99", a, b, low, high, over)
+    checked = ["throughput_tokens_per_s"] + (["tpot_ms_p99"] if "tpot_ms_p99" in band else [])
+    for key in checked:
+        if len(seeded) > 1 and (mech in ("trace", "empirical") or key == "tpot_ms_p99"):
+            runs = [m[key] for m in seeded]
+            b, half = float(np.mean(runs)), T975_3DF * float(np.std(runs, ddof=1)) / 2.0
+            assert abs(ana.metrics[key] - b) <= band[key] * b + 2 * half, (mech, key, runs, over)
+        else:
+            a, b = ana.metrics[key], des[key]
+            allowed = (band[key] + 2 * half_rel) * b
+            assert abs(a - b) <= allowed, (mech, key, a, b, band[key], half_rel, over)
 
 
 @pytest.mark.parametrize("mech", MECHANISMS)

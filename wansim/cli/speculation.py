@@ -164,9 +164,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         for i, des in zip(recheck, found, strict=True):
             row = rows[i]
             row["des"] = des
-            if des.get("ci95") is not None and None not in des["ci95"]:
+            if des.get("ci95") is not None:  # a null side is unbounded
                 lo, hi = des["ci95"]
-                row["des"]["analytical_inside_ci95"] = bool(lo <= row[metric] <= hi)
+                inside = (lo is None or lo <= row[metric]) and (hi is None or row[metric] <= hi)
+                row["des"]["analytical_inside_ci95"] = bool(inside)
     out = {
         "scenario": res["scenario"],
         "metric": metric,
@@ -202,7 +203,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if "des" in row:
             d = row["des"]
             ci = d.get("ci95")
-            line += f" | DES {d['value']:.4g}" + (f" [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "")
+            side = ["-inf" if ci[0] is None else f"{ci[0]:.4g}", "inf"] if ci else []
+            if ci and ci[1] is not None:
+                side[1] = f"{ci[1]:.4g}"
+            line += f" | DES {d['value']:.4g}" + (f" [{side[0]}, {side[1]}]" if ci else "")
         print(line)
     for flag in flags:
         print(f"warning: the optimum is {flag}", file=sys.stderr)

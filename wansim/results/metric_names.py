@@ -74,8 +74,9 @@ def scalar_metrics(metrics: dict) -> dict[str, float]:
         if is_interval(key) and value is None:  # undefined: keep the columns
             out[f"{key}_low"] = out[f"{key}_high"] = float("nan")
         elif isinstance(value, (list, tuple)):
-            if is_interval(key) and len(value) == 2:
-                out[f"{key}_low"], out[f"{key}_high"] = float(value[0]), float(value[1])
+            if is_interval(key) and len(value) == 2:  # a side may be null: unbounded
+                low, high = (float("nan") if v is None else float(v) for v in value)
+                out[f"{key}_low"], out[f"{key}_high"] = low, high
             else:
                 for i, v in enumerate(value):
                     out[f"{key}_{i}"] = float(v)

@@ -14,8 +14,9 @@ def _fmt(value) -> str:
     if value is None:
         return "-"
     if isinstance(value, (list, tuple)):
-        if len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
-            return f"[{_fmt(value[0])}, {_fmt(value[1])}]"
+        if len(value) == 2 and all(v is None or isinstance(v, (int, float)) for v in value):
+            low = "-inf" if value[0] is None else _fmt(value[0])  # a null side: unbounded
+            return f"[{low}, {'inf' if value[1] is None else _fmt(value[1])}]"
         vals = [float(v) for v in value]
         if not vals:
             return "-"

@@ -46,7 +46,9 @@ class Result:
         return {
             name: reasons.get(name, "not a finite number")
             for name, value in self.metrics.items()
-            if value is None or non_finite_paths(value)
+            if value is None
+            or non_finite_paths(value)
+            or (isinstance(value, (list, tuple)) and None in value)  # an unbounded side
         }
 
     def to_json(self) -> dict:

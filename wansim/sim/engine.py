@@ -47,6 +47,7 @@ from wansim.sim.messages import PREFILL, Pass
 from wansim.sim.metrics import (
     NO_FINISHED,
     PERCENTILE_CI_METHOD,
+    UNBOUNDED_PERCENTILE_CI,
     UNDEFINED_PERCENTILE_CI,
     ci_method,
     compute_metrics,
@@ -479,8 +480,11 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
     if method == NO_FINISHED:  # every request failed in a fault
         details["undefined"].update({k: NO_FINISHED for k, v in metrics.items() if v is None})
     for name, value in metrics.items():
-        if name.endswith("_ci95") and value is None and name != "tokens_per_s_ci95":
-            details["undefined"].setdefault(name, UNDEFINED_PERCENTILE_CI)
+        if name.endswith("_ci95") and name != "tokens_per_s_ci95":
+            if value is None:
+                details["undefined"].setdefault(name, UNDEFINED_PERCENTILE_CI)
+            elif None in value:
+                details["undefined"].setdefault(name, UNBOUNDED_PERCENTILE_CI)
     return Result(scenario=scenario, engine="des", metrics=metrics, details=details)
 
 

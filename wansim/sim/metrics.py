@@ -177,6 +177,10 @@ PERCENTILE_CI_METHOD = (
     f" ({BOOTSTRAP_RESAMPLES} resamples, percentile interval)"
 )
 UNDEFINED_PERCENTILE_CI = "undefined: fewer than two measured requests (no spread to resample)"
+UNBOUNDED_PERCENTILE_CI = (
+    "a side is null: too few values to bound the percentile there (n values bound a p99 from"
+    " above at 95% only if 0.99^n <= 2.5%, i.e. n >= 368: the sample's maximum may lie below it)"
+)
 PERCENTILES = (0.5, 0.99)
 
 
@@ -301,8 +305,22 @@ def percentile_intervals(
         stats = owner_quantiles(values, owner, counts, PERCENTILES)
         for q, resampled in zip(PERCENTILES, stats, strict=True):
             low, high = np.quantile(resampled, tails)
-            out[f"{name}_p{round(100 * q)}_ci95"] = [float(low), float(high)]
+            out[f"{name}_p{round(100 * q)}_ci95"] = bounded_sides(
+                float(low), float(high), q, len(values), tails[0]
+            )
     return out
+
+
+def bounded_sides(low: float, high: float, q: float, n: int, tail: float) -> list:
+    """[low, high] with a side set to None where n values cannot bound the q-quantile there
+    (distribution-free: the sample's maximum lies below the q-quantile with probability q^n,
+    its minimum above it with (1 - q)^n; where that exceeds ``tail`` no order statistic of
+    the sample is a bound at that level, and a resampled quantile, which never passes the
+    sample's extremes, would claim one). A p99 needs 368 values for an upper bound at 95%, a
+    p50 6 values for either side."""
+    high_ok = q**n <= tail
+    low_ok = (1.0 - q) ** n < tail
+    return [low if low_ok else None, high if high_ok else None]
 
 
 def meets_slo(record: RunRecord, slo) -> np.ndarray:

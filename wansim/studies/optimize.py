@@ -301,8 +301,8 @@ def confirm_des(path: str, sets: list[str], configs: list[dict], metric: str) ->
         entry = {"value": float(res.metrics[metric])}
         if f"{metric}_ci95" in res.metrics:
             ci = res.metrics[f"{metric}_ci95"]
-            entry["ci95"] = None if ci is None else [float(ci[0]), float(ci[1])]
-            if ci is None:  # undefined (too few laps): say why, compare nothing
+            entry["ci95"] = None if ci is None else [None if v is None else float(v) for v in ci]
+            if ci is None or None in ci:  # undefined or a side unbounded: say why
                 entry["ci95_undefined"] = res.undefined().get(f"{metric}_ci95")
         out.append(entry)
     return out

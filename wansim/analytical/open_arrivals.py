@@ -337,7 +337,11 @@ def analyze_open(scenario, analyze) -> Result:
     res_c = residences(top.scenario, analyze)
     mean_out = float(res_c.weights @ res_c.outputs)
     if differ:  # completions from the closed run's throughput: E[residence] of mixed requests
-        x = at_all([a.metrics["throughput_tokens_per_s"] / (1e3 * mean_out) for a in answers])
+        steady = [  # the closed run's rate with its slots busy (not its finite run's drain)
+            a.details.get("steady_throughput", a.metrics["throughput_tokens_per_s"])
+            for a in answers
+        ]
+        x = at_all([t / (1e3 * mean_out) for t in steady])
     else:
         rate_n = np.array([a.metrics["tokens_per_s"] for a in answers])
         x = at_all(states / (ttft + 1e3 * (mean_out - 1.0) / rate_n))

@@ -53,7 +53,13 @@ from wansim.results.metric_names import stage_utilization
 from wansim.results.result import Result
 from wansim.serving.micro_batching import micro_batched
 from wansim.speculation.block_schedule import flushes, uses_blocks
-from wansim.speculation.hybrid_rounds import check_tree_rounds, is_hybrid
+from wansim.speculation.hybrid_rounds import (
+    async_scenario,
+    check_tree_rounds,
+    confident_fraction,
+    is_hybrid,
+    tree_scenario,
+)
 
 
 def check_supported(scenario: Scenario) -> None:
@@ -158,8 +164,8 @@ def check_supported(scenario: Scenario) -> None:
             (
                 "faults.events",
                 f"{len(scenario.faults.events)} events",
-                not is_hybrid(scenario),
-                "faults with the per-round hybrid are",
+                not (is_hybrid(scenario) and varies(scenario)),
+                "faults with the per-round hybrid and requests that differ are",
             )
         )
     for path, value, ok, what in unsupported:
@@ -305,6 +311,8 @@ def analyze(scenario: Scenario) -> Result:
             return _nodes_with_faults(scenario)
         return _over_nodes(scenario)
     if is_hybrid(scenario):  # two schedules mixed per round (wansim.analytical.hybrid)
+        if scenario.faults.events:
+            return _hybrid_with_faults(scenario)
         return analyze_hybrid(scenario, analyze)
     requested = scenario
     answer, scenario, judged, queued = _stationary_answer(scenario)
@@ -400,6 +408,61 @@ def _nodes_with_faults(scenario: Scenario) -> Result:
             "faults with requests that differ: the faults' expected value over the workload's"
             " kinds of request (checked against the DES in tests/physics/test_faults_varied.py,"
             " not on the approximation-error grid)"
+        ),
+    )
+    return Result.analytical(scenario, metrics, details, trust)
+
+
+def _hybrid_with_faults(scenario: Scenario) -> Result:
+    """Faults with the per-round hybrid: the run without faults by the hybrid's mix
+    (:mod:`wansim.analytical.hybrid`), then the faults' expected value
+    (:mod:`wansim.analytical.faults`) on the mixed request: its passes, lap and TTFT; the laps'
+    variance mixed over the passes of each kind of round, the passes' coefficient of variation
+    over their decode time; a failover's restart lap is the block schedule's first lap when the
+    round after the re-prefill is confident (probability p, the confident fraction), a tree
+    round's lap otherwise; the lap a failure interrupts has the residual of the round it falls
+    in (in proportion to the decode time each kind takes)."""
+    calm = dataclasses.replace(scenario, faults=dataclasses.replace(scenario.faults, events=()))
+    res = analyze_hybrid(calm, analyze)
+    kinds = []
+    for part in (async_scenario(calm), tree_scenario(calm)):
+        answer, used, _, _ = _stationary_answer(part)
+        kinds.append(_fault_means(used, answer.means))
+    chain, tree = kinds
+    time_a = float(res.details["confident_decode_share"])
+    pass_a = float(res.details["confident_pass_share"])
+    p = float(confident_fraction(scenario))
+    lap = float(res.metrics["lap_ms_mean"])
+    passes = float(res.details["passes_per_request"])
+    second = [k["lap_ms_var"] + k["lap_ms_mean"] ** 2 for k in kinds]
+    cv2 = [k["passes_var"] / max(k["passes_per_request"], 1e-300) ** 2 for k in kinds]
+    lap_t = tree["lap_ms_mean"]
+    means = {
+        "prefill_ms": chain["prefill_ms"],
+        "ttft_ms_mean": res.metrics["ttft_ms_mean"],
+        "tokens_per_s": res.metrics["tokens_per_s"],
+        "passes_per_request": passes,
+        "lap_ms_mean": lap,
+        "lap_ms_var": max(pass_a * second[0] + (1.0 - pass_a) * second[1] - lap**2, 0.0),
+        "passes_var": passes**2 * (time_a * cv2[0] + (1.0 - time_a) * cv2[1]),
+        "first_lap_ms": p * chain["first_lap_ms"] + (1.0 - p) * lap_t,
+        "lap_residual_ms": time_a * chain["lap_residual_ms"]
+        + (1.0 - time_a) * second[1] / (2.0 * max(lap_t, 1e-300)),
+    }
+    fa = fault_run(scenario, means, in_flight(scenario))
+    metrics, details = _merged_faults(dict(res.metrics), dict(res.details), fa)
+    trust = dict(res.approximation or {})
+    undefined = details["undefined"]
+    trust.update(
+        regime=f"{trust.get('regime', '')} + faults",
+        validated=False,
+        error_band=dict(UNVALIDATED_BAND),
+        why=next(iter(undefined.values()))
+        if undefined
+        else (
+            "faults with the per-round hybrid: the faults' expected value on the two schedules'"
+            " laps mixed per round (checked against the DES in tests/physics/"
+            "test_faults_hybrid.py, not on the approximation-error grid)"
         ),
     )
     return Result.analytical(scenario, metrics, details, trust)

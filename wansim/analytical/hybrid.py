@@ -147,6 +147,8 @@ def analyze_hybrid(scenario: Scenario, analyze: Callable[[Scenario], Result]) ->
         "tree_rounds_per_request": mix.tree_rounds,
         "chains_per_request_async_alone": chains,
         "bet_win_rate": win,
+        "confident_decode_share": time_a,  # of the decode time, in confident rounds
+        "confident_pass_share": share_a,  # of the verify passes
     }
     trust = approximation(scenario).to_json()  # validated: false (regime.outside says why)
     return Result.analytical(scenario, metrics, details, trust)

@@ -196,7 +196,8 @@ def wan_physics(data: dict, seed: int) -> dict:
     """Issue 13's mechanisms on a drawn scenario, from a stream of their own (seed, 13): the
     base draws of every seed stay what they were. Each is added where both engines model it
     (the analytical engine refuses the rest: tcp with loss beyond one request or with
-    continuous batching, faults with the per-round hybrid). The hybrid is drawn with one
+    continuous batching; faults with the per-round hybrid, refused when the table was drawn, are
+    answered since: tests/physics/test_faults_hybrid.py). The hybrid is drawn with one
     request only: its
     concurrent form (answered, ``validated: false``) came after the hunt's table."""
     rng = np.random.default_rng([int(seed), 13])
@@ -284,7 +285,8 @@ def wan_physics(data: dict, seed: int) -> dict:
             if "profile" not in acc:  # the tree rounds need sibling rates
                 acc["sibling_logit_offsets"] = [1.0, 2.0]
     # failures on the block schedule (async, an overlapped drafter; not the per-round hybrid,
-    # which the analytical engine refuses with faults): a stream of its own (seed, 13, 5)
+    # which the analytical engine refused with faults when the table was drawn): a stream of
+    # its own (seed, 13, 5)
     blocks = sched["kind"] == "async" or drafter["overlap"]
     if (
         "faults" not in data

@@ -90,13 +90,8 @@ def check_supported(scenario: Scenario) -> None:
         (
             "workload.arrival",
             wl.arrival,
-            closed
-            or not scenario.faults.events
-            or (
-                scenario.faults.recovery == "failover"
-                and all(e.rate_per_hour is not None for e in scenario.faults.events)
-            ),
-            "open arrivals with faults at fixed times or with recovery fail are",
+            closed or not scenario.faults.events or scenario.faults.recovery == "failover",
+            "open arrivals with faults and recovery fail are",
         ),
         (
             "workload.arrival",

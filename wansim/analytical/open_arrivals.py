@@ -51,9 +51,11 @@ carries them (a request in service is hit by every failure during its residence)
 down lambda D / (1 + lambda D) of the time (its failure clock runs while it is up, busy or
 idle), every request finishes (goodput = throughput), and an arrival during an outage waits
 the rest of it (D / 2 on average) before its prefill; checked against the DES in
-tests/physics/test_open_faults.py. Not modelled (refused): failures at fixed times (they hit
-whoever the queue has in service then) and ``recovery: fail`` (a failed request frees a slot
-the queue does not see: +86% on TTFT when tried). Every answer is
+tests/physics/test_open_faults.py. Failures at fixed times with fail-over
+(:func:`_fixed_failovers`): on the open run with the rated ones, each outage stops the ring for
+D, hits the L_s requests in service and leaves a queue that drains at X(C) - lambda (fluid).
+Not modelled (refused): ``recovery: fail`` (a failed request frees a slot the queue does not
+see: +86% on TTFT when tried). Every answer is
 ``validated: false``: checked against the DES in tests/engines/test_open_arrivals.py, not on
 the approximation-error grid.
 """
@@ -297,6 +299,116 @@ def _open_faults(scenario, metrics: dict) -> dict:
     }
 
 
+def _fixed_failovers(scenario, base: Result, analyze) -> Result:
+    """Failures at fixed times with fail-over on the open run ``base`` (the run with only the
+    rated failures), each while the run lasts (module docstring): the ring stops for D; the
+    L_s requests in service wait it and lose the ring time a failover adds (x, the closed
+    model's at about L_s in service); the L_q queued wait D more, the lambda D arrivals of the
+    outage its rest (D / 2); then the queue the ring finds (what does not fit the C slots, and
+    the hit requests' lost work counted in requests) drains at X(C) - lambda, its requests
+    waiting half the drain on average (fluid). The run ends later where that backlog outlasts
+    the arrivals. Overloaded (the queue never empties), every request not started by the
+    failure (R - X(C) t of them) starts the outage and the lost work later. A request hit in its
+    decode runs k failovers longer (Poisson over the requests)."""
+    from wansim.analytical.faults import K_MAX, MS_PER_S, downtime_ms
+
+    oa = base.details["open_arrivals"]
+    m = dict(base.metrics)
+    lam = oa["rate_per_s"] / MS_PER_S
+    x_c = oa["capacity_requests_per_s"] / MS_PER_S
+    slots = int(oa["slots"])
+    in_service = float(oa["mean_in_service"])
+    queued = lam * float(m["queue_ms_mean"])  # Little
+    requests = float(scenario.workload.requests)
+    out_mean = _mean_output(scenario)
+    base_makespan = MS_PER_S * requests * out_mean / float(m["throughput_tokens_per_s"])
+    rated_down = (1.0 - float(m.get("availability", 1.0))) * base_makespan
+    decode = MS_PER_S * (out_mean - 1.0) / float(m["tokens_per_s"])
+    prefill = float(m["ttft_ms_mean"]) - float(m["queue_ms_mean"])
+    in_decode = decode / (prefill + decode)
+    residence = slots / x_c  # a slot's time per request with every slot busy
+    x = _added_ring_ms(scenario, analyze, max(min(round(in_service), slots), 1))
+    fixed = sorted(
+        (e.at_s * MS_PER_S, downtime_ms(scenario, e))
+        for e in scenario.faults.events
+        if e.at_s is not None
+    )
+    makespan, down, wait_total, hits_decode, end_prev = base_makespan, 0.0, 0.0, 0.0, -1.0
+    for t, d in fixed:
+        if t >= makespan:
+            break
+        if t < end_prev:  # during an outage: it extends it
+            extra = max(0.0, t + d - end_prev)
+            down, end_prev, makespan = down + extra, end_prev + extra, makespan + extra
+            continue
+        lost = in_service * x / residence  # the hit requests' lost work, in requests
+        wait_total += in_service * (1.0 - in_decode) * (d + prefill / 2.0)  # hit in prefill
+        hits_decode += in_service * in_decode
+        if oa["stable"]:
+            backlog = max(0.0, in_service + lam * d - slots) + queued + lost
+            drain = backlog / (x_c - lam)
+            wait_total += queued * d + lam * d * d / 2.0 + backlog * drain / 2.0
+            makespan = max(makespan, t + d + drain + prefill + decode)
+        else:  # the queue never empties: every request not started yet starts later
+            shift = d + lost / x_c
+            wait_total += max(requests - x_c * t, 0.0) * shift
+            makespan += shift
+        down += d
+        end_prev = t + d
+    m["ttft_ms_mean"] = float(m["ttft_ms_mean"]) + wait_total / requests
+    m["queue_ms_mean"] = float(m["queue_ms_mean"]) + wait_total / requests
+    if hits_decode:
+        mu = hits_decode / requests  # failovers per request, in its decode
+        k = np.arange(K_MAX)
+        log_k_fact = np.cumsum(np.log(np.maximum(k, 1)))
+        pk = np.exp(k * np.log(mu) - mu - log_k_fact)
+        d_mean = down / max(len(fixed), 1)
+        rate = MS_PER_S * (out_mean - 1.0) / (decode + k * (d_mean + x))
+        rate[0] = float(m["tokens_per_s"])
+        m["tokens_per_s"] = float((pk * rate).sum() / pk.sum())
+    m["throughput_tokens_per_s"] = MS_PER_S * requests * out_mean / makespan
+    m["goodput_tokens_per_s"] = m["throughput_tokens_per_s"]
+    m["failed_requests"] = 0.0
+    m["availability"] = 1.0 - (rated_down + down) / makespan
+    util = [u * base_makespan / makespan for u in m["stage_utilization"]]
+    m["stage_utilization"] = util
+    m["bubble_fraction"] = 1.0 - float(np.mean(util))
+    details = {**base.details, "fixed_failures": {"downtime_ms": down, "added_ring_ms": x}}
+    trust = dict(base.approximation or {})
+    trust["why"] = (
+        "open arrivals with failures at fixed times: the outage, the queue it leaves and its"
+        " drain on the open run (wansim/analytical/open_arrivals.py), checked against the DES"
+        " in tests/physics/test_open_faults.py, not on the approximation-error grid"
+    )
+    return Result.analytical(scenario, m, details, trust)
+
+
+def _mean_output(scenario) -> float:
+    from wansim.analytical.mixture import mean_output_tokens
+
+    return mean_output_tokens(scenario)
+
+
+def _added_ring_ms(scenario, analyze, in_service: int) -> float:
+    """The ring time a failover adds to each request it hits (lost work, re-prefill, the other
+    hit requests' re-prefills ahead of it): the closed model's at ``in_service`` requests."""
+    from wansim.config.scenario import FaultEvent
+
+    first = next(e for e in scenario.faults.events if e.at_s is not None)
+    probe_event = FaultEvent(
+        stage=first.stage, link=first.link, rate_per_hour=1.0, downtime_s=first.downtime_s
+    )
+    wl = dataclasses.replace(
+        scenario.workload,
+        arrival="closed",
+        concurrency=int(in_service),
+        requests=max(int(scenario.workload.requests), 2 * int(in_service)),
+    )
+    faults = dataclasses.replace(scenario.faults, events=(probe_event,))
+    res = analyze(dataclasses.replace(scenario, workload=wl, faults=faults))
+    return float(res.details["faults"]["added_ring_ms_per_failover"])
+
+
 def analyze_open(scenario, analyze) -> Result:
     """The open-arrival scenario by the flow-equivalent server (module docstring); ``analyze``
     answers the closed scenario at each number in service."""
@@ -306,6 +418,12 @@ def analyze_open(scenario, analyze) -> Result:
     from wansim.analytical.serving import _coarsen, quantiles_of_atoms, sum_quantiles
     from wansim.numerics import normal_functions as nf
 
+    events = scenario.faults.events
+    if any(e.at_s is not None for e in events):  # the run at the rates, then the fixed times
+        rated = tuple(e for e in events if e.at_s is None)
+        faults = dataclasses.replace(scenario.faults, events=rated)
+        base = analyze_open(dataclasses.replace(scenario, faults=faults), analyze)
+        return _fixed_failovers(scenario, base, analyze)
     wl = scenario.workload
     requests = int(wl.requests)
     closed_wl = dataclasses.replace(wl, arrival="closed")
@@ -446,6 +564,7 @@ def analyze_open(scenario, analyze) -> Result:
             "p_wait": queue.p_wait,
             "stable": queue.stable,
             "mean_in_service": float(n_all @ pi_s),
+            "slots": slots,
             "states_evaluated": len(states),
         }
     }

@@ -224,7 +224,7 @@ def test_bad_workload_fields_are_one_line(run_cli, sets, needle):
 
 
 def test_analytical_engine_refuses_open_arrivals_with_faults_in_one_line(run_cli):
-    sets = ["workload.arrival=gamma", "faults.events=[{stage: 1, at_s: 1}]"]
+    sets = ["workload.arrival=gamma", "faults.recovery=fail", "faults.events=[{stage: 1, at_s: 1}]"]
     code, _, err = run_cli("run", REFERENCE, *[a for s in sets for a in ("--set", s)])
     assert code == 2 and "workload.arrival" in err and "--engine des" in err
     assert len(err.strip().splitlines()) == 1

@@ -90,8 +90,11 @@ def check_supported(scenario: Scenario) -> None:
         (
             "workload.arrival",
             wl.arrival,
-            closed or not scenario.faults.events or scenario.faults.recovery == "failover",
-            "open arrivals with faults and recovery fail are",
+            closed
+            or not scenario.faults.events
+            or scenario.faults.recovery == "failover"
+            or all(e.rate_per_hour is not None for e in scenario.faults.events),
+            "open arrivals with faults at fixed times and recovery fail are",
         ),
         (
             "workload.arrival",

@@ -54,8 +54,11 @@ the rest of it (D / 2 on average) before its prefill; checked against the DES in
 tests/physics/test_open_faults.py. Failures at fixed times with fail-over
 (:func:`_fixed_failovers`): on the open run with the rated ones, each outage stops the ring for
 D, hits the L_s requests in service and leaves a queue that drains at X(C) - lambda (fluid).
-Not modelled (refused): ``recovery: fail`` (a failed request frees a slot the queue does not
-see: +86% on TTFT when tried). Every answer is
+``recovery: fail`` at rates: a failed request leaves its slot at the failure, so the server's
+rate X(n) counts departures, finished or failed (the closed run's requests over its up time:
+counting only the finished ones gave +86% on TTFT), and the closed model at the customers' n
+gives the share that fails and what the failed ones produced. Not modelled (refused):
+``recovery: fail`` at fixed times. Every answer is
 ``validated: false``: checked against the DES in tests/engines/test_open_arrivals.py, not on
 the approximation-error grid.
 """
@@ -454,7 +457,16 @@ def analyze_open(scenario, analyze) -> Result:
     top = answers[-1]
     res_c = residences(top.scenario, analyze)
     mean_out = float(res_c.weights @ res_c.outputs)
-    if differ:  # completions from the closed run's throughput: E[residence] of mixed requests
+    fail = bool(scenario.faults.events) and scenario.faults.recovery == "fail"
+    if fail:  # departures, finished or failed: a slot is held for the ring's up time per request
+        x = at_all(
+            [
+                a.scenario.workload.requests
+                / (a.details["faults"]["makespan_ms"] - a.details["faults"]["downtime_ms"])
+                for a in answers
+            ]
+        )
+    elif differ:  # completions from the closed run's throughput: E[residence] of mixed requests
         steady = [  # the closed run's rate with its slots busy (not its finite run's drain)
             a.details.get("steady_throughput", a.metrics["throughput_tokens_per_s"])
             for a in answers
@@ -530,6 +542,25 @@ def analyze_open(scenario, analyze) -> Result:
     metrics["queue_ms_p99"] = float(quantiles_of_atoms(values, mass, [0.99])[0])
     if scenario.faults.events:
         metrics.update(_open_faults(scenario, metrics))
+    if fail:  # a share of the requests fails: the closed model's at the customers' n
+        failed = float(
+            w_cust
+            @ at_all([a.metrics["failed_requests"] / a.scenario.workload.requests for a in answers])
+        )
+        kept = float(
+            w_cust
+            @ at_all(
+                [
+                    a.metrics["goodput_tokens_per_s"] / a.metrics["throughput_tokens_per_s"]
+                    for a in answers
+                ]
+            )
+        )
+        # produced per request = out (1 - failed) / kept: the finished tokens' share of them
+        produced = mean_out * (1.0 - failed) / max(kept, 1e-300)
+        metrics["throughput_tokens_per_s"] *= produced / mean_out
+        metrics["goodput_tokens_per_s"] = metrics["throughput_tokens_per_s"] * kept
+        metrics["failed_requests"] = failed * requests
     attain = 1.0
     if wl.slo.ttft_ms is not None:
         attain *= float(t_mass[t_values <= wl.slo.ttft_ms].sum())

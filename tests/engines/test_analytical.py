@@ -212,13 +212,6 @@ def test_speculation_speed_up_on_the_reference():
 
 def test_unsupported_schedules_are_errors_not_answers():
     # what the approximations of wansim.analytical.blocks/concurrent still leave out
-    faulty = [
-        "workload.arrival=poisson",
-        "faults.recovery=fail",
-        "faults.events=[{stage: 1, at_s: 10}]",
-    ]
-    with pytest.raises(ScenarioError, match=r"workload\.arrival: open arrivals with faults"):
-        analyze(load_scenario(REFERENCE, faulty))
     async_ = ["drafter.placement=first_stage", "drafter.kind=draft_model", "schedule.kind=async"]
     with pytest.raises(ScenarioError, match=r"schedule\.kind.*trees"):
         analyze(load_scenario(REFERENCE, [*async_, "speculation.policy=tree"]))

@@ -5,15 +5,14 @@ of the time (its failure clock runs while it is up, busy or idle), every request
 an arrival during an outage waits the rest of it. Failures at fixed times: the outage, the queue
 it leaves and its drain on that open run (:func:`wansim.analytical.open_arrivals.
 _fixed_failovers`). ``recovery: fail`` at rates: the queue's server completes departures,
-finished or failed (the closed run's requests over its up time); at fixed times it stays
-refused."""
+finished or failed (the closed run's requests over its up time); at fixed times the requests
+in service fail and leave, the outage and its queue as with fail-over. No combination of open
+arrivals and faults is refused."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,7 +20,6 @@ import pytest
 from tests.engines.test_open_arrivals import RING
 from wansim.analytical import analyze
 from wansim.config.scenario import load_scenario
-from wansim.errors import ScenarioError
 from wansim.results.strict_json import dumps
 from wansim.sim import simulate
 
@@ -173,18 +171,31 @@ def test_failures_at_rates_that_fail_requests_against_the_des(slots, rate):
 
 
 @pytest.mark.parametrize(
-    "faults",
-    [{"recovery": "fail", "events": [{"stage": 1, "at_s": 10.0}]}],
-    ids=["fail at a fixed time"],
+    ("slots", "rate", "faults"), FIXED, ids=["1 slot", "overloaded", "3/4 load"]
 )
-def test_what_stays_refused(faults, tmp_path):
-    with pytest.raises(ScenarioError, match=r"^workload\.arrival: open arrivals with faults"):
-        analyze(scenario(1, 0.16, faults))
-    path = tmp_path / "s.yaml"
-    path.write_text(json.dumps({**RING, "faults": faults}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "wansim", "run", str(path), "--engine", "analytical"],
-        capture_output=True,
-        text=True,
+def test_fixed_time_failures_that_fail_requests_against_the_des(slots, rate, faults):
+    """recovery: fail at fixed times: the requests in service fail and leave, the outage and
+    its queue as with fail-over. Against the DES's mean over seeds 0-3. Measured: tokens/s
+    -0.6%, -7.7%, -6.5%; throughput +2.1%, -7.3%, +1.7%; goodput +2.4%, -7.6%, +1.8%;
+    availability within 0.004; TTFT +17%, +28%, +39% (the open model's own +16%, +22%, +53%);
+    failed requests 0.58 vs 1.25 (one slot at a third busy: the DES's 5 of 8 outages found a
+    request, a 10% event), 8 vs 8, 2.9 vs 3.25."""
+    sc = scenario(slots, rate, {**faults, "recovery": "fail"})
+    ana = analyze(sc)
+    a = ana.metrics
+    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(4)]
+
+    def des(key):
+        return float(np.mean([r[key] for r in runs]))
+
+    assert a["tokens_per_s"] == pytest.approx(des("tokens_per_s"), rel=0.09)
+    for key in ("throughput_tokens_per_s", "goodput_tokens_per_s"):
+        assert a[key] == pytest.approx(des(key), rel=0.09), key
+    assert a["availability"] == pytest.approx(des("availability"), abs=0.006)
+    assert a["ttft_ms_mean"] == pytest.approx(des("ttft_ms_mean"), rel=0.5)
+    failed = [r["failed_requests"] for r in runs]
+    se = float(np.std(failed, ddof=1)) / 2.0
+    assert abs(a["failed_requests"] - des("failed_requests")) <= 3.0 * se + 0.25 * des(
+        "failed_requests"
     )
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert a["failed_requests"] > 0 and a["goodput_tokens_per_s"] < a["throughput_tokens_per_s"]

@@ -90,15 +90,6 @@ def check_supported(scenario: Scenario) -> None:
         (
             "workload.arrival",
             wl.arrival,
-            closed
-            or not scenario.faults.events
-            or scenario.faults.recovery == "failover"
-            or all(e.rate_per_hour is not None for e in scenario.faults.events),
-            "open arrivals with faults at fixed times and recovery fail are",
-        ),
-        (
-            "workload.arrival",
-            wl.arrival,
             closed or all(np.ndim(v) == 0 for v in (wl.concurrency, wl.requests, wl.rate_per_s)),
             "open arrivals on a grid (one point at a time) are",
         ),

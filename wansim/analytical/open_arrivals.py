@@ -57,8 +57,8 @@ D, hits the L_s requests in service and leaves a queue that drains at X(C) - lam
 ``recovery: fail`` at rates: a failed request leaves its slot at the failure, so the server's
 rate X(n) counts departures, finished or failed (the closed run's requests over its up time:
 counting only the finished ones gave +86% on TTFT), and the closed model at the customers' n
-gives the share that fails and what the failed ones produced. Not modelled (refused):
-``recovery: fail`` at fixed times. Every answer is
+gives the share that fails and what the failed ones produced; at fixed times the requests in
+service fail and leave (:func:`_fixed_failovers`). Every answer is
 ``validated: false``: checked against the DES in tests/engines/test_open_arrivals.py, not on
 the approximation-error grid.
 """
@@ -312,7 +312,9 @@ def _fixed_failovers(scenario, base: Result, analyze) -> Result:
     waiting half the drain on average (fluid). The run ends later where that backlog outlasts
     the arrivals. Overloaded (the queue never empties), every request not started by the
     failure (R - X(C) t of them) starts the outage and the lost work later. A request hit in its
-    decode runs k failovers longer (Poisson over the requests)."""
+    decode runs k failovers longer (Poisson over the requests). ``recovery: fail``: the L_s
+    requests in service fail instead (they leave: no work added; one failed in its decode had
+    produced 1 + c tokens, c uniform), the rest as above."""
     from wansim.analytical.faults import K_MAX, MS_PER_S, downtime_ms
 
     oa = base.details["open_arrivals"]
@@ -324,13 +326,20 @@ def _fixed_failovers(scenario, base: Result, analyze) -> Result:
     queued = lam * float(m["queue_ms_mean"])  # Little
     requests = float(scenario.workload.requests)
     out_mean = _mean_output(scenario)
-    base_makespan = MS_PER_S * requests * out_mean / float(m["throughput_tokens_per_s"])
+    base_makespan = float(oa["makespan_ms"])
+    # tokens per request the base run produced and finished (rated fail: fewer than out_mean)
+    produced = float(m["throughput_tokens_per_s"]) * base_makespan / (MS_PER_S * requests)
+    finished = float(m.get("goodput_tokens_per_s", m["throughput_tokens_per_s"]))
+    finished *= base_makespan / (MS_PER_S * requests)
+    fail = scenario.faults.recovery == "fail"
     rated_down = (1.0 - float(m.get("availability", 1.0))) * base_makespan
     decode = MS_PER_S * (out_mean - 1.0) / float(m["tokens_per_s"])
     prefill = float(m["ttft_ms_mean"]) - float(m["queue_ms_mean"])
     in_decode = decode / (prefill + decode)
     residence = slots / x_c  # a slot's time per request with every slot busy
-    x = _added_ring_ms(scenario, analyze, max(min(round(in_service), slots), 1))
+    # fail: the hit requests leave (no work added); failover: the ring time each loses
+    x = 0.0 if fail else _added_ring_ms(scenario, analyze, max(min(round(in_service), slots), 1))
+    failed_fixed = 0.0
     fixed = sorted(
         (e.at_s * MS_PER_S, downtime_ms(scenario, e))
         for e in scenario.faults.events
@@ -345,8 +354,11 @@ def _fixed_failovers(scenario, base: Result, analyze) -> Result:
             down, end_prev, makespan = down + extra, end_prev + extra, makespan + extra
             continue
         lost = in_service * x / residence  # the hit requests' lost work, in requests
-        wait_total += in_service * (1.0 - in_decode) * (d + prefill / 2.0)  # hit in prefill
-        hits_decode += in_service * in_decode
+        if fail:
+            failed_fixed += in_service
+        else:
+            wait_total += in_service * (1.0 - in_decode) * (d + prefill / 2.0)  # in prefill
+            hits_decode += in_service * in_decode
         if oa["stable"]:
             backlog = max(0.0, in_service + lam * d - slots) + queued + lost
             drain = backlog / (x_c - lam)
@@ -369,14 +381,24 @@ def _fixed_failovers(scenario, base: Result, analyze) -> Result:
         rate = MS_PER_S * (out_mean - 1.0) / (decode + k * (d_mean + x))
         rate[0] = float(m["tokens_per_s"])
         m["tokens_per_s"] = float((pk * rate).sum() / pk.sum())
-    m["throughput_tokens_per_s"] = MS_PER_S * requests * out_mean / makespan
-    m["goodput_tokens_per_s"] = m["throughput_tokens_per_s"]
-    m["failed_requests"] = 0.0
+    failed_fixed = min(failed_fixed, requests - float(m.get("failed_requests", 0.0)))
+    # a request failed in its decode had produced 1 + c tokens, c uniform over the decode
+    partial = in_decode * (1.0 + (out_mean - 1.0) / 2.0)
+    m["throughput_tokens_per_s"] = (
+        MS_PER_S * (requests * produced - failed_fixed * (out_mean - partial)) / makespan
+    )
+    m["goodput_tokens_per_s"] = (
+        MS_PER_S * (requests * finished - failed_fixed * out_mean) / makespan
+    )
+    m["failed_requests"] = float(m.get("failed_requests", 0.0)) + failed_fixed
     m["availability"] = 1.0 - (rated_down + down) / makespan
     util = [u * base_makespan / makespan for u in m["stage_utilization"]]
     m["stage_utilization"] = util
     m["bubble_fraction"] = 1.0 - float(np.mean(util))
-    details = {**base.details, "fixed_failures": {"downtime_ms": down, "added_ring_ms": x}}
+    details = {
+        **base.details,
+        "fixed_failures": {"downtime_ms": down, "added_ring_ms": x, "failed": failed_fixed},
+    }
     trust = dict(base.approximation or {})
     trust["why"] = (
         "open arrivals with failures at fixed times: the outage, the queue it leaves and its"
@@ -596,6 +618,7 @@ def analyze_open(scenario, analyze) -> Result:
             "stable": queue.stable,
             "mean_in_service": float(n_all @ pi_s),
             "slots": slots,
+            "makespan_ms": makespan,
             "states_evaluated": len(states),
         }
     }

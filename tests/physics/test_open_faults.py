@@ -4,7 +4,7 @@ service is hit by every failure during its residence), the ring is down lambda D
 of the time (its failure clock runs while it is up, busy or idle), every request finishes, and
 an arrival during an outage waits the rest of it. Failures at fixed times: the outage, the queue
 it leaves and its drain on that open run (:func:`wansim.analytical.open_arrivals.
-_fixed_failovers`). ``recovery: fail`` at rates: the queue's server completes departures,
+_fixed_time_faults`). ``recovery: fail`` at rates: the queue's server completes departures,
 finished or failed (the closed run's requests over its up time); at fixed times the requests
 in service fail and leave, the outage and its queue as with fail-over. No combination of open
 arrivals and faults is refused."""

@@ -52,13 +52,13 @@ down lambda D / (1 + lambda D) of the time (its failure clock runs while it is u
 idle), every request finishes (goodput = throughput), and an arrival during an outage waits
 the rest of it (D / 2 on average) before its prefill; checked against the DES in
 tests/physics/test_open_faults.py. Failures at fixed times with fail-over
-(:func:`_fixed_failovers`): on the open run with the rated ones, each outage stops the ring for
+(:func:`_fixed_time_faults`): on the open run with the rated ones, each outage stops the ring for
 D, hits the L_s requests in service and leaves a queue that drains at X(C) - lambda (fluid).
 ``recovery: fail`` at rates: a failed request leaves its slot at the failure, so the server's
 rate X(n) counts departures, finished or failed (the closed run's requests over its up time:
 counting only the finished ones gave +86% on TTFT), and the closed model at the customers' n
 gives the share that fails and what the failed ones produced; at fixed times the requests in
-service fail and leave (:func:`_fixed_failovers`). Every answer is
+service fail and leave (:func:`_fixed_time_faults`). Every answer is
 ``validated: false``: checked against the DES in tests/engines/test_open_arrivals.py, not on
 the approximation-error grid.
 """
@@ -302,8 +302,8 @@ def _open_faults(scenario, metrics: dict) -> dict:
     }
 
 
-def _fixed_failovers(scenario, base: Result, analyze) -> Result:
-    """Failures at fixed times with fail-over on the open run ``base`` (the run with only the
+def _fixed_time_faults(scenario, base: Result, analyze) -> Result:
+    """Failures at fixed times on the open run ``base`` (the run with only the
     rated failures), each while the run lasts (module docstring): the ring stops for D; the
     L_s requests in service wait it and lose the ring time a failover adds (x, the closed
     model's at about L_s in service); the L_q queued wait D more, the lambda D arrivals of the
@@ -448,7 +448,7 @@ def analyze_open(scenario, analyze) -> Result:
         rated = tuple(e for e in events if e.at_s is None)
         faults = dataclasses.replace(scenario.faults, events=rated)
         base = analyze_open(dataclasses.replace(scenario, faults=faults), analyze)
-        return _fixed_failovers(scenario, base, analyze)
+        return _fixed_time_faults(scenario, base, analyze)
     wl = scenario.workload
     requests = int(wl.requests)
     closed_wl = dataclasses.replace(wl, arrival="closed")

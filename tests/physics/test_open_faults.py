@@ -33,27 +33,42 @@ def scenario(slots: int, rate: float, faults: dict = FAILOVER):
     return load_scenario(data=data)
 
 
-@pytest.mark.parametrize(("slots", "rate"), [(1, 0.16), (4, 3.0)])
-def test_open_arrivals_with_failover_against_the_des(slots, rate):
-    """Against the DES's mean over seeds 0-2 (200 requests; a failure a minute, 2 s down).
-    Measured: tokens/s -1.1% and -7.1% (without faults -0.6% and the closed model's -5% at 4
-    slots), throughput and goodput +3.1% and -3.4%, availability +0.001 and +0.008, mean TTFT
-    +7.8% and +15% (the open model's own bias without faults: +20% at one slot, half load)."""
-    sc = scenario(slots, rate)
+def agrees_on_average(sc, seeds: int, rates_rel: float, availability_abs: float, ttft_rel: float):
+    """The analytical answer against the DES's mean over seeds 0..seeds-1: tokens/s within 9%
+    (every case), throughput and goodput, availability and the mean TTFT within the case's
+    bounds; not validated. Returns (the analytical result, the DES runs' metrics)."""
     ana = analyze(sc)
     a = ana.metrics
-    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(3)]
+    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(seeds)]
 
     def des(key):
         return float(np.mean([r[key] for r in runs]))
 
     assert a["tokens_per_s"] == pytest.approx(des("tokens_per_s"), rel=0.09)
     for key in ("throughput_tokens_per_s", "goodput_tokens_per_s"):
-        assert a[key] == pytest.approx(des(key), rel=0.05), key
-    assert a["availability"] == pytest.approx(des("availability"), abs=0.012)
-    assert a["ttft_ms_mean"] == pytest.approx(des("ttft_ms_mean"), rel=0.2)
-    assert a["failed_requests"] == 0.0 and des("failed_requests") == 0.0
+        assert a[key] == pytest.approx(des(key), rel=rates_rel), key
+    assert a["availability"] == pytest.approx(des("availability"), abs=availability_abs)
+    assert a["ttft_ms_mean"] == pytest.approx(des("ttft_ms_mean"), rel=ttft_rel)
     assert not ana.approximation["validated"]
+    return ana, runs
+
+
+def failed_within_spread(expected: float, runs) -> bool:
+    """The DES's failed requests a run: within 3 standard errors of their mean and 25%."""
+    failed = np.array([r["failed_requests"] for r in runs], dtype=float)
+    se = float(failed.std(ddof=1)) / np.sqrt(len(failed))
+    return abs(expected - failed.mean()) <= 3.0 * se + 0.25 * failed.mean()
+
+
+@pytest.mark.parametrize(("slots", "rate"), [(1, 0.16), (4, 3.0)])
+def test_open_arrivals_with_failover_against_the_des(slots, rate):
+    """Against the DES's mean over seeds 0-2 (200 requests; a failure a minute, 2 s down).
+    Measured: tokens/s -1.1% and -7.1% (without faults -0.6% and the closed model's -5% at 4
+    slots), throughput and goodput +3.1% and -3.4%, availability +0.001 and +0.008, mean TTFT
+    +7.8% and +15% (the open model's own bias without faults: +20% at one slot, half load)."""
+    ana, runs = agrees_on_average(scenario(slots, rate), 3, 0.05, 0.012, 0.2)
+    a = ana.metrics
+    assert a["failed_requests"] == 0.0 and all(r["failed_requests"] == 0.0 for r in runs)
     out = json.loads(dumps(ana.to_json()))
     assert out["metrics"]["goodput_tokens_per_s"] == pytest.approx(a["throughput_tokens_per_s"])
 
@@ -94,23 +109,12 @@ def test_fixed_time_failovers_against_the_des(slots, rate, faults):
     +126% in the DES, about +0%, +20%, +74% in the model (the fluid drain of the queue an
     outage leaves understates the stochastic queue's slower relaxation at 3/4 load)."""
     sc = scenario(slots, rate, faults)
-    ana = analyze(sc)
+    ana, runs = agrees_on_average(sc, 4, 0.07, 0.006, 0.25)
     a = ana.metrics
     calm = analyze(scenario(slots, rate, {})).metrics
-    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(4)]
-
-    def des(key):
-        return float(np.mean([r[key] for r in runs]))
-
-    assert a["tokens_per_s"] == pytest.approx(des("tokens_per_s"), rel=0.09)
-    for key in ("throughput_tokens_per_s", "goodput_tokens_per_s"):
-        assert a[key] == pytest.approx(des(key), rel=0.07), key
-    assert a["availability"] == pytest.approx(des("availability"), abs=0.006)
-    assert a["availability"] < 1.0
-    assert a["ttft_ms_mean"] == pytest.approx(des("ttft_ms_mean"), rel=0.25)
-    assert a["ttft_ms_mean"] >= calm["ttft_ms_mean"]
-    assert a["failed_requests"] == 0.0 and des("failed_requests") == 0.0
-    assert not ana.approximation["validated"] and "fixed times" in ana.approximation["why"]
+    assert a["availability"] < 1.0 and a["ttft_ms_mean"] >= calm["ttft_ms_mean"]
+    assert a["failed_requests"] == 0.0 and all(r["failed_requests"] == 0.0 for r in runs)
+    assert "fixed times" in ana.approximation["why"]
 
 
 def test_a_fixed_failure_after_the_run_changes_nothing():
@@ -149,24 +153,10 @@ def test_failures_at_rates_that_fail_requests_against_the_des(slots, rate):
     6.5 vs 7.5, 6.6 vs 8.0 (a handful a run: the DES's own spread). Counting only finished
     requests as departures (the queue not seeing the slots failures free) gave +86% on TTFT."""
     sc = scenario(slots, rate, FAIL)
-    ana = analyze(sc)
+    ana, runs = agrees_on_average(sc, 4, 0.05, 0.012, 0.5)
     a = ana.metrics
-    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(4)]
-
-    def des(key):
-        return float(np.mean([r[key] for r in runs]))
-
-    assert a["tokens_per_s"] == pytest.approx(des("tokens_per_s"), rel=0.09)
-    for key in ("throughput_tokens_per_s", "goodput_tokens_per_s"):
-        assert a[key] == pytest.approx(des(key), rel=0.05), key
     assert a["goodput_tokens_per_s"] < a["throughput_tokens_per_s"]
-    assert a["availability"] == pytest.approx(des("availability"), abs=0.012)
-    assert a["ttft_ms_mean"] == pytest.approx(des("ttft_ms_mean"), rel=0.5)
-    failed = [r["failed_requests"] for r in runs]
-    se = float(np.std(failed, ddof=1)) / 2.0
-    assert abs(a["failed_requests"] - des("failed_requests")) <= 3.0 * se + 0.25 * des(
-        "failed_requests"
-    )
+    assert failed_within_spread(a["failed_requests"], runs)
     assert not ana.approximation["validated"]
 
 
@@ -181,21 +171,7 @@ def test_fixed_time_failures_that_fail_requests_against_the_des(slots, rate, fau
     failed requests 0.58 vs 1.25 (one slot at a third busy: the DES's 5 of 8 outages found a
     request, a 10% event), 8 vs 8, 2.9 vs 3.25."""
     sc = scenario(slots, rate, {**faults, "recovery": "fail"})
-    ana = analyze(sc)
+    ana, runs = agrees_on_average(sc, 4, 0.09, 0.006, 0.5)
     a = ana.metrics
-    runs = [simulate(dataclasses.replace(sc, seed=seed)).metrics for seed in range(4)]
-
-    def des(key):
-        return float(np.mean([r[key] for r in runs]))
-
-    assert a["tokens_per_s"] == pytest.approx(des("tokens_per_s"), rel=0.09)
-    for key in ("throughput_tokens_per_s", "goodput_tokens_per_s"):
-        assert a[key] == pytest.approx(des(key), rel=0.09), key
-    assert a["availability"] == pytest.approx(des("availability"), abs=0.006)
-    assert a["ttft_ms_mean"] == pytest.approx(des("ttft_ms_mean"), rel=0.5)
-    failed = [r["failed_requests"] for r in runs]
-    se = float(np.std(failed, ddof=1)) / 2.0
-    assert abs(a["failed_requests"] - des("failed_requests")) <= 3.0 * se + 0.25 * des(
-        "failed_requests"
-    )
+    assert failed_within_spread(a["failed_requests"], runs)
     assert a["failed_requests"] > 0 and a["goodput_tokens_per_s"] < a["throughput_tokens_per_s"]

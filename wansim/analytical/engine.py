@@ -385,21 +385,27 @@ def _nodes_with_faults(scenario: Scenario) -> Result:
     fa = fault_run_mixed(scenario, kinds, in_flight(scenario))
     calm_details = {k: v for k, v in averaged.details.items() if k != "steady_throughput"}
     metrics, details = _merged_faults(dict(averaged.metrics), calm_details, fa)
-    undefined = details["undefined"]
-    trust = dict(averaged.approximation or {})
+    trust = _faults_trust(
+        averaged.approximation,
+        details["undefined"],
+        "faults with requests that differ: the faults' expected value over the workload's"
+        " kinds of request (checked against the DES in tests/physics/test_faults_varied.py,"
+        " not on the approximation-error grid)",
+    )
+    return Result.analytical(scenario, metrics, details, trust)
+
+
+def _faults_trust(calm: dict | None, undefined: dict, why: str) -> dict:
+    """The approximation of a run with faults answered on a calm run's model: not validated,
+    the unvalidated band, and why (a metric the faults leave undefined, else ``why``)."""
+    trust = dict(calm or {})
     trust.update(
         regime=f"{trust.get('regime', '')} + faults",
         validated=False,
         error_band=dict(UNVALIDATED_BAND),
-        why=next(iter(undefined.values()))
-        if undefined
-        else (
-            "faults with requests that differ: the faults' expected value over the workload's"
-            " kinds of request (checked against the DES in tests/physics/test_faults_varied.py,"
-            " not on the approximation-error grid)"
-        ),
+        why=next(iter(undefined.values())) if undefined else why,
     )
-    return Result.analytical(scenario, metrics, details, trust)
+    return trust
 
 
 def _hybrid_with_faults(scenario: Scenario) -> Result:
@@ -440,19 +446,12 @@ def _hybrid_with_faults(scenario: Scenario) -> Result:
     }
     fa = fault_run(scenario, means, in_flight(scenario))
     metrics, details = _merged_faults(dict(res.metrics), dict(res.details), fa)
-    trust = dict(res.approximation or {})
-    undefined = details["undefined"]
-    trust.update(
-        regime=f"{trust.get('regime', '')} + faults",
-        validated=False,
-        error_band=dict(UNVALIDATED_BAND),
-        why=next(iter(undefined.values()))
-        if undefined
-        else (
-            "faults with the per-round hybrid: the faults' expected value on the two schedules'"
-            " laps mixed per round (checked against the DES in tests/physics/"
-            "test_faults_hybrid.py, not on the approximation-error grid)"
-        ),
+    trust = _faults_trust(
+        res.approximation,
+        details["undefined"],
+        "faults with the per-round hybrid: the faults' expected value on the two schedules'"
+        " laps mixed per round (checked against the DES in tests/physics/"
+        "test_faults_hybrid.py, not on the approximation-error grid)",
     )
     return Result.analytical(scenario, metrics, details, trust)
 

@@ -316,6 +316,7 @@ def _fixed_time_faults(scenario, base: Result, analyze) -> Result:
     requests in service fail instead (they leave: no work added; one failed in its decode had
     produced 1 + c tokens, c uniform), the rest as above."""
     from wansim.analytical.faults import K_MAX, MS_PER_S, downtime_ms
+    from wansim.analytical.mixture import mean_output_tokens
 
     oa = base.details["open_arrivals"]
     m = dict(base.metrics)
@@ -325,7 +326,7 @@ def _fixed_time_faults(scenario, base: Result, analyze) -> Result:
     in_service = float(oa["mean_in_service"])
     queued = lam * float(m["queue_ms_mean"])  # Little
     requests = float(scenario.workload.requests)
-    out_mean = _mean_output(scenario)
+    out_mean = mean_output_tokens(scenario)
     base_makespan = float(oa["makespan_ms"])
     # tokens per request the base run produced and finished (rated fail: fewer than out_mean)
     produced = float(m["throughput_tokens_per_s"]) * base_makespan / (MS_PER_S * requests)
@@ -406,12 +407,6 @@ def _fixed_time_faults(scenario, base: Result, analyze) -> Result:
         " in tests/physics/test_open_faults.py, not on the approximation-error grid"
     )
     return Result.analytical(scenario, m, details, trust)
-
-
-def _mean_output(scenario) -> float:
-    from wansim.analytical.mixture import mean_output_tokens
-
-    return mean_output_tokens(scenario)
 
 
 def _added_ring_ms(scenario, analyze, in_service: int) -> float:

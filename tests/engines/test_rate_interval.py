@@ -14,6 +14,7 @@ from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 from wansim.sim.metrics import (
     MIN_REQUESTS_FOR_REQUEST_CI,
+    REQUEST_CI,
     UNDEFINED_CI,
     request_rates,
     t_interval,
@@ -70,7 +71,7 @@ def test_few_requests_use_laps_many_use_requests():
     many = simulate(one(**{"workload.requests": MIN_REQUESTS_FOR_REQUEST_CI}))
     two = simulate(one(**{"workload.requests": 5, "workload.concurrency": 2}))
     assert few.details["ci_method"] == "batch means over laps"
-    assert many.details["ci_method"] == "t-interval over requests"
+    assert many.details["ci_method"] == REQUEST_CI
     assert two.details["ci_method"] == "batch means over laps"
     for r in (few, many, two):
         lo, hi = r.metrics["tokens_per_s_ci95"]

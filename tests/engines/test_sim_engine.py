@@ -12,6 +12,7 @@ from wansim.errors import ScenarioError
 from wansim.links.wire_bytes import forward_bytes
 from wansim.sim import simulate
 from wansim.sim.messages import PREFILL
+from wansim.sim.metrics import REQUEST_CI
 from wansim.stages.compute import stage_ms
 
 SMALL = {
@@ -268,7 +269,7 @@ def test_reference_agrees_with_analytical_within_the_interval():
     des, ana = simulate(sc), analyze(sc)
     lo, hi = des.metrics["tokens_per_s_ci95"]
     assert lo <= ana.metrics["tokens_per_s"] <= hi
-    assert des.details["ci_method"] == "t-interval over requests"
+    assert des.details["ci_method"] == REQUEST_CI
 
 
 @pytest.mark.slow

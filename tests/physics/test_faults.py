@@ -204,16 +204,12 @@ def test_bad_fault_fields_name_the_field(faults, path, words):
 
 
 def test_unsupported_combinations_exit_2_with_one_line(tmp_path):
-    """Faults with micro-batches (the DES), with the per-round hybrid and requests that differ
-    (the analytical engine; the DES runs it): one line naming faults.events, exit 2."""
+    """Faults with micro-batches (both engines): one line naming faults.events, exit 2. (The
+    per-round hybrid with requests that differ, refused by the analytical engine once, is
+    answered since: tests/physics/test_faults_hybrid.py.)"""
     cases = {
         "des": "schedule: {kind: sync, batching: continuous, micro_batches: 2}\n"
         "workload: {requests: 4, concurrency: 4}\n",
-        "analytical": "drafter: {kind: ngram, placement: first_stage,"
-        " acceptance: {alpha: 0.75, sibling_logit_offsets: [1.0]}}\n"
-        "speculation: {policy: chain, k: 2, tree: {kind: static, branching: [2, 1]}}\n"
-        "schedule: {kind: async, max_inflight_blocks: 2, hybrid_confident_fraction: 0.5}\n"
-        "workload: {requests: 2, lengths: {kind: lognormal, output_cv: 0.5}}\n",
     }
     for engine, body in cases.items():
         path = tmp_path / f"{engine}.yaml"

@@ -149,14 +149,6 @@ def check_supported(scenario: Scenario) -> None:
                 "faults on a grid are",
             )
         )
-        unsupported.append(
-            (
-                "faults.events",
-                f"{len(scenario.faults.events)} events",
-                not (is_hybrid(scenario) and varies(scenario)),
-                "faults with the per-round hybrid and requests that differ are",
-            )
-        )
     for path, value, ok, what in unsupported:
         if not ok:
             why = f"{what} not modelled by the analytical engine" if what else "not modelled by"
@@ -375,11 +367,15 @@ def _nodes_with_faults(scenario: Scenario) -> Result:
     faults' expected value over the nodes' kinds of request
     (:func:`wansim.analytical.faults.fault_run_mixed`: a failure finds a kind in proportion to
     its ring time). Each node's means are its own model's (one request, or the loaded ring at
-    the scenario's concurrency, a pipe of like requests)."""
+    the scenario's concurrency, a pipe of like requests; with the per-round hybrid, its mixed
+    request: :func:`_hybrid_fault_means`)."""
     calm = dataclasses.replace(scenario, faults=dataclasses.replace(scenario.faults, events=()))
     averaged = _over_nodes(calm)
     kinds = []
     for w, node in nodes(scenario):
+        if is_hybrid(node):
+            kinds.append((w, node, _hybrid_fault_means(node)[1]))
+            continue
         answer, used, _, queued = _stationary_answer(node)
         kinds.append((w, node if queued else used, _fault_means(used, answer.means)))
     fa = fault_run_mixed(scenario, kinds, in_flight(scenario))
@@ -411,12 +407,27 @@ def _faults_trust(calm: dict | None, undefined: dict, why: str) -> dict:
 def _hybrid_with_faults(scenario: Scenario) -> Result:
     """Faults with the per-round hybrid: the run without faults by the hybrid's mix
     (:mod:`wansim.analytical.hybrid`), then the faults' expected value
-    (:mod:`wansim.analytical.faults`) on the mixed request: its passes, lap and TTFT; the laps'
-    variance mixed over the passes of each kind of round, the passes' coefficient of variation
-    over their decode time; a failover's restart lap is the block schedule's first lap when the
-    round after the re-prefill is confident (probability p, the confident fraction), a tree
-    round's lap otherwise; the lap a failure interrupts has the residual of the round it falls
-    in (in proportion to the decode time each kind takes)."""
+    (:mod:`wansim.analytical.faults`) on the mixed request (:func:`_hybrid_fault_means`)."""
+    res, means = _hybrid_fault_means(scenario)
+    fa = fault_run(scenario, means, in_flight(scenario))
+    metrics, details = _merged_faults(dict(res.metrics), dict(res.details), fa)
+    trust = _faults_trust(
+        res.approximation,
+        details["undefined"],
+        "faults with the per-round hybrid: the faults' expected value on the two schedules'"
+        " laps mixed per round (checked against the DES in tests/physics/"
+        "test_faults_hybrid.py, not on the approximation-error grid)",
+    )
+    return Result.analytical(scenario, metrics, details, trust)
+
+
+def _hybrid_fault_means(scenario: Scenario) -> tuple[Result, dict]:
+    """(the hybrid's run without faults, its mixed request's means for the fault model): its
+    passes, lap and TTFT; the laps' variance mixed over the passes of each kind of round, the
+    passes' coefficient of variation over their decode time; a failover's restart lap is the
+    block schedule's first lap when the round after the re-prefill is confident (probability
+    p, the confident fraction), a tree round's lap otherwise; the lap a failure interrupts has
+    the residual of the round it falls in (in proportion to the decode time each kind takes)."""
     calm = dataclasses.replace(scenario, faults=dataclasses.replace(scenario.faults, events=()))
     res = analyze_hybrid(calm, analyze)
     kinds = []
@@ -444,16 +455,7 @@ def _hybrid_with_faults(scenario: Scenario) -> Result:
         "lap_residual_ms": time_a * chain["lap_residual_ms"]
         + (1.0 - time_a) * second[1] / (2.0 * max(lap_t, 1e-300)),
     }
-    fa = fault_run(scenario, means, in_flight(scenario))
-    metrics, details = _merged_faults(dict(res.metrics), dict(res.details), fa)
-    trust = _faults_trust(
-        res.approximation,
-        details["undefined"],
-        "faults with the per-round hybrid: the faults' expected value on the two schedules'"
-        " laps mixed per round (checked against the DES in tests/physics/"
-        "test_faults_hybrid.py, not on the approximation-error grid)",
-    )
-    return Result.analytical(scenario, metrics, details, trust)
+    return res, means
 
 
 def _pieces_with_faults(scenario: Scenario) -> Result:

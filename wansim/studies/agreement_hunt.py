@@ -197,7 +197,8 @@ def wan_physics(data: dict, seed: int) -> dict:
     base draws of every seed stay what they were. Each is added where both engines model it
     (the analytical engine refuses the rest: tcp with loss beyond one request or with
     continuous batching; faults with the per-round hybrid, refused when the table was drawn, are
-    answered since: tests/physics/test_faults_hybrid.py). The hybrid is drawn with one
+    answered since, with like requests and with requests that differ:
+    tests/physics/test_faults_hybrid.py). The hybrid is drawn with one
     request only: its
     concurrent form (answered, ``validated: false``) came after the hunt's table."""
     rng = np.random.default_rng([int(seed), 13])

@@ -184,12 +184,17 @@ def test_a_kept_timeline_to_the_bit():
 
 @pytest.mark.parametrize(
     "schedule",
-    [{"kind": "sync"}, {"kind": "async", "max_inflight_blocks": 3}],
-    ids=["sync", "async"],
+    [
+        {"kind": "sync"},
+        {"kind": "async", "max_inflight_blocks": 3},
+        {"kind": "sync", "batching": "continuous", "micro_batches": 2, "prefill_chunk_tokens": 16},
+    ],
+    ids=["sync", "async", "micro-batches"],
 )
 def test_faults_to_the_bit(schedule):
-    """Stage failures mid-run, the requests in flight re-prefilled (sync; and the block
-    schedule, whose lost blocks, verdicts and cancellations the failure drops)."""
+    """Stage failures mid-run, the requests in flight re-prefilled (sync; the block schedule,
+    whose lost blocks, verdicts and cancellations the failure drops; micro-batches, lost whole
+    and re-formed from their members' re-prefills)."""
     data = {
         **BASE,
         "stages": 4,

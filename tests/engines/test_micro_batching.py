@@ -215,14 +215,6 @@ def test_bad_input_names_the_field(over, field, run_cli):
     assert code == 2 and stderr.count("\n") == 1 and field in stderr, stderr
 
 
-def test_faults_are_refused_with_micro_batches():
-    data = ring(2, 10.0)
-    data["faults"] = {"events": [{"stage": 1, "at_s": 0.1}]}
-    with pytest.raises(ScenarioError) as err:
-        load_scenario(data=data)
-    assert str(err.value).startswith("faults.events")
-
-
 def test_regime_is_named_and_unmeasured_corners_say_so():
     whole = approximation(load_scenario(data=ring(4, 10.0)))
     assert whole.regime == "micro-batched" and not whole.validated

@@ -203,24 +203,24 @@ def test_bad_fault_fields_name_the_field(faults, path, words):
     assert line.startswith(path + ":") and words in line and "\n" not in line
 
 
-def test_unsupported_combinations_exit_2_with_one_line(tmp_path):
-    """Faults with micro-batches (both engines): one line naming faults.events, exit 2. (The
-    per-round hybrid with requests that differ, refused by the analytical engine once, is
-    answered since: tests/physics/test_faults_hybrid.py.)"""
-    cases = {
-        "des": "schedule: {kind: sync, batching: continuous, micro_batches: 2}\n"
-        "workload: {requests: 4, concurrency: 4}\n",
-    }
-    for engine, body in cases.items():
-        path = tmp_path / f"{engine}.yaml"
-        path.write_text("stages: 3\n" + body + "faults: {events: [{stage: 1, at_s: 1}]}\n")
-        proc = subprocess.run(
-            [sys.executable, "-m", "wansim", "run", str(path), "--engine", engine],
-            capture_output=True,
-            text=True,
-        )
-        assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.count("\n") == 1 and "faults.events" in proc.stderr
+def test_combinations_once_refused_run_in_both_engines(tmp_path):
+    """Faults with micro-batches (refused by both engines once; tests/physics/
+    test_faults_micro_batched.py), with requests that differ, on drift, on the block schedule
+    (and the per-round hybrid with requests that differ: tests/physics/test_faults_hybrid.py)."""
+    path = tmp_path / "micro.yaml"
+    path.write_text(
+        "stages: 3\nschedule: {kind: sync, batching: continuous, micro_batches: 2}\n"
+        "workload: {requests: 4, concurrency: 4}\nfaults: {events: [{stage: 1, at_s: 1}]}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "wansim", "run", str(path), "--engine", "both", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    for engine in ("des", "analytical"):
+        assert out[engine]["availability"] < 1
     varied = {
         **DETERMINISTIC,
         "faults": {"events": [{"stage": 1, "at_s": 1}]},

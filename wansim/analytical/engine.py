@@ -308,6 +308,14 @@ def analyze(scenario: Scenario) -> Result:
         per_request = details["faults"].get("failures_per_request", 0.0)
         if details["undefined"]:
             trust = {**trust, "validated": False, "why": next(iter(details["undefined"].values()))}
+        elif micro_batched(scenario):
+            trust = _faults_trust(
+                trust,
+                {},
+                "faults with micro-batches: the re-prefills as a cold wave of chunk passes on"
+                " the micro-batched run (checked against the DES in tests/physics/"
+                "test_faults_micro_batched.py, not on the approximation-error grid)",
+            )
         elif trust["validated"] and per_request > RARE_FAILURES_PER_REQUEST:
             trust = {
                 **trust,

@@ -31,7 +31,16 @@ Several requests in flight (N slots: concurrency, continuous batching, micro-bat
 request's loaded ring time (its loaded TTFT plus N laps of the loaded lap), the run's up time
 R T0 / N, every failure hits the N requests in the ring (fail: N fail; failover: N re-prefill,
 queued behind each other at the slowest station a prefill crosses, (N - 1) times its service
-added to X), and a request's hits are those of the failures that found it in the ring.
+added to X), and a request's hits are those of the failures that found it in the ring. With
+micro-batches the N re-prefills are a cold wave into the idle ring, b = N / N' prompts of
+prompt + c tokens per micro-batch in chunk passes
+(:func:`wansim.analytical.micro_batched.cold_wave_ttft_ms`, its mean over the members: a
+member decodes again from its own last chunk, beside the others' chunks), and the run's up time
+without faults is the micro-batched model's makespan (its cold start, the prompts queued for
+the chunk budget and the drain), not R T0 / N (fail: the slots' held time stretched by the same
+ratio). A request hit in its prefill re-prefills last in its micro-batch's wave (TTFT + D + the
+wave's last first token W), and the replacements admitted during the wave, N W / T0 of them,
+wait W / 2 on average.
 
 The block schedule (async, an overlapped drafter): a request's verify-to-verify laps are of
 two kinds, short spacings inside a chain and a whole lap after each lost bet, so the lap a
@@ -64,6 +73,7 @@ import dataclasses
 import numpy as np
 
 from wansim.config.scenario import Scenario
+from wansim.serving.micro_batching import micro_batched
 
 MS_PER_S = 1e3
 MS_PER_HOUR = 3.6e6
@@ -170,8 +180,17 @@ def fault_run_mixed(
     elapsed = np.where(blocks, (p0**2 + n * 2.0 * lap * residual) / (2.0 * t0), elapsed)
     restart = np.where(blocks, per_kind("first_lap_ms", -1.0) - 2.0 * residual, 0.0)
     reprefill = np.empty(len(kinds))
+    wave_ms = np.zeros(len(kinds))  # micro-batches: the re-prefill wave's last first token
     for i, (_, sc, _) in enumerate(kinds):
         c = np.floor((np.arange(C_POINTS) + 0.5) / C_POINTS * m[i])
+        if micro_batched(sc):  # the slots' re-prefills as a cold wave of chunk passes
+            from wansim.analytical.micro_batched import cold_wave_ttft_ms
+            from wansim.analytical.sync import lap_parts
+
+            prompts, terms = sc.workload.prompt_tokens + c, lap_parts(sc)
+            reprefill[i] = float(np.mean(cold_wave_ttft_ms(sc, prompts, terms)))
+            wave_ms[i] = float(np.mean(cold_wave_ttft_ms(sc, prompts, terms, member=1.0)))
+            continue
         reprefill[i] = float(np.mean(reprefill_ms(sc, c)))
         if slots > 1:  # the other re-prefills queue at the slowest station
             reprefill[i] += (slots - 1.0) * float(np.mean(prefill_station_ms(sc, c)))
@@ -185,6 +204,9 @@ def fault_run_mixed(
     x = float((hit_share * x_k).sum())
     age = float((hit_share * age_k).sum())
     t_ring = t0_mean / slots  # ring time per request: N share the ring
+    base_up = r_requests * t_ring  # the run's up time without faults
+    if all(micro_batched(sc) for _, sc, _ in kinds):  # its own makespan: cold start, drain
+        base_up = float((w * per_kind("makespan_ms")).sum())
     rated = [e for e in faults.events if e.rate_per_hour is not None]
     lam = sum(e.rate_per_hour for e in rated) / MS_PER_HOUR
     d_rated = (
@@ -199,7 +221,7 @@ def fault_run_mixed(
     lost = float((hit_share * (t0 - age_k)).sum())  # fail: the hit request's remaining time
     hits, down, end_prev = 0, 0.0, -1.0  # hits: failures that found requests in the ring
     for t, d in fixed:
-        up_work = r_requests * t_ring + hits * (x if failover else -lost)
+        up_work = base_up + hits * (x if failover else -lost)
         if t >= up_work + down or (not failover and hits * slots >= r_requests):
             break
         if t < end_prev:  # during an outage: it extends it
@@ -217,7 +239,7 @@ def fault_run_mixed(
             names += ("tokens_per_s",)
             metrics = {**dict.fromkeys(names), "failed_requests": 0.0}
             return FaultAnswer(metrics, dict.fromkeys(names, DIVERGES), {})
-        up = (r_requests * t_ring + hits * x) / (1.0 - lam * x)
+        up = (base_up + hits * x) / (1.0 - lam * x)
         f_rated = lam * up
         failed_k = np.zeros(len(kinds))
     else:  # each request left races the rate clock: it fails with 1 - exp(-lambda T0)
@@ -226,7 +248,7 @@ def fault_run_mixed(
         p_fail = -np.expm1(-lam * t0)
         failed_rated_k = left * w * p_fail
         held = left * w * (p_fail / lam if lam > 0 else t0)
-        up = (hit_requests * age + float(held.sum())) / slots
+        up = (hit_requests * age + float(held.sum())) / slots * base_up / (r_requests * t_ring)
         f_rated = float(failed_rated_k.sum()) / slots  # failures: each fails the N in flight
         failed_k = hit_requests * hit_share + failed_rated_k
     failed = float(failed_k.sum())
@@ -259,7 +281,11 @@ def fault_run_mixed(
             rates[i] = float((pk * rate).sum() / pk.sum())
         out["tokens_per_s"] = float((w * rates).sum())
         pre = hits_per_request * (1.0 - in_decode)
-        out["ttft_ms_mean"] = float((w * (ttft + pre * (d_mean + p0 / 2.0))).sum())
+        # micro-batches: a prompt hit re-prefills last in its micro-batch's wave, and the
+        # replacements admitted during the wave (N / T0 a ms) wait for the rest of it
+        lost_prefill = np.where(wave_ms > 0, wave_ms, p0 / 2.0)
+        behind = hits_per_request * wave_ms**2 / (2.0 * t0)
+        out["ttft_ms_mean"] = float((w * (ttft + pre * (d_mean + lost_prefill) + behind)).sum())
     elif not failover and finished > 0 and hits_all:
         # the request admitted at a failure waits the downtime; it finishes with 1 - F / R
         waited = min(hits_all * slots, r_requests) * (1.0 - failed / r_requests)

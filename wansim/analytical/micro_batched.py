@@ -207,6 +207,28 @@ def pass_tokens(scenario, parts: dict) -> dict:
     }
 
 
+def cold_wave_ttft_ms(scenario, prompt_tokens, terms: dict, member: float = 0.5) -> np.ndarray:
+    """The first token of a wave of prompts of ``prompt_tokens`` entering an idle ring
+    together, b per micro-batch (the first wave; a failover's re-prefills,
+    :mod:`wansim.analytical.faults`): the micro-batches' first passes queue at S0 (``member``
+    x (N' - 1) slowest services), then ``member`` x (c - 1) more of their c = ceil(b prompt /
+    C) chunk passes at the cold cycle max(L_c, N' s_c). ``member`` 0.5: the wave's mean, 1:
+    its last prompt."""
+    batches = np.asarray(active_batches(scenario), dtype=float)
+    b = np.asarray(serving_slots(scenario), dtype=float) / batches
+    prompt = np.asarray(prompt_tokens, dtype=float)
+    c_cold = np.asarray(
+        prefill_chunks(b * prompt, scenario.schedule.prefill_chunk_tokens), dtype=float
+    )
+    cold = ring(scenario, b * prompt / c_cold, np.zeros(()), b, terms)
+    cold_cycle = cycle_ms(cold.lone_lap_ms, cold.bottleneck_ms, batches)
+    return (
+        cold.lone_lap_ms
+        + member * (batches - 1.0) * cold.bottleneck_ms
+        + member * (c_cold - 1.0) * cold_cycle
+    )
+
+
 def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
     """Mean metrics (the keys of :func:`wansim.analytical.sync.sync_metrics`) in steady state
     (module docstring), with per-stage busy time and the mean pass's ring."""
@@ -216,7 +238,6 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
     m = np.asarray(parts["m"], dtype=float)
     passes = np.asarray(parts["passes"], dtype=float)
     prompt = np.asarray(wl.prompt_tokens, dtype=float)
-    chunk = scenario.schedule.prefill_chunk_tokens
     mean = pass_tokens(scenario, parts)
     slots, b, c, cycle = mean["slots"], mean["b"], mean["c"], mean["cycle"]
     verified, tokens, heavy_tokens = mean["verified"], mean["tokens"], mean["chunk_pass_tokens"]
@@ -231,15 +252,7 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
         heavy.lone_lap_ms + hol, (batches - 1.0) * steady.bottleneck_ms + heavy.bottleneck_ms
     )
 
-    # the first wave: b prompts per micro-batch, c_cold passes of them, queued at S0
-    c_cold = np.asarray(prefill_chunks(b * prompt, chunk), dtype=float)
-    cold = ring(scenario, b * prompt / c_cold, np.zeros(()), b, parts)
-    cold_cycle = cycle_ms(cold.lone_lap_ms, cold.bottleneck_ms, batches)
-    ttft_cold = (
-        cold.lone_lap_ms
-        + 0.5 * (batches - 1.0) * cold.bottleneck_ms
-        + 0.5 * (c_cold - 1.0) * cold_cycle
-    )
+    ttft_cold = cold_wave_ttft_ms(scenario, prompt, parts)
     ttft = (cycle - passes - c) * lap + c * heavy_lap
     # closed loop: users beyond the slots wait for one (Little: U / X in the system)
     users = np.minimum(np.asarray(wl.concurrency, dtype=float), np.asarray(wl.requests))

@@ -875,13 +875,6 @@ class Scenario:
                 " schedule.kind: sync and drafter.overlap: false",
                 sched.micro_batches,
             )
-        if self.faults.events:
-            raise ScenarioError(
-                "faults.events",
-                "faults with micro-batches are not modelled (a lost micro-batch's members would"
-                " re-prefill into it): drop the faults or schedule.micro_batches",
-                f"{len(self.faults.events)} events",
-            )
 
     @property
     def k(self) -> int:

@@ -79,12 +79,6 @@ def check_supported(scenario: Scenario) -> None:
     refused. At most :data:`MAX_TOKENS` output tokens over all requests."""
     sched = scenario.schedule
     wl = scenario.workload
-    if scenario.faults.events and sched.micro_batches is not None:
-        raise ScenarioError(
-            "faults.events",
-            "faults with micro-batches are not simulated (use schedule.micro_batches: null)",
-            f"{len(scenario.faults.events)} events",
-        )
     if wl.requests * wl.output_tokens > MAX_TOKENS:
         raise ScenarioError(
             "workload.requests",
@@ -307,6 +301,8 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
         if scenario.faults.events
         else None
     )
+    if faults is not None:
+        faults.micro = micro
     links = [
         Link(
             env,

@@ -11,6 +11,10 @@ and cancellations in flight carry the generation too, and the schedule is told o
 hit (:meth:`wansim.sim.async_speculation.Scheduler.lost_in_failure`): it issues nothing for it
 until the re-prefill's first token, then starts a new chain.
 
+With micro-batches every micro-batch in flight is lost and stops circulating
+(:meth:`wansim.sim.micro_batches.MicroBatcher.lose_all`); a failover's re-prefill goes into the
+request's own micro-batch as a prompt, chunked by ``prefill_chunk_tokens``.
+
 Recovery (``faults.recovery``):
 
 - ``failover``: at t + D every request that was in the ring re-prefills its prompt plus the
@@ -93,6 +97,7 @@ class FaultInjector:
         self.source = None
         self._admit = None
         self.scheduler = None  # the block schedule, told of the requests a failure hits
+        self.micro = None  # the micro-batches (wansim.sim.micro_batches), lost in a failure
         self.rng = np.random.default_rng(seed)
         self.log = FaultLog(faults.recovery)
         self.down_until = -1.0
@@ -114,7 +119,13 @@ class FaultInjector:
     def deliver(self, receive):
         """A link's delivery callback that drops the passes of an older generation."""
 
+        micro = self.micro
+
         def deliver(message: list) -> None:
+            if micro is not None:  # a micro-batch: lost whole in a failure, else all current
+                if micro.current(message):
+                    receive(message)
+                return
             if all(p.gen == p.request.gen for p in message):
                 receive(message)
                 return
@@ -190,6 +201,10 @@ class FaultInjector:
             req.gen += 1
             if self.scheduler is not None:
                 self.scheduler.lost_in_failure(req)
+        if self.micro is not None:  # every micro-batch in flight is lost
+            self.micro.lose_all()
+            for stage in self.stages:
+                stage.mailbox.clear()
         for stage in self.stages:  # queued passes of the old generations
             if stage.mailbox:
                 stale = [p for p in stage.mailbox if p.gen != p.request.gen]
@@ -201,6 +216,8 @@ class FaultInjector:
             for req in hit:
                 req.failed = True
                 self.log.failed += 1
+                if self.micro is not None:
+                    self.micro.finished(req)
                 self.source.finished(req)  # frees the slot (the next waits for the ring)
         else:
             self.restart.extend(hit)
@@ -214,7 +231,10 @@ class FaultInjector:
             n = req.prompt_tokens + req.committed
             self.log.reprefills += 1
             self.log.reprefill_tokens += n
-            self.stages[0].receive([Pass(req, PREFILL, req.passes, n)])
+            if self.micro is not None:
+                self.micro.reprefill(req, n)
+            else:
+                self.stages[0].receive([Pass(req, PREFILL, req.passes, n)])
         waiting, self.waiting = self.waiting, []
         for req in waiting:
             self._admit(req)

@@ -64,7 +64,6 @@ import simpy
 from wansim.sim.kernel import Event, Kernel, Reference, Timeout
 from wansim.sim.link import Link, decode_share
 from wansim.sim.messages import KIND_NAMES, PREFILL, VERIFY, Pass
-from wansim.sim.micro_batches import MicroBatchMessage
 from wansim.sim.request import RequestSource
 from wansim.sim.verifier import Verifier
 
@@ -476,9 +475,11 @@ class LastStage(Stage):
         """The next passes ride the return hop to S0 (micro-batches: the micro-batch)."""
         if self.micro is None:
             self.link_out.send(following, self.return_bytes * len(following), 1.0)
+        elif not self.micro.current(batch):  # lost in a failure while computed
+            return
         elif self.micro.still_circulates(batch.index):  # back to S0, one record a sequence
             records = max(len(following) + chunks, 1)
-            back = MicroBatchMessage(batch.index, following)
+            back = self.micro.message(batch.index, following)
             self.link_out.send(back, self.return_bytes * records, 1.0)
 
     def _verdicts(self, batch: list[Pass]) -> tuple[list[Pass], int]:

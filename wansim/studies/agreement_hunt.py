@@ -285,9 +285,8 @@ def wan_physics(data: dict, seed: int) -> dict:
             acc = drafter["acceptance"]
             if "profile" not in acc:  # the tree rounds need sibling rates
                 acc["sibling_logit_offsets"] = [1.0, 2.0]
-    # failures on the block schedule (async, an overlapped drafter; not the per-round hybrid,
-    # which the analytical engine refused with faults when the table was drawn): a stream of
-    # its own (seed, 13, 5)
+    # failures on the block schedule (async, an overlapped drafter; the per-round hybrid's have
+    # a stream of their own below): a stream of its own (seed, 13, 5)
     blocks = sched["kind"] == "async" or drafter["overlap"]
     if (
         "faults" not in data
@@ -304,6 +303,34 @@ def wan_physics(data: dict, seed: int) -> dict:
                     {
                         "stage": int(on_blocks.integers(0, stages)),
                         "at_s": float(on_blocks.choice([0.2, 1.0])),
+                    }
+                ],
+            }
+    # failures on micro-batched rings and with the per-round hybrid (refused by one engine or
+    # both when the table was drawn): streams of their own (seed, 13, 6) and (seed, 13, 7)
+    if "faults" not in data and sched.get("micro_batches"):
+        micro = np.random.default_rng([int(seed), 13, 6])
+        if micro.random() < 0.4:
+            data["faults"] = {
+                "recovery": str(micro.choice(["failover", "fail"])),
+                "detection_s": float(micro.choice([0.05, 0.5])),
+                "events": [
+                    {
+                        "stage": int(micro.integers(0, stages)),
+                        "at_s": float(micro.choice([0.2, 1.0])),
+                    }
+                ],
+            }
+    if "faults" not in data and "hybrid_confident_fraction" in sched:
+        hybrid = np.random.default_rng([int(seed), 13, 7])
+        if hybrid.random() < 0.4:
+            data["faults"] = {
+                "recovery": str(hybrid.choice(["failover", "fail"])),
+                "detection_s": float(hybrid.choice([0.05, 0.5])),
+                "events": [
+                    {
+                        "stage": int(hybrid.integers(0, stages)),
+                        "at_s": float(hybrid.choice([0.2, 1.0])),
                     }
                 ],
             }

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from wansim.analytical import analyze
+from wansim.analytical.faults import up_time_ms
 from wansim.analytical.regime import FAULTS_BAND
 from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
@@ -312,3 +313,44 @@ def test_reference_failover_scenario():
     assert des.details["faults"].reprefills == 1
     clean = load_scenario("scenarios/ring-stage-failover.yaml", ["faults.events[0].at_s=100000"])
     assert simulate(clean).metrics["goodput_tokens_per_s"] > des.metrics["goodput_tokens_per_s"]
+
+
+def _restarted_up_time(rng, work, fixed_at, rate, x):
+    """One run of the process :func:`wansim.analytical.faults.up_time_ms` models: ``work`` ms
+    of ring time, failures at the work positions ``fixed_at`` and at ``rate`` per up ms; each
+    failure needs ``x`` ms without a failure, restarted by any failure inside it."""
+    up, done, fixed = 0.0, 0.0, sorted(fixed_at)
+    while True:
+        gap = rng.exponential(1.0 / rate)
+        to_fixed = fixed[0] - done if fixed else np.inf
+        step = min(gap, work - done, to_fixed)
+        up += step
+        done += step
+        if done >= work:
+            return up
+        if fixed and step == to_fixed:
+            fixed.pop(0)
+        while True:  # the failure's x, restarted by the failures inside it
+            inside = rng.exponential(1.0 / rate)
+            if inside >= x:
+                up += x
+                break
+            up += inside
+
+
+@pytest.mark.parametrize("rate_x", [0.05, 0.5, 0.9])
+def test_up_time_with_restarted_re_prefills_against_monte_carlo(rate_x):
+    """20,000 runs of the restart process (independent of the formula): the mean up time
+    within 4 standard errors of W e^(lambda x) + F (e^(lambda x) - 1) / lambda, and far from
+    the linear (W + F x) / (1 - lambda x) where lambda x is not small."""
+    rng = np.random.default_rng(11)
+    work, x, fixed_at = 1000.0, 50.0, [200.0, 700.0]
+    rate = rate_x / x
+    runs = np.array([_restarted_up_time(rng, work, fixed_at, rate, x) for _ in range(20_000)])
+    mean, se = runs.mean(), runs.std(ddof=1) / np.sqrt(len(runs))
+    formula = up_time_ms(work, 2, rate, x)
+    assert abs(mean - formula) < 4 * se, (mean, se, formula)
+    linear = (work + 2 * x) / (1 - rate_x)
+    if rate_x >= 0.5:
+        assert abs(mean - linear) > 20 * se
+    assert up_time_ms(work, 2, 0.0, x) == work + 2 * x

@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.physics.faults_agreement import agrees_with_des_mean
+from tests.physics.test_faults_blocks import RING as BLOCKS_RING
 from wansim.analytical import analyze
 from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
@@ -126,26 +127,9 @@ def test_faults_on_drifting_links_agree_with_the_des(case):
 # prompt on each 200 Mbit/s hop) takes ~16 s, against failures every 30 s: a failure during
 # a re-prefill is likely, and it restarts the re-prefill
 LONG_REPREFILL = {
-    "stages": 6,
-    "model": {
-        "hidden_size": 4096,
-        "compute": {"kind": "linear", "base_ms": 6.0, "per_token_ms": 0.05},
-    },
-    "network": {
-        "latency_ms": 20.0,
-        "bandwidth_mbps": 200,
-        "jitter": {"kind": "lognormal", "std_ms": 2},
-    },
-    "drafter": {
-        "kind": "draft_model",
-        "placement": "first_stage",
-        "draft_ms": 2.0,
-        "acceptance": {"alpha": 0.75},
-    },
-    "speculation": {"policy": "chain", "k": 3},
+    **BLOCKS_RING,
     "schedule": {"batching": "continuous"},
     "workload": {"requests": 64, "concurrency": 16, "prompt_tokens": 512, "output_tokens": 200},
-    "faults": {"detection_s": 2.0, "events": [{"stage": 2, "rate_per_hour": 120}]},
 }
 
 

@@ -192,6 +192,20 @@ def _serving(data: dict, seed: int) -> dict:
     return data
 
 
+def stage_failure(rng: np.random.Generator, stages: int) -> dict:
+    """A stage failure at a fixed time, drawn from ``rng`` in this order: the recovery, the
+    detection time, the stage, the time."""
+    recovery = str(rng.choice(["failover", "fail"]))
+    detection_s = float(rng.choice([0.05, 0.5]))
+    stage = int(rng.integers(0, stages))
+    at_s = float(rng.choice([0.2, 1.0]))
+    return {
+        "recovery": recovery,
+        "detection_s": detection_s,
+        "events": [{"stage": stage, "at_s": at_s}],
+    }
+
+
 def wan_physics(data: dict, seed: int) -> dict:
     """Issue 13's mechanisms on a drawn scenario, from a stream of their own (seed, 13): the
     base draws of every seed stay what they were. Each is added where both engines model it
@@ -234,13 +248,7 @@ def wan_physics(data: dict, seed: int) -> dict:
     if drift:  # the ring slows by ~1.3x over the run's first seconds
         net["drift"] = {"latency_factor": 1.3, "bandwidth_factor": 0.77, "over_ms": 5000.0}
     if one and not drift and rng.random() < 0.2:  # a stage fails, a spare takes over
-        data["faults"] = {
-            "recovery": str(rng.choice(["failover", "fail"])),
-            "detection_s": float(rng.choice([0.05, 0.5])),
-            "events": [
-                {"stage": int(rng.integers(0, stages)), "at_s": float(rng.choice([0.2, 1.0]))}
-            ],
-        }
+        data["faults"] = stage_failure(rng, stages)
     elif (
         (one and lossless and not drift and rng.random() < 0.25)
         or (
@@ -269,13 +277,7 @@ def wan_physics(data: dict, seed: int) -> dict:
         sched["kind"] == "sync" and not drafter["overlap"] and not sched.get("micro_batches")
     )
     if "faults" not in data and sync_ring and like and (drift or not one) and more.random() < 0.2:
-        data["faults"] = {
-            "recovery": str(more.choice(["failover", "fail"])),
-            "detection_s": float(more.choice([0.05, 0.5])),
-            "events": [
-                {"stage": int(more.integers(0, stages)), "at_s": float(more.choice([0.2, 1.0]))}
-            ],
-        }
+        data["faults"] = stage_failure(more, stages)
     if sched["kind"] == "async":
         if spec["k"] >= 2 and rng.random() < 0.3:
             sched["async_protocol"] = "flush_on_full_acceptance"
@@ -296,44 +298,17 @@ def wan_physics(data: dict, seed: int) -> dict:
     ):
         on_blocks = np.random.default_rng([int(seed), 13, 5])
         if on_blocks.random() < 0.3:
-            data["faults"] = {
-                "recovery": str(on_blocks.choice(["failover", "fail"])),
-                "detection_s": float(on_blocks.choice([0.05, 0.5])),
-                "events": [
-                    {
-                        "stage": int(on_blocks.integers(0, stages)),
-                        "at_s": float(on_blocks.choice([0.2, 1.0])),
-                    }
-                ],
-            }
+            data["faults"] = stage_failure(on_blocks, stages)
     # failures on micro-batched rings and with the per-round hybrid (refused by one engine or
     # both when the table was drawn): streams of their own (seed, 13, 6) and (seed, 13, 7)
     if "faults" not in data and sched.get("micro_batches"):
         micro = np.random.default_rng([int(seed), 13, 6])
         if micro.random() < 0.4:
-            data["faults"] = {
-                "recovery": str(micro.choice(["failover", "fail"])),
-                "detection_s": float(micro.choice([0.05, 0.5])),
-                "events": [
-                    {
-                        "stage": int(micro.integers(0, stages)),
-                        "at_s": float(micro.choice([0.2, 1.0])),
-                    }
-                ],
-            }
+            data["faults"] = stage_failure(micro, stages)
     if "faults" not in data and "hybrid_confident_fraction" in sched:
         hybrid = np.random.default_rng([int(seed), 13, 7])
         if hybrid.random() < 0.4:
-            data["faults"] = {
-                "recovery": str(hybrid.choice(["failover", "fail"])),
-                "detection_s": float(hybrid.choice([0.05, 0.5])),
-                "events": [
-                    {
-                        "stage": int(hybrid.integers(0, stages)),
-                        "at_s": float(hybrid.choice([0.2, 1.0])),
-                    }
-                ],
-            }
+            data["faults"] = stage_failure(hybrid, stages)
     return data
 
 

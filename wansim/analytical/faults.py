@@ -45,8 +45,11 @@ member decodes again from its own last chunk, beside the others' chunks), and th
 without faults is the micro-batched model's makespan (its cold start, the prompts queued for
 the chunk budget and the drain), not R T0 / N (fail: the slots' held time stretched by the same
 ratio). A request hit in its prefill re-prefills last in its micro-batch's wave (TTFT + D + the
-wave's last first token W), and the replacements admitted during the wave, N W / T0 of them,
-wait W / 2 on average.
+wave's last first token W), and the replacements admitted during the wave wait for the rest
+of it (N W^2 / (6 x decode time) in all per failure: the members resume uniformly over the
+wave and finish within it in proportion to the wave left). With ``fail`` the N requests
+admitted when the ring serves again enter together: a cold wave of fresh prompts, not the
+steady TTFT.
 
 The block schedule (async, an overlapped drafter): a request's verify-to-verify laps are of
 two kinds, short spacings inside a chain and a whole lap after each lost bet, so the lap a
@@ -202,6 +205,7 @@ def fault_run_mixed(
     restart = np.where(blocks, per_kind("first_lap_ms", -1.0) - 2.0 * residual, 0.0)
     reprefill = np.empty(len(kinds))
     wave_ms = np.zeros(len(kinds))  # micro-batches: the re-prefill wave's last first token
+    wave0_ms = np.zeros(len(kinds))  # and a wave of fresh prompts' mean first token (fail)
     for i, (_, sc, _) in enumerate(kinds):
         c = np.floor((np.arange(C_POINTS) + 0.5) / C_POINTS * m[i])
         if micro_batched(sc):  # the slots' re-prefills as a cold wave of chunk passes
@@ -211,6 +215,7 @@ def fault_run_mixed(
             prompts, terms = sc.workload.prompt_tokens + c, lap_parts(sc)
             reprefill[i] = float(np.mean(cold_wave_ttft_ms(sc, prompts, terms)))
             wave_ms[i] = float(np.mean(cold_wave_ttft_ms(sc, prompts, terms, member=1.0)))
+            wave0_ms[i] = float(cold_wave_ttft_ms(sc, sc.workload.prompt_tokens, terms))
             continue
         reprefill[i] = float(np.mean(reprefill_ms(sc, c)))
         if slots > 1 and sc.schedule.batching == "none":  # the others queue at the slowest
@@ -312,9 +317,11 @@ def fault_run_mixed(
         out["tokens_per_s"] = float((w * rates).sum())
         pre = hits_per_request * (1.0 - in_decode)
         # micro-batches: a prompt hit re-prefills last in its micro-batch's wave, and the
-        # replacements admitted during the wave (N / T0 a ms) wait for the rest of it
+        # replacements admitted during the wave wait for the rest of it: a member resumes at
+        # u W (u uniform) and finishes within the wave with probability W (1 - u) / decode,
+        # its replacement then waiting W (1 - u) / 2: N W^2 / (6 decode) a failure in all
         lost_prefill = np.where(wave_ms > 0, wave_ms, p0 / 2.0)
-        behind = hits_per_request * wave_ms**2 / (2.0 * t0)
+        behind = hits_per_request * wave_ms**2 / (6.0 * decode)
         growth = lam * reprefill  # the failures during the re-prefill, as for the decode
         interrupted = np.expm1(growth) / lam - reprefill if lam > 0 else 0.0 * reprefill
         hit = d_mean * np.exp(growth) + lost_prefill + interrupted
@@ -322,7 +329,9 @@ def fault_run_mixed(
     elif not failover and finished > 0 and hits_all:
         # the request admitted at a failure waits the downtime; it finishes with 1 - F / R
         waited = min(hits_all * slots, r_requests) * (1.0 - failed / r_requests)
-        out["ttft_ms_mean"] = float((w * ttft).sum()) + waited * d_mean / finished
+        # micro-batches: the N admitted at the outage's end enter together, a cold wave
+        cold = float((w * np.maximum(wave0_ms - ttft, 0.0)).sum())
+        out["ttft_ms_mean"] = float((w * ttft).sum()) + waited * (d_mean + cold) / finished
     details = {
         "failures": hits_all,
         "failures_per_request": hits_all * slots / r_requests,

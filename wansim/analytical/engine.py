@@ -490,6 +490,11 @@ def _pieces_with_faults(scenario: Scenario) -> Result:
             * m["ttft_ms_mean"]
             / answer.means["ttft_ms_mean"],
         }
+        if micro_batched(static):  # the run-averaged ring's makespan (faults.fault_run_mixed)
+            wl = static.workload
+            means["makespan_ms"] = (
+                1e3 * wl.requests * wl.output_tokens / m["throughput_tokens_per_s"]
+            )
         kinds = [(1.0, static, _fault_means(static, means))]
     else:  # each kind's means moved as the run-averaged ring moves the workload's
         calm_static = dataclasses.replace(static, faults=calm.faults)

@@ -232,8 +232,8 @@ def fault_run_mixed(
     age = float((hit_share * age_k).sum())
     t_ring = t0_mean / slots  # ring time per request: N share the ring
     base_up = r_requests * t_ring  # the run's up time without faults
-    if all(micro_batched(sc) for _, sc, _ in kinds):  # its own makespan: cold start, drain
-        base_up = float((w * per_kind("makespan_ms")).sum())
+    if all(micro_batched(sc) and "makespan_ms" in mm for _, sc, mm in kinds):
+        base_up = float((w * per_kind("makespan_ms")).sum())  # its cold start and drain
     rated = [e for e in faults.events if e.rate_per_hour is not None]
     lam = sum(e.rate_per_hour for e in rated) / MS_PER_HOUR
     d_rated = (

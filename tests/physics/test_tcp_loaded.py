@@ -154,3 +154,16 @@ def test_hunt_seed_127_rare_loss_on_a_tcp_ring():
     band = hunt.documented_band(row["regime"])
     assert abs(row["err tokens_per_s"]) <= band + 2 * row["des_half_rel"], row
     assert abs(row["err ttft_ms_mean"]) <= 0.10, row
+
+
+@pytest.mark.parametrize("users,ratio", [(2, 4.0), (4, 3.0)])
+def test_a_platoon_that_stays_cold_is_a_named_miss(users, ratio):
+    """A known miss, pinned so that it stays named: the DES's requests start together and
+    travel as a platoon whose frames come back to back once a lap, each lap long enough for
+    the window to restart (laps 475 and 408 ms), where the evenly spaced train keeps it open
+    (113 and 117 ms). The result says validated: false and names the platoon."""
+    sc = load_scenario(data=ring(workload__concurrency=users, workload__requests=6 * users))
+    ana = analyze(sc)
+    des = simulate(sc).metrics
+    assert des["lap_ms_mean"] > ratio * ana.metrics["lap_ms_mean"]
+    assert not ana.approximation["validated"] and "platoon" in ana.approximation["why"]

@@ -17,7 +17,9 @@ Cases (every field the reference leaves at its default is issue 13's "off"):
   path, which the new fields must keep whitelisted at their off values);
 - ``concurrent_events``: 4 requests in flight, event by event (links, stages, FIFO queues);
 - ``async_blocks``: the async block schedule (first-stage draft model, window 4), event by event
-  through the scheduler the flush protocol and the hybrid extend.
+  through the scheduler the flush protocol and the hybrid extend;
+- ``micro_batches``: 16 users in 4 micro-batches with 256-token chunks (the epoch each
+  micro-batch message carries since faults reach micro-batches).
 
 Run: .venv/bin/python benchmarks/bench_des_features_off.py --baseline DIR [--repeat 7]
 (DIR: ``git worktree add --detach DIR 9b0d79d``, main before the issue-13 physics).
@@ -62,6 +64,13 @@ CASES = {
         "drafter.kind=draft_model",
         "schedule.kind=async",
         "schedule.max_inflight_blocks=4",
+    ],
+    "micro_batches": [
+        "workload.requests=64",
+        "workload.concurrency=16",
+        "schedule.batching=continuous",
+        "schedule.micro_batches=4",
+        "schedule.prefill_chunk_tokens=256",
     ],
 }
 

@@ -124,7 +124,7 @@ def test_analytical_against_the_des_mean(case, faults, tokens_rel, rates_rel):
     """Measured (2026-12-04, the DES's mean over seeds; the calm run's own error here: tokens/s
     +8.3%, throughput +5.4%): failover at 181/h, 24 seeds: tokens/s +3.1%, throughput +4.3%,
     availability 0.909 vs 0.931, TTFT +8.5%; two fixed failovers, 6 seeds: +5.3%, +9.7%,
-    0.912 vs 0.920, TTFT -25%; fail at 181/h, 24 seeds: throughput +10.5%, goodput +6.3%,
+    0.912 vs 0.920, TTFT -25%; fail at 181/h, 24 seeds: throughput +5.3%, goodput +1.3%,
     failed requests 41.6 vs 40.4. Before the cold wave (the re-prefills as one lockstep batch
     prefill of the 32 prompts plus 31 queued at the slowest station): tokens/s -55%."""
     sc = ring(faults=faults)

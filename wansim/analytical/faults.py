@@ -49,7 +49,7 @@ wave's last first token W), and the replacements admitted during the wave wait f
 of it (N W^2 / (6 x decode time) in all per failure: the members resume uniformly over the
 wave and finish within it in proportion to the wave left). With ``fail`` the N requests
 admitted when the ring serves again enter together: a cold wave of fresh prompts, not the
-steady TTFT.
+steady TTFT, which also adds its excess over the steady TTFT to the up time.
 
 The block schedule (async, an overlapped drafter): a request's verify-to-verify laps are of
 two kinds, short spacings inside a chain and a whole lap after each lost bet, so the lap a
@@ -278,6 +278,9 @@ def fault_run_mixed(
         up = (hit_requests * age + float(held.sum())) / slots * base_up / (r_requests * t_ring)
         f_rated = float(failed_rated_k.sum()) / slots  # failures: each fails the N in flight
         failed_k = hit_requests * hit_share + failed_rated_k
+        # micro-batches: the N admitted after each failure restart the ring as a cold wave
+        cold_restart = np.maximum(wave0_ms - per_kind("ttft_ms_mean"), 0.0)
+        up += (hits + f_rated) * float((w * cold_restart).sum())
     failed = float(failed_k.sum())
     downtime = down + f_rated * d_rated
     makespan = up + downtime

@@ -6,6 +6,9 @@ failover ring of ``scenarios/ring-stage-failover.yaml``."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 
 from tests.conftest import ROOT
@@ -141,3 +144,24 @@ def test_failures_during_long_re_prefills_restart_them():
     sc = load_scenario(data=LONG_REPREFILL)
     ana = agrees_with_des_mean(sc, "long re-prefills", 6, 0.12, 0.06, 0.03)
     assert ana.details["faults"]["added_ring_ms_per_failover"] > 10_000
+
+
+def test_recovery_fail_restarts_a_batch_cold():
+    """The same batch with recovery fail (12 DES seeds; 41 of the 64 requests fail): the 16
+    admitted after each failure prefill together, one batched prefill of 16 prompts (~16 s)
+    where a replacement's prefill rides the steady batch (~2 s). Measured: goodput +6.9%
+    (+54% without the cold restart), TTFT -2.8% (12.2 vs 12.6 s), throughput +24% (+100%:
+    it also counts what failed requests produced, taken as half their decode when they had
+    their first token)."""
+    sc = load_scenario(
+        data={**LONG_REPREFILL, "faults": {**BLOCKS_RING["faults"], "recovery": "fail"}}
+    )
+    ana = analyze(sc).metrics
+    runs = [simulate(dataclasses.replace(sc, seed=s)).metrics for s in range(12)]
+
+    def des(key):
+        return float(np.nanmean(np.array([r[key] for r in runs], dtype=float)))
+
+    assert ana["goodput_tokens_per_s"] == pytest.approx(des("goodput_tokens_per_s"), rel=0.12)
+    assert ana["ttft_ms_mean"] == pytest.approx(des("ttft_ms_mean"), rel=0.10)
+    assert ana["throughput_tokens_per_s"] == pytest.approx(des("throughput_tokens_per_s"), rel=0.30)

@@ -235,11 +235,12 @@ def point_means(scenario: Scenario) -> dict[str, float]:
     if contended(scenario):  # the run at the fixed point's stretch (shared_host.py)
         stretch = analyze(scenario).details["shared_host"]["stretch"]
         return point_means(scaled(scenario, stretch))
-    answer, _, _, _ = _stationary_answer(scenario)
+    answer, used, _, queued = _stationary_answer(scenario)
     metrics = _metrics(answer)  # (the bubble from the utilisation, as analyze reports it)
     means = {k: float(np.asarray(metrics.get(k, answer.means[k]))) for k in GRID_KEYS}
-    if scenario.faults.events:
-        merged, _ = _with_faults(scenario, answer, metrics, dict(answer.details))
+    if scenario.faults.events:  # on the scenario analyze takes them on (tcp: its equivalent)
+        on = scenario if queued else used
+        merged, _ = _with_faults(on, answer, metrics, dict(answer.details))
         for key in ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean", "bubble_fraction"):
             value = merged[key]
             means[key] = float("nan") if value is None else float(value)

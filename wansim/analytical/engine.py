@@ -27,7 +27,7 @@ from wansim.analytical.distribution import (
     waits_variance,
     with_waits,
 )
-from wansim.analytical.faults import fault_run, fault_run_mixed
+from wansim.analytical.faults import fault_run, fault_run_mixed, without_faults
 from wansim.analytical.finite_run import varied_run_metrics
 from wansim.analytical.hybrid import analyze_hybrid
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
@@ -378,7 +378,7 @@ def _nodes_with_faults(scenario: Scenario) -> Result:
     its ring time). Each node's means are its own model's (one request, or the loaded ring at
     the scenario's concurrency, a pipe of like requests; with the per-round hybrid, its mixed
     request: :func:`_hybrid_fault_means`)."""
-    calm = dataclasses.replace(scenario, faults=dataclasses.replace(scenario.faults, events=()))
+    calm = without_faults(scenario)
     averaged = _over_nodes(calm)
     kinds = []
     for w, node in nodes(scenario):
@@ -437,7 +437,7 @@ def _hybrid_fault_means(scenario: Scenario) -> tuple[Result, dict]:
     block schedule's first lap when the round after the re-prefill is confident (probability
     p, the confident fraction), a tree round's lap otherwise; the lap a failure interrupts has
     the residual of the round it falls in (in proportion to the decode time each kind takes)."""
-    calm = dataclasses.replace(scenario, faults=dataclasses.replace(scenario.faults, events=()))
+    calm = without_faults(scenario)
     res = analyze_hybrid(calm, analyze)
     kinds = []
     for part in (async_scenario(calm), tree_scenario(calm)):
@@ -476,7 +476,7 @@ def _pieces_with_faults(scenario: Scenario) -> Result:
     requests that differ, each kind's means at the start are moved by the ratios the run-averaged
     ring gives the workload's (lap, rate, TTFT), and the faults are taken over the kinds
     (:func:`wansim.analytical.faults.fault_run_mixed`)."""
-    calm = dataclasses.replace(scenario, faults=dataclasses.replace(scenario.faults, events=()))
+    calm = without_faults(scenario)
     averaged = analyze_pieces(calm, analyze)
     static = kv_admitted(stationary_at(scenario, 1.0, 1.0))
     m = averaged.metrics

@@ -141,6 +141,18 @@ def prefill_station_ms(scenario: Scenario, committed: np.ndarray) -> np.ndarray:
     return slowest
 
 
+def without_faults(scenario: Scenario) -> Scenario:
+    """The same scenario with no fault events (the calm run a fault model starts from)."""
+    return dataclasses.replace(scenario, faults=dataclasses.replace(scenario.faults, events=()))
+
+
+def poisson_weights(mu: float) -> np.ndarray:
+    """P(k failures) for k = 0 .. K_MAX - 1, Poisson with mean ``mu`` (unnormalised tail)."""
+    k = np.arange(K_MAX)
+    log_k_fact = np.cumsum(np.log(np.maximum(k, 1)))
+    return np.exp(k * np.log(max(mu, 1e-300)) - mu - log_k_fact)
+
+
 def up_time_ms(work_ms: float, fixed_failures: float, rate_per_ms: float, x_ms: float) -> float:
     """The ring's up time with failovers (module docstring): ``work_ms`` of ring time without
     faults, hit by ``fixed_failures`` and by failures at ``rate_per_ms`` while up; each
@@ -230,6 +242,8 @@ def fault_run_mixed(
             reprefill[i] += (slots - 1.0) * float(np.mean(prefill_station_ms(sc, c)))
             wave0_ms[i] += (slots - 1.0) / 2.0 * float(prefill_station_ms(sc, np.zeros(1))[0])
     reprefill += restart
+    ttft = per_kind("ttft_ms_mean")
+    cold_excess = np.maximum(wave0_ms - ttft, 0.0)  # N fresh prompts together vs one steady
     failover = faults.recovery == "failover"
     x_k = elapsed + in_decode * reprefill  # ring time a failover adds
     var_t = lap**2 * n_var + n * lap_var
@@ -286,9 +300,8 @@ def fault_run_mixed(
         up = (hit_requests * age + float(held.sum())) / slots * base_up / (r_requests * t_ring)
         f_rated = float(failed_rated_k.sum()) / slots  # failures: each fails the N in flight
         failed_k = hit_requests * hit_share + failed_rated_k
-        # micro-batches: the N admitted after each failure restart the ring as a cold wave
-        cold_restart = np.maximum(wave0_ms - per_kind("ttft_ms_mean"), 0.0)
-        up += (hits + f_rated) * float((w * cold_restart).sum())
+        # the N admitted after each failure restart the ring together (a cold wave)
+        up += (hits + f_rated) * float((w * cold_excess).sum())
     failed = float(failed_k.sum())
     downtime = down + f_rated * d_rated
     makespan = up + downtime
@@ -298,7 +311,7 @@ def fault_run_mixed(
     # a failed request produced 1 + c tokens if it had its first token; with fail, the N
     # admitted after each failure spend their cold first wave in prefill (a share of them)
     cold_share = min(hits_all * slots / r_requests, 1.0) if not failover else 0.0
-    had_token = decode / (t0 + cold_share * np.maximum(wave0_ms - per_kind("ttft_ms_mean"), 0.0))
+    had_token = decode / (t0 + cold_share * cold_excess)
     produced = float((finished_k * (m + 1)).sum() + (failed_k * had_token * (1.0 + m / 2.0)).sum())
     out = {
         "throughput_tokens_per_s": 1e3 * produced / makespan,
@@ -308,7 +321,6 @@ def fault_run_mixed(
     }
     d_mean = downtime / hits_all if hits_all else 0.0
     tokens = per_kind("tokens_per_s")
-    ttft = per_kind("ttft_ms_mean")
     if failover and hits_all:
         # failures in a request's decode: Poisson with the mean of hits per request of its
         # kind; a hit costs the downtime, the lost lap and the re-prefill, which the failures
@@ -317,16 +329,14 @@ def fault_run_mixed(
         # count as hits here (F_fix + lambda W of the F_fix + lambda U)
         primary = hits + lam * base_up
         hits_per_request = primary * slots * hit_share / (r_requests * w)
+        growth = lam * reprefill  # the failures during a re-prefill restart it
+        redone = np.expm1(growth) / lam if lam > 0 else reprefill
+        cost = d_mean * np.exp(growth) + elapsed_lap + redone
         k = np.arange(K_MAX)
-        log_k_fact = np.cumsum(np.log(np.maximum(k, 1)))
         rates = np.empty(len(kinds))
         for i in range(len(kinds)):
-            mu = hits_per_request[i] * in_decode[i]
-            pk = np.exp(k * np.log(max(mu, 1e-300)) - mu - log_k_fact)
-            growth = lam * reprefill[i]
-            restart = math.expm1(growth) / lam if lam > 0 else reprefill[i]
-            cost = d_mean * math.exp(growth) + elapsed_lap[i] + restart
-            rate = 1e3 * m[i] / (decode[i] + k * cost)
+            pk = poisson_weights(hits_per_request[i] * in_decode[i])
+            rate = 1e3 * m[i] / (decode[i] + k * cost[i])
             rate[0] = tokens[i]
             rates[i] = float((pk * rate).sum() / pk.sum())
         out["tokens_per_s"] = float((w * rates).sum())
@@ -337,15 +347,13 @@ def fault_run_mixed(
         # its replacement then waiting W (1 - u) / 2: N W^2 / (6 decode) a failure in all
         lost_prefill = np.where(wave_ms > 0, wave_ms, p0 / 2.0)
         behind = hits_per_request * wave_ms**2 / (6.0 * decode)
-        growth = lam * reprefill  # the failures during the re-prefill, as for the decode
-        interrupted = np.expm1(growth) / lam - reprefill if lam > 0 else 0.0 * reprefill
-        hit = d_mean * np.exp(growth) + lost_prefill + interrupted
+        hit = d_mean * np.exp(growth) + lost_prefill + redone - reprefill
         out["ttft_ms_mean"] = float((w * (ttft + pre * hit + behind)).sum())
     elif not failover and finished > 0 and hits_all:
         # the request admitted at a failure waits the downtime; it finishes with 1 - F / R
         waited = min(hits_all * slots, r_requests) * (1.0 - failed / r_requests)
-        # micro-batches: the N admitted at the outage's end enter together, a cold wave
-        cold = float((w * np.maximum(wave0_ms - ttft, 0.0)).sum())
+        # the N admitted at the outage's end enter together (a cold wave)
+        cold = float((w * cold_excess).sum())
         out["ttft_ms_mean"] = float((w * ttft).sum()) + waited * (d_mean + cold) / finished
     details = {
         "failures": hits_all,

@@ -315,7 +315,7 @@ def _fixed_time_faults(scenario, base: Result, analyze) -> Result:
     decode runs k failovers longer (Poisson over the requests). ``recovery: fail``: the L_s
     requests in service fail instead (they leave: no work added; one failed in its decode had
     produced 1 + c tokens, c uniform), the rest as above."""
-    from wansim.analytical.faults import K_MAX, MS_PER_S, downtime_ms
+    from wansim.analytical.faults import K_MAX, MS_PER_S, downtime_ms, poisson_weights
     from wansim.analytical.mixture import mean_output_tokens
 
     oa = base.details["open_arrivals"]
@@ -374,10 +374,8 @@ def _fixed_time_faults(scenario, base: Result, analyze) -> Result:
     m["ttft_ms_mean"] = float(m["ttft_ms_mean"]) + wait_total / requests
     m["queue_ms_mean"] = float(m["queue_ms_mean"]) + wait_total / requests
     if hits_decode:
-        mu = hits_decode / requests  # failovers per request, in its decode
+        pk = poisson_weights(hits_decode / requests)  # failovers per request, in its decode
         k = np.arange(K_MAX)
-        log_k_fact = np.cumsum(np.log(np.maximum(k, 1)))
-        pk = np.exp(k * np.log(mu) - mu - log_k_fact)
         d_mean = down / max(len(fixed), 1)
         rate = MS_PER_S * (out_mean - 1.0) / (decode + k * (d_mean + x))
         rate[0] = float(m["tokens_per_s"])

@@ -50,11 +50,8 @@ TWO_FIXED = {
 }
 
 
-def ring(**faults) -> object:
-    over = dict(RING)
-    for key, value in faults.items():
-        over[key] = value
-    return load_scenario(REFERENCE, over)
+def ring(**over) -> object:
+    return load_scenario(REFERENCE, {**RING, **over})
 
 
 def calm(scenario):

@@ -64,9 +64,9 @@ SIZES = {
     "full": {
         "prompts": 4,
         "tokens": 48,
-        "acceptance_prompts": 32,
+        "acceptance_prompts": 128,
         "acceptance_tokens": 64,
-        "tree_prompts": 16,
+        "tree_prompts": 64,
         "tree_tokens": 48,
         "quality_prompts": 8,
         "quality_tokens": 32,

@@ -328,6 +328,40 @@ def test_a_profiled_k_is_predicted_from_its_own_traces(tmp_path):
     assert raw_own["drafter"]["acceptance"]["profile"] == str(other.resolve())
 
 
+def test_a_cell_shorter_than_the_traces_is_predicted_from_the_steps_it_reaches(tmp_path):
+    """Acceptance that rises along the output (every prompt: 5 steps accepting nothing, then
+    full blocks of K = 4): a cell of 11 output tokens (10 decode tokens) reaches steps 0-5
+    (5 + 5 tokens), so its profile is fitted on those alone and its tau is their mean
+    accepted + 1, counted by hand: (5 x 1 + 1 x 5) / 6. Every step reached, a tree, or a K the
+    traces lack: the bundle's own profiles serve."""
+    from wansim.acceptance.model import acceptance_model
+    from wansim.calibrate.bundle import TRACE_FILE
+    from wansim.config.scenario import load_scenario
+
+    path = make_bundle(tmp_path / "b")
+    rows = [
+        {"drafter": "chain", "prompt_id": p, "k": 4, "step": s, "accepted": 0 if s < 5 else 4}
+        for p in range(8)
+        for s in range(15)
+    ]
+    traces = pd.read_csv(path / TRACE_FILE)
+    traces = pd.concat([traces[traces["k"] != 4], pd.DataFrame(rows)], ignore_index=True)
+    traces.to_csv(path / TRACE_FILE, index=False)
+    b = load_bundle(path)
+    raw = cell_scenario(Cell(4, 20.0, 4, tokens=11), b, tmp_path / "short")
+    profile = Path(raw["drafter"]["acceptance"]["profile"])
+    assert profile.parent == tmp_path / "short" and "11_tokens" in profile.name
+    model = acceptance_model(load_scenario(tmp_path / "short" / "scenario.yaml").drafter.acceptance)
+    assert model.tau(4) == pytest.approx((5 * 1 + 1 * 5) / 6, rel=1e-6)
+    # 76 output tokens reach all 15 steps (5 + 10 x 5 = 55 decode tokens): the per-K profile
+    raw = cell_scenario(Cell(4, 20.0, 4, tokens=76), b, tmp_path / "long")
+    assert raw["drafter"]["acceptance"]["profile"] == str(b.profile_at("chain", 4).resolve())
+    tree = cell_scenario(Cell(4, 20.0, 4, policy="tree", tokens=11), b, tmp_path / "tree")
+    assert "_tokens" not in tree["drafter"]["acceptance"]["profile"]
+    raw7 = cell_scenario(Cell(4, 20.0, 7, tokens=11), b, tmp_path / "k7")  # no K = 7 fit alone
+    assert raw7["drafter"]["acceptance"]["profile"] == str(b.acceptance_profile.resolve())
+
+
 @pytest.mark.parametrize(
     ("damage", "field"),
     [

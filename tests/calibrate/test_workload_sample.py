@@ -20,6 +20,7 @@ from wansim.calibrate.workload_sample import (
     passes_per_prompt,
     prompt_passes,
     sample_tau,
+    steps_reached,
 )
 
 
@@ -31,6 +32,29 @@ def test_prompt_passes_hand_worked():
     assert prompt_passes(accepted, 55) is None  # the trace ends first
     assert prompt_passes(accepted, 0) == 0
     assert prompt_passes([0, 0, 0], 3) == 3  # nothing accepted: one token a pass
+
+
+def test_steps_reached_hand_worked():
+    """The steps a request of M decode tokens reaches: those starting before M committed
+    tokens (the step that crosses M is kept), per prompt and K, in step order."""
+    # prompt 0 commits 8, 1, 4, 8 (starts at 0, 8, 9, 13); prompt 1 commits 1, 1, 1 (0, 1, 2)
+    trace = _trace({0: [7, 0, 3, 7], 1: [0, 0, 0]}, k=7)
+    trace = pd.concat([trace.iloc[::-1], _trace({0: [1, 1]}, k=2)], ignore_index=True)
+
+    def reached(m: int) -> dict:
+        r = steps_reached(trace, m)
+        return {(k, p): list(g["step"]) for (k, p), g in r.groupby(["k", "prompt_id"])}
+
+    assert reached(1) == {(2, 0): [0], (7, 0): [0], (7, 1): [0]}
+    assert reached(2) == {(2, 0): [0], (7, 0): [0], (7, 1): [0, 1]}
+    assert reached(9) == {(2, 0): [0, 1], (7, 0): [0, 1], (7, 1): [0, 1, 2]}
+    assert reached(13) == {(2, 0): [0, 1], (7, 0): [0, 1, 2], (7, 1): [0, 1, 2]}
+    assert len(steps_reached(trace, 100)) == len(trace)
+    # the passes prompt_passes counts are exactly the steps reached
+    for m in range(1, 14):
+        r = steps_reached(trace, m)
+        p0 = r[(r["k"] == 7) & (r["prompt_id"] == 0)]
+        assert len(p0) == (prompt_passes([7, 0, 3, 7], m) or 4)
 
 
 def _trace(per_prompt: dict[int, list[int]], k: int, drafter: str = "chain") -> pd.DataFrame:

@@ -40,6 +40,7 @@ import numpy as np
 
 from wansim.calibrate.bundle import Bundle, check_model, load_bundle
 from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
+from wansim.calibrate.length_profile import length_profile
 from wansim.calibrate.matrix import Cell, load_matrix
 from wansim.calibrate.workload_profile import recorded_profiles, workload_profiles
 from wansim.calibrate.workload_sample import drafter_kind
@@ -211,6 +212,7 @@ def cell_scenario(
                 "profile": str(
                     (
                         acceptance
+                        or length_profile(bundle, cell, cell_dir)
                         or bundle.profile_at("mtp", cell.k)
                         or bundle.mtp_acceptance_profile
                     ).resolve()
@@ -229,6 +231,7 @@ def cell_scenario(
                 "profile": str(
                     (
                         acceptance
+                        or length_profile(bundle, cell, cell_dir)
                         or bundle.profile_at(drafter_kind(cell), cell.k)
                         or (
                             bundle.tree_acceptance_profile

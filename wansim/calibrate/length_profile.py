@@ -2,9 +2,9 @@
 
 The engines draw a request's accepted counts from one profile for its whole output
 (stationary acceptance). The tiny pair's is not: the chain traces accept less right after the
-prompt (at K = 7, 4.36 tokens a verify step within the first 47 tokens, 5.27 after), so a
-profile fitted on 64-token traces over-predicts tau for 48-token requests (by 1.9% at K = 7
-in the bundle's own traces). A cell is therefore predicted from the steps of the bundle's
+prompt (at K = 7, 4.34-4.52 tokens a verify step for the first three steps, 4.73-5.08 after),
+so a profile fitted on 64-token traces over-predicts tau for 48-token requests (by 1.9% at
+K = 7 in the bundle's own traces). A cell is therefore predicted from the steps of the bundle's
 traces that a request of its length reaches (:func:`wansim.calibrate.workload_sample.steps_reached`),
 fitted exactly as the bundle's per-K profiles are. Nothing of the cell enters: the traces are
 the bundle's own prompts, decoded in process when it was profiled.
@@ -35,7 +35,7 @@ def length_profile(bundle: Bundle, cell, out_dir: Path) -> Path | None:
     kind = drafter_kind(cell)
     if cell.k == 0 or kind not in CHAIN_SHAPED or bundle.acceptance_traces is None:
         return None
-    text = _fit(bundle, kind, int(cell.k), int(cell.tokens))
+    text = _fit(bundle, kind, cell.k, cell.tokens)
     if text is None:
         return None
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -56,13 +56,11 @@ def _fit(bundle: Bundle, kind: str, k: int, tokens: int) -> str | None:
     if len(reached) == len(frame):
         return None
     workload = next(iter(yaml.safe_load(per_k.read_text())["workloads"]))
-    text = fitted_profile_text(
+    return fitted_profile_text(
         reached.drop(columns="drafter").assign(workload=workload),
         str(bundle.model["drafter"]),
         str(bundle.model["target"]),
         f"wansim calibrate predict: the bundle's {kind} traces at K {k}, the steps a request "
         f"of {tokens} output tokens reaches",
+        quality=str((bundle.path / FILES["activation_quality"]).resolve()),
     )
-    mapping = yaml.safe_load(text)
-    mapping["activation_quality"] = str((bundle.path / FILES["activation_quality"]).resolve())
-    return yaml.safe_dump(mapping, sort_keys=False)

@@ -291,10 +291,16 @@ def fit_messages(errors: pd.DataFrame) -> dict:
     }
 
 
-def fitted_profile_text(frame: pd.DataFrame, drafter: str, target: str, what: str) -> str:
+def fitted_profile_text(
+    frame: pd.DataFrame,
+    drafter: str,
+    target: str,
+    what: str,
+    quality: str = FILES["activation_quality"],
+) -> str:
     """The acceptance profile (YAML) fitted from a trace frame with every K pooled
     (:func:`wansim.acceptance.trace.fit_profile`), naming the bundle's activation-quality
-    table (a file beside it)."""
+    table ``quality`` (default: the file beside it)."""
     import yaml
 
     from wansim.acceptance.profile import profile_to_mapping
@@ -310,7 +316,7 @@ def fitted_profile_text(frame: pd.DataFrame, drafter: str, target: str, what: st
         provenance=f"{what} at K {ks} pooled",
     )
     mapping = profile_to_mapping(prof)
-    mapping["activation_quality"] = FILES["activation_quality"]
+    mapping["activation_quality"] = quality
     return yaml.safe_dump(mapping, sort_keys=False)
 
 

@@ -49,18 +49,13 @@ def prompt_passes(accepted: Sequence[int], decode_tokens: int) -> int | None:
 def steps_reached(trace: pd.DataFrame, decode_tokens: int) -> pd.DataFrame:
     """The trace's steps a request of ``decode_tokens`` decode tokens reaches: per prompt (and
     K, and drafter), the steps that start before that many tokens are committed (each step
-    commits A + 1; the step that crosses the end is kept, it is verified in full). Acceptance
-    is not stationary along a request (the tiny pair's chain traces: at K = 7, 4.36 tokens a
-    step within the first 47 tokens, 5.27 after), so a workload of shorter requests than the
-    traces is fitted on these steps alone."""
+    commits A + 1; the step that crosses the end is kept, it is verified in full). Used to fit
+    a workload of shorter requests than the traces (:mod:`wansim.calibrate.length_profile`)."""
     keys = ["drafter", "k", "prompt_id"] if "drafter" in trace.columns else ["k", "prompt_id"]
     ordered = trace.sort_values([*keys, "step"])
-    done = (
-        ordered.groupby(keys, sort=False)["accepted"].cumsum()
-        + ordered.groupby(keys, sort=False).cumcount()
-    )
-    start = done + 1 - (ordered["accepted"] + 1)  # tokens committed before the step
-    return ordered[start < decode_tokens]
+    commits = ordered["accepted"] + 1
+    before = commits.groupby([ordered[c] for c in keys], sort=False).cumsum() - commits
+    return ordered[before < decode_tokens]
 
 
 def passes_per_prompt(trace: pd.DataFrame, drafter: str, k: int, tokens: int) -> np.ndarray | None:

@@ -21,6 +21,7 @@ from scipy import stats
 
 from tests.conftest import REFERENCE
 from wansim import speculation
+from wansim.analytical import analyze
 from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
 from wansim.sim import simulate
@@ -288,6 +289,59 @@ def test_async_issues_back_to_back_when_every_bet_wins():
         )
     )
     assert np.median(ov.details["record"].laps_ms) == pytest.approx(max(3.0, compute), rel=1e-9)
+
+
+def ends(lap_request: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of each request's first lap and of its laps but the first and the last (a block
+    the room rule held back until a verdict is drafted from the committed tokens)."""
+    first = lap_request != np.roll(lap_request, 1)
+    last = lap_request != np.roll(lap_request, -1)
+    return first, ~first & ~last
+
+
+@pytest.mark.parametrize(
+    ("protocol", "guess"),
+    [("cancel_on_divergence", 1), ("flush_on_full_acceptance", 0)],
+)
+def test_a_bet_drafts_the_guess_first(protocol, guess):
+    """An autoregressive drafter (one pass per token) drafts a block behind another in flight
+    from the earlier block's drafts and its own guess of the token after them: K + 1 passes,
+    as the real pipeline does (wansim.real.async_schedule); the first block of a chain, drafted
+    from a verified token, K. Hand-worked: every bet wins and S0 is the bottleneck, so the
+    verdicts come every (K + 1) d + c, the first lap of a request is K d + c + the rest of the
+    ring; flush_on_full_acceptance has no guess (K d + c). The analytical recursion gives the
+    same laps (no jitter: exact; a request of 80 tokens in blocks of K + 1 = 4 tokens has no
+    held-back block at its end)."""
+    over = {
+        "schedule.kind": "async",
+        "schedule.max_inflight_blocks": 64,
+        "schedule.async_protocol": protocol,
+        "drafter.parallel": False,
+    }
+    sc = deterministic(**over)
+    res = simulate(sc)
+    k, d = sc.k, sc.drafter.draft_ms
+    compute = 2.0 + 0.1 * (k + 1)
+    laps = res.details["record"].laps_ms
+    first, inner = ends(res.details["record"].lap_request)
+    assert np.allclose(laps[inner], (k + guess) * d + compute, rtol=1e-9)
+    sync_lap = simulate(deterministic(**{"drafter.parallel": False})).metrics["lap_ms_p50"]
+    assert np.allclose(laps[first], sync_lap, rtol=1e-9)  # K d + the whole ring
+    assert res.details["blocks"]["drafter_passes"] == 0  # S0 drafts (no overlapped device)
+    if guess:  # (flush: its 80 tokens end in a held-back block, which the model spreads)
+        ana = analyze(sc).metrics
+        assert ana["lap_ms_mean"] == pytest.approx(float(np.mean(laps)), rel=1e-9)
+    # the overlapped drafter drafts its bets at the same cost, off S0: a block every
+    # max((K + 1) d, c); its device's busy time counts K d for the first block of a request
+    ov = simulate(deterministic(**over, **{"drafter.overlap": True}))
+    blocks = ov.details["blocks"]
+    passes = blocks["drafter_passes"]
+    assert blocks["drafter_busy_ms"] == pytest.approx(
+        3 * k * d + (passes - 3) * (k + guess) * d, rel=1e-12
+    )
+    laps = ov.details["record"].laps_ms
+    steady = laps[ends(ov.details["record"].lap_request)[1]]
+    assert np.median(steady) == pytest.approx(max((k + guess) * d, compute), rel=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,11 @@ def async_batched(scenario: Scenario, parts: dict, one: Answer) -> Answer:
     slots = float(min(wl.concurrency, wl.requests))
     requests = float(wl.requests)
     m = float(wl.output_tokens - 1)
-    draft = 0.0 if scenario.drafter.overlap else float(np.asarray(parts["draft_ms"]))
+    # S0's drafting per batch pass: a batch of several sequences' blocks nearly always holds a
+    # bet (the guess first: wansim.speculation.block_schedule.bet_draft_ms); one sequence's
+    # passes mix first blocks and bets (the block schedule's mean)
+    key = "stale_draft_ms" if slots > 1 else "draft_ms"
+    draft = 0.0 if scenario.drafter.overlap else float(np.asarray(means[key]))
     s0_pass = float(np.asarray(parts["stage_ms"])) + draft
     ttft = means["prefill_ms"] + s0_pass
     decode = 1e3 * m / means["tokens_per_s"]

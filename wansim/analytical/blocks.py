@@ -6,13 +6,16 @@ Model (vectorised over grid points and the difficulty quadrature):
 - A *chain* starts when drafting can restart from a committed token, with the drafter (and S0)
   free. Its blocks k = 0, 1, ... are issued as if every bet wins (S0 cannot know otherwise):
 
-    no overlap (S0 drafts and computes):  start_k = max(E_{k-1}, V_{k-B}),  E_k = start_k + d + c0
+    no overlap (S0 drafts and computes):  start_k = max(E_{k-1}, V_{k-B}),  E_k = start_k + d_k + c0
     overlap (drafter device, one ahead): drafting of k starts when k-1 is released,
-        D_k = rel_{k-1} + d,  rel_k = max(D_k, V_{k-B}),  start_k = max(rel_k, E_{k-1}),
+        D_k = rel_{k-1} + d_k,  rel_k = max(D_k, V_{k-B}),  start_k = max(rel_k, E_{k-1}),
         E_k = start_k + c0
     V_k = E_k + R   (the verdict of block k reaches the drafter)
 
-  with d the drafter pass, c0 S0's compute, B the window (``max_inflight_blocks``; 1 for
+  with d_k the drafter's time for block k (d for the chain's first block, drafted from a verified
+  token; d' for the blocks drafted on a bet, one more pass for the guess:
+  :func:`wansim.speculation.block_schedule.bet_draft_ms`; without overlap and B = 1 no block is
+  drafted on a bet), c0 S0's compute, B the window (``max_inflight_blocks``; 1 for
   sync), and R the rest of the lap: sum_{i >= 1} t_stage_i + the forward hops + the return hop
   (first_stage); a last_stage drafter releases blocks at the last stage (c0 = 0, R = the whole
   lap without drafting). R is taken at its mean inside the recursion (an assumption: with a
@@ -82,7 +85,7 @@ class Schedule:
     draft_end: np.ndarray | None  # (pts, ks) D_k
     weights: np.ndarray  # (Q,) jitter-node weights
     window: np.ndarray  # (pts,)
-    d: np.ndarray
+    d: np.ndarray  # (pts, ks) the drafter's time for block k
     overlap: bool
 
     def restart(self, h: int) -> dict[str, np.ndarray]:
@@ -105,7 +108,7 @@ class Schedule:
             j = np.clip(self.started[q][:, :h], g, cap)
             jf = np.minimum(self.finished[q][:, :h], j)
             cycle = np.maximum(
-                heard, self.end[rows, j] - (self.d[:, None] if self.overlap else 0.0)
+                heard, self.end[rows, j] - (self.d[rows, j] if self.overlap else 0.0)
             )
             if self.drafted is not None:
                 m = np.minimum(self.drafted[q][:, :h], np.minimum(cap + 1, h - 1))
@@ -119,15 +122,28 @@ class Schedule:
 
 
 def chain_schedule(
-    d, c0, r_mean, r_sd, window, *, overlap, s0_is_last, columns, s0_wait=0.0, draft_wait=0.0
+    d,
+    c0,
+    r_mean,
+    r_sd,
+    window,
+    *,
+    overlap,
+    s0_is_last,
+    columns,
+    s0_wait=0.0,
+    draft_wait=0.0,
+    d_bet=None,
 ) -> Schedule:
-    """The issue recursion (module docstring) for arrays d, c0, R, sd(R), B of one length;
+    """The issue recursion (module docstring) for arrays d, c0, R, sd(R), B of one length
+    (``d_bet``: the blocks drafted on a bet, d when None);
     ``s0_is_last`` (per point): one stage, S0 verifies and knows a lost bet at once;
     ``s0_wait``: each block waits that long in S0's queue before S0 starts it (a block still
     waiting when the loss is heard is dropped unstarted); ``draft_wait``: with the overlapped
     drafter, each draft waits that long in the drafter device's queue (a draft started after
     the loss is heard is drafted from the correction: not stale)."""
     d, c0, r_mean, r_sd = (np.asarray(x, dtype=float) for x in (d, c0, r_mean, r_sd))
+    d_bet = d if d_bet is None else np.asarray(d_bet, dtype=float)
     s0_wait = np.broadcast_to(np.asarray(s0_wait, dtype=float), d.shape)
     draft_wait = np.broadcast_to(np.asarray(draft_wait, dtype=float), d.shape)
     s0_is_last = np.asarray(s0_is_last, dtype=bool)[:, None]
@@ -143,11 +159,21 @@ def chain_schedule(
     gated = np.zeros((pts, ks))
     prev_end = np.zeros(pts)
     prev_rel = np.zeros(pts)
+    # the drafter's time per block: a later block is drafted on a bet when it is made before
+    # the verdict of the block before it (S0 makes it at max(E_{k-1}, V_{k-B}): always with
+    # B >= 2, never with B = 1; the overlapped drafter when its draft starts)
+    d0 = d
+    dk_all = np.empty((pts, ks))
+    dk_all[:, 0] = d0
+    s0_bets = window >= 2
     for k in range(ks):
         back = k - window
         gate = np.where(back >= 0, verdict[rows, np.maximum(back, 0)], -np.inf)
         if overlap:
             a = (prev_rel if k else np.zeros(pts)) + draft_wait
+            if k:
+                dk_all[:, k] = np.where(a < verdict[:, k - 1], d_bet, d0)
+            d = dk_all[:, k]
             dk = a + d
             rel = np.maximum(dk, gate)
             st = np.maximum(rel, prev_end) + s0_wait
@@ -155,6 +181,9 @@ def chain_schedule(
             gated[:, k] = gate > np.maximum(dk, prev_end)
             prev_rel = rel
         else:
+            if k:
+                dk_all[:, k] = np.where(s0_bets, d_bet, d0)
+            d = dk_all[:, k]
             st = np.maximum(prev_end, gate) + s0_wait
             gated[:, k] = gate > prev_end
         start[:, k] = st
@@ -199,7 +228,7 @@ def chain_schedule(
         draft_end=draft_end if overlap else None,
         weights=wz,
         window=window,
-        d=d,
+        d=dk_all,
         overlap=overlap,
     )
 
@@ -261,6 +290,7 @@ def block_metrics(
     m = np.asarray(parts["m"], dtype=float)
     n = np.asarray(parts["tokens"], dtype=float)
     d = np.asarray(parts["draft_ms"], dtype=float)
+    d_bet = np.asarray(parts["bet_draft_ms"], dtype=float)
     mean_stage = np.asarray(parts["stage_ms"], dtype=float)
     c_first = np.asarray(stage_ms_each(scenario, n)[0] if stages_differ(scenario) else mean_stage)
     first_stage = scenario.drafter.placement == "first_stage"
@@ -283,12 +313,15 @@ def block_metrics(
     loss = _loss_sums(scenario, forward_sizes(parts), parts["return_bytes"])
     rest = rest - loss["delay_mean_ms"]
     var = np.maximum(var - loss["delay_var_ms2"], 0.0)
-    issue = np.maximum((0.0 if overlap else d) + c0, d if overlap else 0.0)
-    block_lap = rest + c0 + (0.0 if overlap else d)
+    # a chain's blocks in steady state are drafted on a bet (d_bet; the first one costs d)
+    steady = np.where((window >= 2) | overlap, d_bet, d)
+    issue = np.maximum((0.0 if overlap else steady) + c0, steady if overlap else 0.0)
+    block_lap = rest + c0 + (0.0 if overlap else steady)
     slack = np.maximum(window * issue - block_lap, 0.0)
     acc = acceptance_nodes(scenario, m)
     shape = np.broadcast_shapes(
-        *(np.shape(x) for x in (d, c0, rest, var, window, m, n, stages)), acc["w"].shape[:-1]
+        *(np.shape(x) for x in (d, d_bet, steady, c0, rest, var, window, m, n, stages)),
+        acc["w"].shape[:-1],
     )
     lost = (loss[k] for k in ("count_mean", "count_var", "delay_mean_ms", "delay_var_ms2"))
     lost = tuple(lost)
@@ -301,9 +334,9 @@ def block_metrics(
     )
     flat = [
         np.broadcast_to(x, shape).ravel()
-        for x in (d, c0, rest, var, window, m, n, stages, s0_wait, draft_wait, slack)
+        for x in (d, d_bet, steady, c0, rest, var, window, m, n, stages, s0_wait, draft_wait, slack)
     ]
-    d_, c0_, rest_, var_, window_, m_, n_, p_, wait_, dwait_, slack_ = flat
+    d_, dbet_, steady_, c0_, rest_, var_, window_, m_, n_, p_, wait_, dwait_, slack_ = flat
     g_, g_var_, delay_, delay_var_ = (np.broadcast_to(x, shape).ravel() for x in lost)
     nodes = {
         k: np.broadcast_to(v, (*shape, v.shape[-1])).reshape(-1, v.shape[-1])
@@ -323,7 +356,9 @@ def block_metrics(
         columns=width,
         s0_wait=wait_,
         draft_wait=dwait_,
+        d_bet=dbet_,
     )
+    steady_ = sched.d[:, -1]  # a later block's drafting as the recursion found it (waits too)
     # A chain that starts h blocks (at full acceptance) from the request's end issues no block
     # beyond it (S0's room rule). The request's first chain starts at its horizon H; the later
     # ones (one per lost bet) are spread evenly over the request's tokens, so they contribute
@@ -382,6 +417,11 @@ def block_metrics(
         "tokens_per_s": (w * rate).sum(axis=1),
         "decode_ms": (w * t_mean).sum(axis=1),
         "passes": (w * n_mean).sum(axis=1),
+        # drafting per valid pass (each chain's first block from a verified token, the rest on
+        # a bet) and per stale block (on a bet)
+        "draft_per_pass_ms": d_
+        + (steady_ - d_) * (w * (n_mean - chains)).sum(axis=1) / (w * n_mean).sum(axis=1),
+        "stale_draft_ms": steady_,
         "lap_ms_mean": (w * t_mean).sum(axis=1) / (w * n_mean).sum(axis=1),
         # per request (step-weighted by passes)
         "stale_s0_per_request": (w * n_mean * stale_s0).sum(axis=1),
@@ -520,7 +560,6 @@ def block_schedule(scenario: Scenario, s0_wait=0.0, draft_wait=0.0) -> BlockSche
         scenario, parts, {"fwd": fwd, "ret": ret, "var": lap_var}, s0_wait, draft_wait
     )
     stage = parts["stage_ms"]
-    draft = parts["draft_ms"]
     prompt = np.asarray(wl.prompt_tokens)
     stage_prefill = mean_stage_ms(scenario, prompt)
     pre_fwd, _, _, _ = _hop_sums(scenario, prefill_sizes(scenario, prompt), parts["return_bytes"])
@@ -533,11 +572,11 @@ def block_schedule(scenario: Scenario, s0_wait=0.0, draft_wait=0.0) -> BlockSche
     # stages that compute a forwarded stale block: S1..S(P-2) (cancel_on_divergence: the last
     # drops it) or S1..S(P-1) (flush_on_full_acceptance: computed wherever it arrives)
     mid = np.maximum(stages - (1 if flushes(scenario) else 2), 0)
-    drafting = 0.0 if overlap else draft
+    draft = res["draft_per_pass_ms"]
     busy_all = (
         stages * stage_prefill
-        + passes * (stages * stage + drafting)
-        + s0_stale * (stage + drafting)
+        + passes * (stages * stage + (0.0 if overlap else draft))
+        + s0_stale * (stage + (0.0 if overlap else res["stale_draft_ms"]))
         + fwd_stale * mid * stage
     )
     stale_tokens = n * (s0_stale + mid * fwd_stale)
@@ -579,6 +618,7 @@ def block_schedule(scenario: Scenario, s0_wait=0.0, draft_wait=0.0) -> BlockSche
         "stale_blocks_s0_per_request": s0_stale,
         "stale_blocks_forwarded_per_request": fwd_stale,
         "stale_drafts_per_request": res["stale_draft_per_request"],
+        "stale_draft_ms": res["stale_draft_ms"].reshape(np.shape(lap)),
         "bet_win_rate": res["bet_win_rate"],
         "decode_ms": decode,
     }

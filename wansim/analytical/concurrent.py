@@ -318,14 +318,20 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
     stale_fwd = 0.0 if blocks is None else blocks["stale_blocks_forwarded_per_request"]
     win = 0.0 if blocks is None else blocks["bet_win_rate"]
     flushing = blocks is not None and flushes(scenario)
+    d_stale = d
+    if blocks is not None:  # drafting per valid pass (first blocks and bets), per stale block
+        d, d_stale = (np.asarray(blocks[k], dtype=float) for k in ("draft_ms", "stale_draft_ms"))
     for i in range(pmax):
         live = stages > i
         last = stages - 1 == i
         col = 1 + 2 * i
         drafts_here = (first and i == 0) or (not first and last)
-        extra = np.where(drafts_here & (not overlap), d, 0.0)
         at_last = stale_fwd if flushing else 0.0  # flush: the last stage computes them too
         visits = passes + (stale_s0 if i == 0 else np.where(last, at_last, stale_fwd))
+        # per visit: the valid passes' mean drafting, the stale blocks' (bets) at S0
+        stale_here = stale_s0 if i == 0 else 0.0
+        drafted = d + stale_here * (d_stale - d) / np.maximum(visits, 1e-300)
+        extra = np.where(drafts_here & (not overlap), drafted, 0.0)
         out["s_d"][..., col] = np.where(live, dec_c[i] + extra, 0.0)
         out["s_p"][..., col] = np.where(live, pre_c[i], 0.0)
         out["v_d"][..., col] = np.where(live, visits, 0.0)
@@ -353,8 +359,9 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
                 np.broadcast_to(v, (*shape, a)).reshape(-1, a) for v in (values, weights)
             )
     if overlap:  # the drafter device: one pass per drafted block, off the critical path
-        drafted = passes + blocks["stale_drafts_per_request"]
-        out["s_d"][..., 0] = d
+        stale = blocks["stale_drafts_per_request"]
+        drafted = passes + stale
+        out["s_d"][..., 0] = d + stale * (d_stale - d) / np.maximum(drafted, 1e-300)
         out["v_d"][..., 0] = drafted
         out["decode_path"][..., 0] = 1.0 - win
     ring = {k: v.reshape(-1, cols) for k, v in out.items()}
@@ -395,6 +402,8 @@ STALE_KEYS = (
     "stale_drafts_per_request",
     "wasted_token_fraction",
     "bytes_per_token",
+    "draft_ms",
+    "stale_draft_ms",
 )
 
 

@@ -797,11 +797,14 @@ def _block_busy_ms(scenario: Scenario, means: dict, parts: dict) -> tuple[list[f
     passes = means["passes_per_request"]
     s0 = means["stale_blocks_s0_per_request"]
     fwd = means["stale_blocks_forwarded_per_request"]
-    draft = 0.0 if scenario.drafter.overlap else float(np.asarray(parts["draft_ms"]))
+    # drafting per valid pass (first blocks and bets) and per stale block (a bet)
+    overlap = scenario.drafter.overlap
+    draft = 0.0 if overlap else float(np.asarray(means["draft_ms"]))
+    stale_draft = 0.0 if overlap else float(np.asarray(means["stale_draft_ms"]))
     busy = [pre[i] + passes * ver[i] for i in range(p)]
     first = scenario.drafter.placement == "first_stage"
     busy[0 if first else p - 1] += passes * draft
-    busy[0] += s0 * (ver[0] + (draft if first else 0.0))
+    busy[0] += s0 * (ver[0] + (stale_draft if first else 0.0))
     for i in range(1, p if flushes(scenario) else p - 1):  # (flush: the last computes them too)
         busy[i] += fwd * ver[i]
     return busy, duration

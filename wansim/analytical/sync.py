@@ -51,6 +51,7 @@ from wansim.analytical.rate import mean_rate
 from wansim.config.scenario import Scenario
 from wansim.links.expected_delay import expected_losses, hop_mean, hop_var, loss_terms_ms
 from wansim.links.wire_bytes import forward_bytes
+from wansim.speculation.block_schedule import bet_draft_ms
 from wansim.stages import slowdown
 from wansim.stages.compute import mean_stage_ms, stage_ms_each
 
@@ -156,6 +157,8 @@ def lap_parts(scenario: Scenario) -> dict[str, np.ndarray]:
         "m": m,
         "batch": b,
         "draft_ms": speculation.drafter_ms(scenario, terms, b),
+        # a block schedule's block drafted on a bet (the guess first)
+        "bet_draft_ms": bet_draft_ms(scenario, terms["depth"], terms["nodes"], b),
         "stage_ms": mean_stage_ms(scenario, b * n),  # mean over stages (they may differ)
         "forward_bytes": speculation.forward_message_bytes(scenario, n, terms["tree_nodes"], b),
         # per forward hop when payload.extra_tensors make them differ, else None

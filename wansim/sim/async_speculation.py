@@ -89,14 +89,17 @@ BET_DRAWS = 256
 
 class Block(Pass):
     """A verify pass of the block schedule: a ``step`` and an ``epoch``; ``computed`` counts
-    the stages that computed it (for wasted work)."""
+    the stages that computed it (for wasted work); ``bet``: drafted while an earlier block of
+    the request was in flight (from its drafts and the guess: one more drafter pass,
+    :func:`wansim.speculation.block_schedule.bet_draft_ms`)."""
 
-    __slots__ = ("computed", "epoch")
+    __slots__ = ("bet", "computed", "epoch")
 
-    def __init__(self, request, step: int, n: int, epoch: int):
+    def __init__(self, request, step: int, n: int, epoch: int, bet: bool = False):
         super().__init__(request, VERIFY, step, n)
         self.epoch = epoch
         self.computed = 0
+        self.bet = bet
 
 
 class TreeBlock(Block):
@@ -213,6 +216,7 @@ class Scheduler:
 
     __slots__ = (
         "batching",
+        "bet_draft_ms",
         "bet_seed",
         "bets_lost",
         "bets_won",
@@ -259,6 +263,7 @@ class Scheduler:
         p_guess: np.ndarray,
         bet_seed: np.random.SeedSequence,
         draft_ms: float,
+        bet_draft_ms: float,
         cancel_bytes: float,
         tree_rounds: TreeRounds | None = None,
         faults: bool = False,
@@ -279,6 +284,7 @@ class Scheduler:
         self.flush = flushes(scenario)
         self.full = self.k - 1 if self.flush else self.k
         self.draft_ms = float(draft_ms)
+        self.bet_draft_ms = float(bet_draft_ms)  # a block drafted on a bet (the guess first)
         self.cancel_bytes = float(cancel_bytes)
         self.p_guess = np.asarray(p_guess, dtype=float)
         if self.flush:  # no guess: the bet is the K drafts alone (wansim.acceptance.bet)
@@ -608,7 +614,7 @@ class Scheduler:
                 self.confident_rounds += 1
             elif st.round == TREE_ROUND:  # one tree pass per round: wait for its verdict
                 return
-        block = Block(req, st.next_step, self.tokens, st.known_epoch)
+        block = Block(req, st.next_step, self.tokens, st.known_epoch, st.inflight > 0)
         st.next_step += 1
         st.inflight += 1
         st.pending = block
@@ -646,7 +652,7 @@ class Scheduler:
             st.drafting = None
             if st.held is not None or st.down or not self._room(st, req):
                 continue
-            block = Block(req, st.next_step, self.tokens, st.known_epoch)
+            block = Block(req, st.next_step, self.tokens, st.known_epoch, st.inflight > 0)
             st.next_step += 1
             st.drafting = block
             blocks.append(block)
@@ -655,9 +661,10 @@ class Scheduler:
                 self._draft_pass()
             return
         self.drafter_busy = True
-        self.drafter_busy_ms += self.draft_ms
+        ms = self.bet_draft_ms if any(b.bet for b in blocks) else self.draft_ms
+        self.drafter_busy_ms += ms
         self.drafter_passes += 1
-        self.env.call(self.draft_ms, lambda _e: self._drafted_pass(blocks))
+        self.env.call(ms, lambda _e: self._drafted_pass(blocks))
 
     def _drafted_pass(self, blocks: list) -> None:
         self.drafter_busy = False

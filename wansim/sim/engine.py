@@ -59,7 +59,7 @@ from wansim.sim.request import Request, RequestSource
 from wansim.sim.stage import LastStage, RelayStage, Stage
 from wansim.sim.verifier import Verifier
 from wansim.speculation import return_message_bytes
-from wansim.speculation.block_schedule import uses_blocks
+from wansim.speculation.block_schedule import bet_draft_ms, uses_blocks
 from wansim.speculation.hybrid_rounds import (
     check_tree_rounds,
     confident_fraction,
@@ -281,6 +281,9 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
         for stage in stages[:last]:
             stage.tree_mask_bytes = float(tree_mask_bytes(tree_rounds.nodes))
     if blocks:
+        bet_draft = float(bet_draft_ms(scenario, pol.depth, pol.nodes, 0))
+        if first_stage and not overlap:  # S0 drafts its bets before computing them
+            stages[0].draft_bet_extra_ms = bet_draft - draft
         scheduler = Scheduler(
             env,
             scenario,
@@ -289,6 +292,7 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
             p_guess=guess_rates(pol, difficulty_copy, scenario.workload.requests),
             bet_seed=seeds[-1],
             draft_ms=draft,
+            bet_draft_ms=bet_draft,
             cancel_bytes=float(scenario.payload.cancel_bytes),
             tree_rounds=tree_rounds,
         )

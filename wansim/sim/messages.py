@@ -24,6 +24,7 @@ class Pass:
 
     __slots__ = ("gen", "kind", "n", "request", "step")
     tree = False  # a tree round's block (the per-round hybrid, wansim.sim.async_speculation)
+    bet = False  # a block drafted on a bet: one more drafter pass (wansim.sim.async_speculation)
 
     def __init__(self, request: Request, kind: int, step: int, n: int):
         self.request = request

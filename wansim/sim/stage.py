@@ -87,6 +87,7 @@ class Stage:
         "compute_ms",
         "draft_before_ms",
         "draft_before_per_sequence_ms",
+        "draft_bet_extra_ms",
         "env",
         "free_ms",
         "hooks",
@@ -131,6 +132,9 @@ class Stage:
         # the per-round hybrid (wansim.speculation.hybrid_rounds): S0 drafts a tree round's block at
         # this cost instead (None: no tree rounds)
         self.tree_draft_ms: float | None = None
+        # the block schedule: a batch holding a block drafted on a bet drafts its guess first
+        # (wansim.speculation.block_schedule.bet_draft_ms less draft_before_ms)
+        self.draft_bet_extra_ms = 0.0
         self.timeline = timeline  # (stage, start, end, what, passes); labels made on export
         # the block schedule (async, overlapped drafter: wansim.sim.async_speculation), None for sync
         self.hooks = hooks
@@ -282,6 +286,8 @@ class Stage:
                 draft = self.draft_before_ms + self.draft_before_per_sequence_ms * verifies
                 if self.tree_draft_ms is not None and batch[0].tree:  # (hybrid: one a batch)
                     draft = self.tree_draft_ms
+                elif self.draft_bet_extra_ms and any(p.bet for p in batch):
+                    draft += self.draft_bet_extra_ms
         compute = self._compute_cache.get(n)
         if compute is None:
             compute = self._compute_cache[n] = float(self.compute_ms(n))

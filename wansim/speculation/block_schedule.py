@@ -11,11 +11,17 @@ is drafted. Its protocol (``schedule.async_protocol``):
 - ``flush_on_full_acceptance``: a block commits only when all K drafts are accepted (no bonus
   token); stale blocks are computed by every stage they reach (the last included) and no
   cancellation travels; the bet is S_K (no guess).
+
+A block drafted on a bet (behind a block still in flight) costs the drafter one more pass than
+one drafted from a verified token under ``cancel_on_divergence``: the guess (:func:`bet_draft_ms`).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from wansim.config.scenario import FLUSH_ON_FULL_ACCEPTANCE, Scenario
+from wansim.stages.compute import drafter_tree_ms
 
 
 def uses_blocks(scenario: Scenario) -> bool:
@@ -28,3 +34,26 @@ def uses_blocks(scenario: Scenario) -> bool:
 def flushes(scenario: Scenario) -> bool:
     """Whether the async protocol is ``flush_on_full_acceptance``."""
     return scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
+
+
+def guess_passes(scenario: Scenario) -> int:
+    """Extra drafter depth of a block drafted on a bet: its root is the drafter's guess of the
+    token after the earlier block's drafts, so the drafter runs one more pass (the guess)
+    before the block's own K (an autoregressive drafter; a parallel one still makes one pass).
+    ``flush_on_full_acceptance`` has no guess: its next block follows the K drafts directly."""
+    return 0 if flushes(scenario) else 1
+
+
+def bet_draft_ms(scenario: Scenario, depth, nodes, batch=1) -> np.ndarray:
+    """Drafter ms of a block drafted on a bet (:func:`guess_passes` more depth than a block
+    drafted from a verified token, whose cost is ``drafter_tree_ms(depth, nodes, batch)``); 0
+    when nothing is drafted. The real pipeline drafts its bets this way
+    (``wansim.real.async_schedule``)."""
+    g = guess_passes(scenario)
+    depth, nodes = np.asarray(depth), np.asarray(nodes)
+    drafted = nodes > 0
+    return np.where(
+        drafted,
+        drafter_tree_ms(scenario.drafter, depth + g * drafted, nodes + g * drafted, batch),
+        0.0,
+    )

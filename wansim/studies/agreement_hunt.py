@@ -356,14 +356,15 @@ def mechanisms(data: dict) -> str:
     return "+".join(tags) or "sync"
 
 
-def evaluate(seed: int) -> dict:
-    """Both engines on the scenario drawn from ``seed``: metrics, errors, the verdict."""
+def evaluate(seed: int, data: dict | None = None) -> dict:
+    """Both engines on the scenario drawn from ``seed`` (or on ``data``, a variant of it):
+    metrics, errors, the verdict."""
     from wansim.analytical import analyze
     from wansim.config.scenario import load_scenario
     from wansim.errors import WansimInputError
     from wansim.sim import simulate
 
-    data = draw_scenario(seed)
+    data = draw_scenario(seed) if data is None else data
     row: dict = {"seed": seed, "mechanisms": mechanisms(data)}
     try:
         sc = load_scenario(data=data)

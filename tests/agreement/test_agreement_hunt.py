@@ -63,7 +63,7 @@ def test_hunt_slice_agrees_or_says_so(seed):
 # +36.8% and seed 80 +17.7% (hybrid 8, overlap 20 and 67, loaded 80, both 106). Not here:
 # seed 71 (4 requests, S0 saturated by 360-420 ms drafts): tokens/s +0.6%, but the mean TTFT
 # -58% (-53% before bets cost the guess), validated: a prefill waits behind the other
-# requests' blocks parked at S0, which the prefill's phase rule spares it (docs/approximations.md)
+# requests' blocks parked at S0, which the prefill's phase rule spares it (docs/schedules.md)
 AUTOREGRESSIVE_SEEDS = (8, 20, 29, 67, 80, 106)
 
 

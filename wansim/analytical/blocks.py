@@ -133,17 +133,17 @@ def chain_schedule(
     columns,
     s0_wait=0.0,
     draft_wait=0.0,
-    d_bet=None,
+    d_bet,
 ) -> Schedule:
     """The issue recursion (module docstring) for arrays d, c0, R, sd(R), B of one length
-    (``d_bet``: the blocks drafted on a bet, d when None);
+    (``d_bet``: the blocks drafted on a bet);
     ``s0_is_last`` (per point): one stage, S0 verifies and knows a lost bet at once;
     ``s0_wait``: each block waits that long in S0's queue before S0 starts it (a block still
     waiting when the loss is heard is dropped unstarted); ``draft_wait``: with the overlapped
     drafter, each draft waits that long in the drafter device's queue (a draft started after
     the loss is heard is drafted from the correction: not stale)."""
     d, c0, r_mean, r_sd = (np.asarray(x, dtype=float) for x in (d, c0, r_mean, r_sd))
-    d_bet = d if d_bet is None else np.asarray(d_bet, dtype=float)
+    d_bet = np.asarray(d_bet, dtype=float)
     s0_wait = np.broadcast_to(np.asarray(s0_wait, dtype=float), d.shape)
     draft_wait = np.broadcast_to(np.asarray(draft_wait, dtype=float), d.shape)
     s0_is_last = np.asarray(s0_is_last, dtype=bool)[:, None]
@@ -320,7 +320,7 @@ def block_metrics(
     slack = np.maximum(window * issue - block_lap, 0.0)
     acc = acceptance_nodes(scenario, m)
     shape = np.broadcast_shapes(
-        *(np.shape(x) for x in (d, d_bet, steady, c0, rest, var, window, m, n, stages)),
+        *(np.shape(x) for x in (d, d_bet, c0, rest, var, window, m, n, stages)),
         acc["w"].shape[:-1],
     )
     lost = (loss[k] for k in ("count_mean", "count_var", "delay_mean_ms", "delay_var_ms2"))
@@ -334,9 +334,9 @@ def block_metrics(
     )
     flat = [
         np.broadcast_to(x, shape).ravel()
-        for x in (d, d_bet, steady, c0, rest, var, window, m, n, stages, s0_wait, draft_wait, slack)
+        for x in (d, d_bet, c0, rest, var, window, m, n, stages, s0_wait, draft_wait, slack)
     ]
-    d_, dbet_, steady_, c0_, rest_, var_, window_, m_, n_, p_, wait_, dwait_, slack_ = flat
+    d_, dbet_, c0_, rest_, var_, window_, m_, n_, p_, wait_, dwait_, slack_ = flat
     g_, g_var_, delay_, delay_var_ = (np.broadcast_to(x, shape).ravel() for x in lost)
     nodes = {
         k: np.broadcast_to(v, (*shape, v.shape[-1])).reshape(-1, v.shape[-1])
@@ -618,7 +618,7 @@ def block_schedule(scenario: Scenario, s0_wait=0.0, draft_wait=0.0) -> BlockSche
         "stale_blocks_s0_per_request": s0_stale,
         "stale_blocks_forwarded_per_request": fwd_stale,
         "stale_drafts_per_request": res["stale_draft_per_request"],
-        "stale_draft_ms": res["stale_draft_ms"].reshape(np.shape(lap)),
+        "stale_draft_ms": res["stale_draft_ms"],
         "bet_win_rate": res["bet_win_rate"],
         "decode_ms": decode,
     }

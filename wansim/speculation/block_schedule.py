@@ -36,24 +36,12 @@ def flushes(scenario: Scenario) -> bool:
     return scenario.schedule.async_protocol == FLUSH_ON_FULL_ACCEPTANCE
 
 
-def guess_passes(scenario: Scenario) -> int:
-    """Extra drafter depth of a block drafted on a bet: its root is the drafter's guess of the
-    token after the earlier block's drafts, so the drafter runs one more pass (the guess)
-    before the block's own K (an autoregressive drafter; a parallel one still makes one pass).
-    ``flush_on_full_acceptance`` has no guess: its next block follows the K drafts directly."""
-    return 0 if flushes(scenario) else 1
-
-
 def bet_draft_ms(scenario: Scenario, depth, nodes, batch=1) -> np.ndarray:
-    """Drafter ms of a block drafted on a bet (:func:`guess_passes` more depth than a block
-    drafted from a verified token, whose cost is ``drafter_tree_ms(depth, nodes, batch)``); 0
-    when nothing is drafted. The real pipeline drafts its bets this way
-    (``wansim.real.async_schedule``)."""
-    g = guess_passes(scenario)
-    depth, nodes = np.asarray(depth), np.asarray(nodes)
-    drafted = nodes > 0
-    return np.where(
-        drafted,
-        drafter_tree_ms(scenario.drafter, depth + g * drafted, nodes + g * drafted, batch),
-        0.0,
-    )
+    """Drafter ms of a block drafted on a bet: its root is the drafter's guess of the token
+    after the earlier block's drafts, so the drafter makes one more pass (the guess) than for
+    a block drafted from a verified token (``drafter_tree_ms(depth, nodes, batch)``; a parallel
+    drafter still makes one pass); ``flush_on_full_acceptance`` has no guess. 0 when nothing
+    is drafted. The real pipeline drafts its bets this way (``wansim.real.async_schedule``)."""
+    nodes = np.asarray(nodes)
+    guess = (0 if flushes(scenario) else 1) * (nodes > 0)
+    return drafter_tree_ms(scenario.drafter, np.asarray(depth) + guess, nodes + guess, batch)

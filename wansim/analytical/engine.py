@@ -130,13 +130,17 @@ def check_supported(scenario: Scenario) -> None:
         )
         lossless = not any(h.loss_rate > 0 for h in scenario.resolved_hops())
         alone = not (blocks or concurrent(scenario))
+        one_batch = sched.batching == "none" or (
+            sched.micro_batches == 1 and lossless and not blocks
+        )
         unsupported.append(
             (
                 "network.transport",
                 "tcp",
-                scalar and sched.batching == "none" and (lossless or alone),
+                scalar and one_batch and (lossless or alone),
                 "tcp with loss beyond one request in the sync schedule, with continuous batching"
-                " or on a grid (one point at a time) is",
+                " other than one lossless micro-batch (schedule.micro_batches: 1) or on a grid"
+                " (one point at a time) is",
             )
         )
     if scenario.faults.events:

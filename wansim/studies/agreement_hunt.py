@@ -210,7 +210,8 @@ def wan_physics(data: dict, seed: int) -> dict:
     """Issue 13's mechanisms on a drawn scenario, from a stream of their own (seed, 13): the
     base draws of every seed stay what they were. Each is added where both engines model it
     (the analytical engine refuses the rest: tcp with loss beyond one request or with
-    continuous batching; faults with the per-round hybrid, refused when the table was drawn, are
+    continuous batching other than one micro-batch, answered since the table and not drawn;
+    faults with the per-round hybrid, refused when the table was drawn, are
     answered since, with like requests and with requests that differ:
     tests/physics/test_faults_hybrid.py). The hybrid is drawn with one
     request only: its

@@ -45,7 +45,12 @@ from wansim.analytical.sync import (
     sync_metrics,
 )
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
-from wansim.analytical.transport import messages_in_flight, prefill_extra_ms, tcp_equivalent
+from wansim.analytical.transport import (
+    messages_in_flight,
+    prefill_extra_ms,
+    prompt_window_ms,
+    tcp_equivalent,
+)
 from wansim.config.scenario import Scenario
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation
@@ -357,6 +362,8 @@ def _stationary_answer(requested: Scenario) -> tuple[Answer, Scenario, Scenario,
         )
     if micro_batched(scenario):
         answer = _micro_batched(scenario, parts, answer)
+        if judged.network.transport == "tcp":  # a prompt's pass under the window (transport.py)
+            answer = _tcp_prompt_window(answer, prompt_window_ms(judged))
     elif batched(scenario) and uses_blocks(scenario):
         answer = async_batched(scenario, parts, answer)
     elif batched(scenario):
@@ -553,6 +560,15 @@ def _tcp_prefill(answer: Answer, extra_ms: float) -> Answer:
     m["throughput_tokens_per_s"] = m["throughput_tokens_per_s"] * before / (before + extra_ms)
     util = [u * before / (before + extra_ms) for u in answer.utilization]
     return dataclasses.replace(answer, means=m, utilization=util)
+
+
+def _tcp_prompt_window(answer: Answer, extra_ms: float) -> Answer:
+    """One micro-batch on a tcp ring: each request's TTFT ``extra_ms`` longer (its prompt's
+    passes under the window); the other members' laps through those passes are not charged
+    (the DES's tokens/s within 3% without them, tests/physics/test_tcp_loaded.py)."""
+    m = dict(answer.means)
+    m["ttft_ms_mean"] = m["ttft_ms_mean"] + extra_ms
+    return dataclasses.replace(answer, means=m)
 
 
 def _kv_queue(answer: Answer, users: int, slots: int, decode_tokens: int) -> Answer:

@@ -239,12 +239,11 @@ def outside(scenario) -> str:
         )
     if scenario.network.transport == "tcp" and name == "micro-batched":
         return (
-            "transport tcp with one micro-batch: the batch's frame once a lap, its settled"
-            " window the per-message cost of the micro-batched model"
-            " (wansim/analytical/transport.py), checked against the DES in"
-            " tests/physics/test_tcp_loaded.py (tokens/s -3% to +1%), not on the"
-            " approximation-error grid; the prompts' passes are charged without the window"
-            " they meet (TTFT 1-16% short of the DES on scenarios/tcp-ring-frame-per-lap.yaml)"
+            "transport tcp with one micro-batch: the batch's frame once a lap followed from"
+            " the run's start, its settled window the per-message cost of the micro-batched"
+            " model and a prompt's bigger frame in TTFT (wansim/analytical/transport.py),"
+            " checked against the DES in tests/physics/test_tcp_loaded.py (tokens/s -3.5% to"
+            " +2.1%, TTFT -8.7% to -0.8%), not on the approximation-error grid"
         )
     if scenario.network.transport == "tcp" and name != "sync":
         return (

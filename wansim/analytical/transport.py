@@ -1,15 +1,19 @@
 """``network.transport: tcp`` in the analytical engine: the sync schedule, one request (or one
 micro-batch).
 
-Each hop carries one message per lap, so its sender sees a periodic train of equal messages
-offered one lap apart. Its busy time under the window (:class:`wansim.links.tcp.TcpSender`, the
-code the DES and the emulator run) is that of the settled train
-(:func:`wansim.links.tcp.periodic_busy_ms`); the extra over the ideal transport's serialisation
-becomes the hop's per-message cost, and the ideal closed forms do the rest. The lap and the busy
-times depend on each other (a longer lap lets the window restart), so the two are iterated to a
-fixed point, starting from a cold connection (every frame from the initial window): a ring whose
-frames restart stays cold, one whose window survives the lap warms up (the DES from its first
-frame does the same). The prefill message has a window regime of its own
+Each hop carries one message per lap. Its busy time under the window
+(:class:`wansim.links.tcp.TcpSender`, the code the DES and the emulator run) beyond the ideal
+transport's serialisation becomes the hop's per-message cost, and the ideal closed forms do
+the rest. Which window a frame meets depends on the lap (a longer lap lets the window
+restart), and the lap on the windows: a ring can be bistable, warm (frames back inside the RTO
+keep the windows open, so the lap stays short) or cold (every frame from the initial window,
+so the lap stays long). The DES picks by its start, so the model follows the ring from its
+start (:func:`ring_start_costs_ms`): the first pass carries the prompt(s) from cold
+connections, then verify frames each leave when the one before has returned (mean compute and
+sizes, the DES's sender), and the settled frames' costs are the per-message costs. A first
+wave whose prompts open the windows for frames that come back within the RTO leaves the ring
+warm (100 Mbit/s, 5 ms, one micro-batch of 4: a fixed point started cold stayed cold, -26% on
+tokens/s; followed from the start -3.5%). The prefill message has a window regime of its own
 (:func:`prefill_extra_ms`: a cold connection for the first request, then one lap after the
 previous request's train), added to TTFT.
 
@@ -23,12 +27,14 @@ window restarts (100 Mbit/s, 8 requests: +33% on tokens/s, tests/physics/test_tc
 so such points are ``validated: false``.
 
 One micro-batch (``batching: continuous``, ``micro_batches: 1``, lossless): the batch's
-members and joiners' prompts share each pass, so each hop carries one frame a lap, the batch's,
-as for one request; its settled window is the per-message cost under the micro-batched model
-(:mod:`wansim.analytical.micro_batched`). The prompts' passes are charged as ideal passes of
-their bytes plus the verify frame's window cost, not under the window they meet (a first wave
-of B prompts from a cold connection: TTFT 11-16% short on the frame-per-lap ring with
-restart after idle, 1-4% without; tokens/s -3% to +1%, tests/physics/test_tcp_loaded.py). Several micro-batches (or continuous batching without
+members and joiners' prompts share each pass, so each hop carries one frame a lap, the batch's
+(its members: the serving slots, :func:`one_pass`), followed from its start as above; the
+costs go into the micro-batched model (:mod:`wansim.analytical.micro_batched`). A
+replacement's prompt rides a pass whose frame is bigger: its window cost beyond the verify
+frame's is added to TTFT (:func:`prompt_window_ms`; the other members' laps through that pass
+are not charged). On the frame-per-lap ring against the DES: tokens/s -3.5% to +2.1%, TTFT
+-8.7% to -0.8% (without the prompt's window -15.6% and -10.7% with restart after idle;
+tests/physics/test_tcp_loaded.py). Several micro-batches (or continuous batching without
 them, whose batch splits into groups) are refused: they start together and travel as a
 platoon, bunched or spread by their history, and the train's window restarts or stays open
 accordingly (2 and 4 micro-batches of 8 requests on that ring: the evenly spaced train +450%
@@ -46,10 +52,8 @@ ring: tokens/s -1%, TTFT -13%; ``validated: false``). Where the run expects fewe
 loss a stretch, one loss's excess is weighted by where the run's first loss falls (its window
 does not recover within the run; hunt seed 127, 0.1%: -76% -> -12%). Not modelled (refused, use the DES):
 loss with several requests or async blocks (a prefill on a shrunken window holds the FIFO
-sender for every frame behind it: +136% at 4 requests), and continuous batching (its first
-wave's prefills warm the window, or a bunched ring stays cold: two regimes the DES picks by
-its start; on the frame-per-lap ring a batch of 8 stays warm and one of 4 goes cold, so
-neither a cold nor a warm fixed point holds for both: -14% and +233%).
+sender for every frame behind it: +136% at 4 requests), loss with batching, and continuous
+batching other than one micro-batch (above).
 """
 
 from __future__ import annotations
@@ -61,14 +65,23 @@ import numpy as np
 
 from wansim.config.scenario import HopOverride, Scenario
 from wansim.links.delivery import wire_ms
-from wansim.links.tcp import lossy_train_costs_ms, periodic_busy_ms, prefill_busy_ms, tcp_params
+from wansim.links.tcp import (
+    lossy_train_costs_ms,
+    periodic_busy_ms,
+    prefill_busy_ms,
+    tcp_params,
+)
 
 ITERATIONS = 8
 
 
-def tcp_as_ideal(scenario: Scenario, lap_ms, parts: dict, in_flight: float = 1.0) -> Scenario:
+def tcp_as_ideal(
+    scenario: Scenario, lap_ms, parts: dict, in_flight: float = 1.0, settled=None
+) -> Scenario:
     """The ideal-transport scenario whose hops cost what TCP costs at a lap of ``lap_ms`` with
-    ``in_flight`` messages a lap on each hop (module docstring)."""
+    ``in_flight`` messages a lap on each hop; ``settled``: the lossless hops' window costs
+    of one frame a lap followed from the start (:func:`ring_start_costs_ms`), which the lap
+    does not move (module docstring)."""
     from wansim.analytical.sync import ring_message_bytes
     from wansim.links.expected_delay import expected_losses
 
@@ -80,7 +93,7 @@ def tcp_as_ideal(scenario: Scenario, lap_ms, parts: dict, in_flight: float = 1.0
     # the run's messages on a hop: every request's prefill and verify frames
     run = int(scenario.workload.requests * (float(np.asarray(parts["passes"])) + 1.0))
     overrides, repairs = [], []
-    for hop, size in zip(hops, sizes, strict=True):
+    for h, (hop, size) in enumerate(zip(hops, sizes, strict=True)):
         wire = float(wire_ms(size, hop.bandwidth_mbps))
         if hop.loss_rate > 0:  # the lossy train's means (module docstring)
             busy, repair = lossy_train_costs_ms(
@@ -96,7 +109,9 @@ def tcp_as_ideal(scenario: Scenario, lap_ms, parts: dict, in_flight: float = 1.0
             losses = float(expected_losses(hop.loss_rate))
             repairs.append((hop.loss_rate, repair / losses - wire))
             extra = max(busy - wire * (1.0 + losses), 0.0)  # the ideal ring re-sends the frame
-        else:
+        elif settled is not None:  # one frame a lap: the ring followed from its start
+            extra = max(settled[h] - wire, 0.0)
+        else:  # a train of in_flight frames a lap
             busy = periodic_busy_ms(
                 tcp, hop.bandwidth_mbps, hop.latency_ms, hop.retransmit_ms, size, period
             )
@@ -119,6 +134,133 @@ def tcp_as_ideal(scenario: Scenario, lap_ms, parts: dict, in_flight: float = 1.0
     return dataclasses.replace(scenario, network=network)
 
 
+def prompt_window_ms(scenario: Scenario) -> float:
+    """One micro-batch: what a replacement's prompt adds to its TTFT under the window beyond
+    the ideal equivalent's charge (its bytes' serialisation and the verify frame's window
+    cost): per forward hop, the window cost of a settled ring's pass whose frame also carries
+    the prompt (or, chunked, each of its chunks' passes) less the verify frame's
+    (:func:`ring_start_costs_ms`)."""
+    from wansim.analytical.sync import lap_parts, ring_message_bytes
+    from wansim.serving.micro_batching import prefill_chunks
+
+    parts = lap_parts(one_pass(scenario))
+    prompts = prompt_frame_bytes(scenario)
+    verify, probe = ring_start_costs_ms(scenario, parts, prompts)
+    sizes = ring_message_bytes(scenario, parts)
+    extra = 0.0
+    for h, hop in enumerate(scenario.resolved_hops()[:-1]):
+        grown = float(wire_ms(sizes[h] + prompts[h], hop.bandwidth_mbps))
+        probe_window = probe[h] - grown
+        verify_window = verify[h] - float(wire_ms(sizes[h], hop.bandwidth_mbps))
+        extra += max(probe_window - max(verify_window, 0.0), 0.0)
+    chunks = float(
+        np.asarray(
+            prefill_chunks(scenario.workload.prompt_tokens, scenario.schedule.prefill_chunk_tokens)
+        )
+    )
+    return chunks * extra
+
+
+def one_pass(scenario: Scenario) -> Scenario:
+    """The scenario whose :func:`~wansim.analytical.sync.lap_parts` describe one frame of the
+    ring: with one micro-batch its members are the serving slots
+    (:func:`~wansim.serving.micro_batching.serving_slots`: ``max_batch_size`` caps them), not
+    every user."""
+    from wansim.serving.micro_batching import serving_slots
+
+    if scenario.schedule.batching == "none":
+        return scenario
+    slots = int(np.asarray(serving_slots(scenario)))
+    return dataclasses.replace(
+        scenario, workload=dataclasses.replace(scenario.workload, concurrency=slots)
+    )
+
+
+def prompt_frame_bytes(scenario: Scenario) -> list[float]:
+    """Per forward hop, the bytes a prompt (or its chunk) adds to a batched pass's frame."""
+    from wansim.analytical.path import hop_bytes
+    from wansim.analytical.sync import prefill_sizes
+
+    prompt = scenario.workload.prompt_tokens
+    chunk = min(prompt, scenario.schedule.prefill_chunk_tokens or prompt)
+    header = float(scenario.payload.header_bytes)
+    sizes = prefill_sizes(scenario, chunk)
+    return [float(hop_bytes(sizes, h)) - header for h in range(int(scenario.stages) - 1)]
+
+
+def ring_start_costs_ms(
+    scenario: Scenario, parts: dict, probe_bytes: list[float] | None = None, laps: int = 64
+) -> tuple[list[float], list[float] | None]:
+    """Each hop's window cost per verify frame (busy time beyond its software cost) on a ring
+    that carries one frame a lap, followed from the run's start: a first pass carrying the
+    first wave's prompts (the request's, or every slot's of one micro-batch) from cold
+    connections, then verify passes, each leaving stage 0 when the one before has returned
+    (deterministic: mean compute, mean sizes, latencies; :class:`wansim.links.delivery.HopSender`,
+    the DES's sender); the mean over the settled cycle of the last laps. So a prompt that
+    opens the windows for verify frames that come back within the RTO leaves the ring warm,
+    where a fixed point started cold would stay cold. With ``probe_bytes`` (per hop), also
+    the cost of one more pass whose forward frames are that much bigger (a pass that carries a
+    prompt beside the verify blocks) in the settled ring."""
+    from wansim.analytical.path import hop_bytes
+    from wansim.analytical.sync import prefill_sizes, ring_message_bytes
+    from wansim.links.delivery import HopSender, software_ms
+    from wansim.links.tcp import settled_cycle
+    from wansim.serving.micro_batching import serving_slots
+    from wansim.stages.compute import stage_ms_each
+
+    tcp = tcp_params(scenario.network)
+    hops = scenario.resolved_hops()
+    p = int(scenario.stages)
+    verify = ring_message_bytes(scenario, parts)
+    batched = scenario.schedule.batching != "none"
+    slots = float(np.asarray(serving_slots(scenario))) if batched else 1.0
+    prompt = scenario.workload.prompt_tokens
+    chunk = min(prompt, scenario.schedule.prefill_chunk_tokens or prompt)
+    wave = prefill_sizes(scenario, slots * chunk)
+    first = [float(hop_bytes(wave, h)) for h in range(p - 1)] + [verify[-1]]
+    batch = float(np.asarray(parts["batch"]))
+    verify_ms = [float(x) for x in stage_ms_each(scenario, batch * float(parts["tokens"]))]
+    prefill_ms = [float(x) for x in stage_ms_each(scenario, slots * chunk)]
+    drafting = scenario.drafter.placement == "first_stage" and scenario.speculation.policy != "none"
+    draft = float(np.asarray(parts["draft_ms"])) if drafting else 0.0
+    senders = [
+        HopSender(
+            h.bandwidth_mbps,
+            h.per_message_ms,
+            h.codec_ms_per_mb,
+            h.retransmit_ms,
+            h.latency_ms,
+            tcp,
+        )
+        for h in hops
+    ]
+
+    def lap(sizes, stages, at):
+        costs = []
+        for h, (hop, sender) in enumerate(zip(hops, senders, strict=True)):
+            start, free, at = sender.send(at + stages[h], sizes[h], 0, hop.latency_ms)
+            soft = software_ms(sizes[h], hop.per_message_ms, hop.codec_ms_per_mb)
+            costs.append(free - start - float(soft))
+        return costs, at
+
+    _, t = lap(first, prefill_ms, 0.0)
+    busy = [[] for _ in hops]
+    for _ in range(laps):
+        costs, t = lap(verify, verify_ms, t + draft)
+        for h, cost in enumerate(costs):
+            busy[h].append(cost)
+    out = []
+    for values in busy:
+        cycle = settled_cycle(values)
+        out.append(values[-1] if cycle <= 1 else math.fsum(values[-cycle:]) / cycle)
+    if probe_bytes is None:
+        return out, None
+    probe, _ = lap(
+        [v + x for v, x in zip(verify, [*probe_bytes, 0.0], strict=True)], verify_ms, t + draft
+    )
+    return out, probe
+
+
 def messages_in_flight(scenario: Scenario) -> float:
     """Messages a hop carries per lap: without batching one per request in flight, times the
     block schedule's window under async; one micro-batch's pass, one."""
@@ -133,14 +275,17 @@ def messages_in_flight(scenario: Scenario) -> float:
 
 def tcp_equivalent(scenario: Scenario, lap_of, in_flight: float = 1.0) -> Scenario:
     """Fixed point of lap -> TCP busy times -> lap; ``lap_of(scenario)`` is the ideal engine's
-    mean lap and ``lap_parts`` its message sizes (``wansim.analytical.sync``)."""
+    mean lap and ``lap_parts`` its message sizes (``wansim.analytical.sync``). One frame a
+    lap (``in_flight`` 1): the lossless hops' costs followed from the start instead
+    (:func:`ring_start_costs_ms`), which the lap does not move."""
     from wansim.analytical.sync import lap_parts
 
-    parts = lap_parts(scenario)
+    parts = lap_parts(one_pass(scenario))
+    settled = ring_start_costs_ms(scenario, parts)[0] if float(in_flight) <= 1.0 else None
     lap = math.inf  # a connection starts cold (cwnd = IW), as the DES's and a real one do
     out = scenario
     for _ in range(ITERATIONS):
-        out = tcp_as_ideal(scenario, lap, parts, in_flight)
+        out = tcp_as_ideal(scenario, lap, parts, in_flight, settled)
         new = float(np.asarray(lap_of(out)))
         if math.isfinite(lap) and abs(new - lap) <= 1e-9 * max(lap, 1.0):
             break

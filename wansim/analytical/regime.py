@@ -253,7 +253,7 @@ def outside(scenario) -> str:
             " requests that start together can travel as a platoon whose frames come back to"
             " back once a lap, so the window restarts every lap where the train keeps it open"
             " (2 and 4 requests on scenarios/tcp-ring-frame-per-lap.yaml: tokens/s +320%,"
-            " +150% against the DES)"
+            " +310% against the DES)"
         )
     links = _links(scenario)
     lossy = any(float(np.max(np.asarray(link.loss_rate))) > 0 for link in links)

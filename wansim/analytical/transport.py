@@ -65,12 +65,7 @@ import numpy as np
 
 from wansim.config.scenario import HopOverride, Scenario
 from wansim.links.delivery import wire_ms
-from wansim.links.tcp import (
-    lossy_train_costs_ms,
-    periodic_busy_ms,
-    prefill_busy_ms,
-    tcp_params,
-)
+from wansim.links.tcp import lossy_train_costs_ms, periodic_busy_ms, prefill_busy_ms, tcp_params
 
 ITERATIONS = 8
 
@@ -176,15 +171,19 @@ def one_pass(scenario: Scenario) -> Scenario:
     )
 
 
+def prompt_chunk_tokens(scenario: Scenario) -> int:
+    """The prompt tokens one pass carries for a request: its prompt, or a chunk of it."""
+    prompt = scenario.workload.prompt_tokens
+    return min(prompt, scenario.schedule.prefill_chunk_tokens or prompt)
+
+
 def prompt_frame_bytes(scenario: Scenario) -> list[float]:
     """Per forward hop, the bytes a prompt (or its chunk) adds to a batched pass's frame."""
     from wansim.analytical.path import hop_bytes
     from wansim.analytical.sync import prefill_sizes
 
-    prompt = scenario.workload.prompt_tokens
-    chunk = min(prompt, scenario.schedule.prefill_chunk_tokens or prompt)
     header = float(scenario.payload.header_bytes)
-    sizes = prefill_sizes(scenario, chunk)
+    sizes = prefill_sizes(scenario, prompt_chunk_tokens(scenario))
     return [float(hop_bytes(sizes, h)) - header for h in range(int(scenario.stages) - 1)]
 
 
@@ -214,8 +213,7 @@ def ring_start_costs_ms(
     verify = ring_message_bytes(scenario, parts)
     batched = scenario.schedule.batching != "none"
     slots = float(np.asarray(serving_slots(scenario))) if batched else 1.0
-    prompt = scenario.workload.prompt_tokens
-    chunk = min(prompt, scenario.schedule.prefill_chunk_tokens or prompt)
+    chunk = prompt_chunk_tokens(scenario)
     wave = prefill_sizes(scenario, slots * chunk)
     first = [float(hop_bytes(wave, h)) for h in range(p - 1)] + [verify[-1]]
     batch = float(np.asarray(parts["batch"]))

@@ -227,6 +227,26 @@ def test_a_ring_followed_from_its_start_restarts_every_frame_past_the_rto():
         assert cost == pytest.approx(fresh, rel=1e-12)
 
 
+@pytest.mark.parametrize("placement", ["first_stage", "last_stage"])
+def test_a_ring_followed_from_its_start_counts_the_drafting_where_it_is_hosted(placement):
+    """5 ms hops (RTT 10 ms), 7 drafter passes of 30 ms a lap: the drafting alone keeps each
+    hop idle past the 200 ms RTO, so every verify frame restarts from the initial window
+    (131 kB: 3 round trips, ~30 ms) wherever the drafter sits. Leaving a last-stage drafter's
+    passes out of the lap would keep the ring warm (~1 ms, its serialisation)."""
+    from wansim.analytical.sync import lap_parts, ring_message_bytes
+    from wansim.analytical.transport import ring_start_costs_ms
+
+    sc = load_scenario(
+        data=ring(network__latency_ms=5, drafter__draft_ms=30.0, drafter__placement=placement)
+    )
+    parts = lap_parts(sc)
+    costs, _ = ring_start_costs_ms(sc, parts)
+    for cost, size in zip(costs[:-1], ring_message_bytes(sc, parts), strict=False):
+        fresh = TcpSender(TcpParams(), 1000.0, 5.0, 200.0).send(0.0, size, 0)[0]
+        assert cost == pytest.approx(fresh, rel=1e-12)
+        assert cost > 20.0
+
+
 def test_prompts_that_warm_the_windows_leave_a_ring_warm_that_a_cold_start_leaves_cold():
     """The bistable ring of the case "4, warmed by the prompts": at the lap a cold window
     gives (~290 ms) a frame idles past the RTO and restarts (cost above its serialisation),

@@ -204,23 +204,21 @@ def ring_start_costs_ms(
     from wansim.analytical.sync import prefill_sizes, ring_message_bytes
     from wansim.links.delivery import HopSender, software_ms
     from wansim.links.tcp import settled_cycle
-    from wansim.serving.micro_batching import serving_slots
     from wansim.stages.compute import stage_ms_each
 
     tcp = tcp_params(scenario.network)
     hops = scenario.resolved_hops()
     p = int(scenario.stages)
     verify = ring_message_bytes(scenario, parts)
-    batched = scenario.schedule.batching != "none"
-    slots = float(np.asarray(serving_slots(scenario))) if batched else 1.0
-    chunk = prompt_chunk_tokens(scenario)
-    wave = prefill_sizes(scenario, slots * chunk)
+    batch = float(np.asarray(parts["batch"]))  # the frame's members (one_pass): the first wave
+    wave_tokens = batch * prompt_chunk_tokens(scenario)
+    wave = prefill_sizes(scenario, wave_tokens)
     first = [float(hop_bytes(wave, h)) for h in range(p - 1)] + [verify[-1]]
-    batch = float(np.asarray(parts["batch"]))
     verify_ms = [float(x) for x in stage_ms_each(scenario, batch * float(parts["tokens"]))]
-    prefill_ms = [float(x) for x in stage_ms_each(scenario, slots * chunk)]
-    drafting = scenario.drafter.placement == "first_stage" and scenario.speculation.policy != "none"
-    draft = float(np.asarray(parts["draft_ms"])) if drafting else 0.0
+    prefill_ms = [float(x) for x in stage_ms_each(scenario, wave_tokens)]
+    if scenario.speculation.policy != "none":  # the drafter's passes, where it is hosted
+        draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
+        verify_ms[draft_stage] += float(np.asarray(parts["draft_ms"]))
     senders = [
         HopSender(
             h.bandwidth_mbps,
@@ -244,7 +242,7 @@ def ring_start_costs_ms(
     _, t = lap(first, prefill_ms, 0.0)
     busy = [[] for _ in hops]
     for _ in range(laps):
-        costs, t = lap(verify, verify_ms, t + draft)
+        costs, t = lap(verify, verify_ms, t)
         for h, cost in enumerate(costs):
             busy[h].append(cost)
     out = []
@@ -253,9 +251,7 @@ def ring_start_costs_ms(
         out.append(values[-1] if cycle <= 1 else math.fsum(values[-cycle:]) / cycle)
     if probe_bytes is None:
         return out, None
-    probe, _ = lap(
-        [v + x for v, x in zip(verify, [*probe_bytes, 0.0], strict=True)], verify_ms, t + draft
-    )
+    probe, _ = lap([v + x for v, x in zip(verify, [*probe_bytes, 0.0], strict=True)], verify_ms, t)
     return out, probe
 
 

@@ -68,6 +68,7 @@ from wansim.links.delivery import wire_ms
 from wansim.links.tcp import lossy_train_costs_ms, periodic_busy_ms, prefill_busy_ms, tcp_params
 
 ITERATIONS = 8
+SETTLE_LAPS = 16  # laps a ring followed from its start runs before it may stop as settled
 
 
 def tcp_as_ideal(
@@ -241,10 +242,12 @@ def ring_start_costs_ms(
 
     _, t = lap(first, prefill_ms, 0.0)
     busy = [[] for _ in hops]
-    for _ in range(laps):
+    for n in range(1, laps + 1):
         costs, t = lap(verify, verify_ms, t)
         for h, cost in enumerate(costs):
             busy[h].append(cost)
+        if probe_bytes is None and n >= SETTLE_LAPS and all(map(settled_cycle, busy)):
+            break  # every hop repeats its cycle (a probe meets the window of all the laps)
     out = []
     for values in busy:
         cycle = settled_cycle(values)

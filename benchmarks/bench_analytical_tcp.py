@@ -1,0 +1,70 @@
+"""The analytical engine's answer on a tcp ring with one frame a lap: CPU seconds of one
+``analyze`` (best of ``--repeat``) for one request and for one micro-batch of 8 on
+``scenarios/tcp-ring-frame-per-lap.yaml``, with a digest of the metrics to 9 significant
+digits (equal answers).
+
+Run paired against an older tree: .venv/bin/python benchmarks/paired.py --base DIR --repeat 5
+--field one_batch_s -- $PWD/benchmarks/bench_analytical_tcp.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from wansim.analytical import analyze
+from wansim.config.scenario import load_scenario
+
+SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "tcp-ring-frame-per-lap.yaml"
+CASES = {
+    "one_request": {},
+    "one_batch": {"batching": "continuous", "micro_batches": 1, "concurrency": 8},
+}
+
+
+def scenario(case: dict):
+    data = yaml.safe_load(SCENARIO.read_text())
+    data["workload"]["requests"] = 48
+    if case:
+        data["schedule"].update(batching=case["batching"], micro_batches=case["micro_batches"])
+        data["workload"]["concurrency"] = case["concurrency"]
+    return load_scenario(data=data)
+
+
+def rounded(value):
+    """``value`` with its floats to 9 significant digits (lists and dicts walked)."""
+    if isinstance(value, float):
+        return float(f"{value:.9g}")
+    if isinstance(value, list | tuple):
+        return [rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    return value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    out = {}
+    for name, case in CASES.items():
+        sc = scenario(case)
+        metrics = analyze(sc).metrics  # warm: imports and caches
+        best = float("inf")
+        for _ in range(args.repeat):
+            start = time.process_time()
+            analyze(sc)
+            best = min(best, time.process_time() - start)
+        out[f"{name}_s"] = best
+        text = json.dumps(rounded(metrics), sort_keys=True, default=str)
+        out[f"{name}_digest"] = hashlib.sha256(text.encode()).hexdigest()[:12]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

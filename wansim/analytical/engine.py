@@ -30,6 +30,8 @@ from wansim.analytical.distribution import (
 from wansim.analytical.faults import fault_run, fault_run_mixed, without_faults
 from wansim.analytical.finite_run import varied_run_metrics
 from wansim.analytical.hybrid import analyze_hybrid
+from wansim.analytical.idle_cost import analyze_idle_cost
+from wansim.analytical.idle_cost import fixed_point as idle_fixed_point
 from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched_run
 from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces, stationary_at
@@ -65,6 +67,7 @@ from wansim.speculation.hybrid_rounds import (
     is_hybrid,
     tree_scenario,
 )
+from wansim.stages import idle_cost
 
 
 def check_supported(scenario: Scenario) -> None:
@@ -225,6 +228,8 @@ def point_field(scenario: Scenario) -> tuple[str, Any] | None:
     point at a time (:func:`needs_points`), or None."""
     if scenario.faults.events:
         return "faults.events", f"{len(scenario.faults.events)} events"
+    if idle_cost.active(scenario.model):
+        return "model.idle_cost", "points"
     if scenario.network.transport == "tcp":
         return "network.transport", "tcp"
     if scenario.workload.kv_capacity_tokens is not None:
@@ -241,6 +246,8 @@ def point_means(scenario: Scenario) -> dict[str, float]:
     idling through the outages); the other keys are those of the run the model answers on
     (the ideal-transport equivalent, the run without faults). A metric the faults leave
     undefined (failures outpacing recovery) is NaN."""
+    if idle_cost.active(scenario.model):  # the run at the fixed point's extras (idle_cost.py)
+        return point_means(idle_fixed_point(scenario, analyze)[0])
     if contended(scenario):  # the run at the fixed point's stretch (shared_host.py)
         stretch = analyze(scenario).details["shared_host"]["stretch"]
         return point_means(scaled(scenario, stretch))
@@ -286,6 +293,8 @@ def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
     with the approximation it was answered by (:mod:`wansim.analytical.regime`)."""
     check_supported(scenario)
+    if idle_cost.active(scenario.model):  # a fixed point of the stages' idles (idle_cost.py)
+        return analyze_idle_cost(scenario, analyze)
     modulated = network_modulation(scenario.network) is not None
     if modulated and scenario.workload.arrival != "closed":  # pieces of open-arrival queues
         return analyze_pieces(scenario, analyze)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -184,6 +185,30 @@ class Straggler:
 
 
 @dataclasses.dataclass(frozen=True)
+class IdleCost:
+    """A pass after an idle period costs more: the first work a stage does after it idled
+    ``g`` ms takes ``extra_ms(g)`` ms more (caches, TLBs and the CPU's state cooled), from
+    ``points`` of [idle ms, extra ms], linearly interpolated, the end values held beyond them;
+    no points: off. Every stage; the drafting on a stage is part of its pass.
+    :mod:`wansim.stages.idle_cost`."""
+
+    points: tuple[tuple[float, float], ...] = spec(
+        (), max_items=1_000, doc="[idle ms, extra ms] pairs, idle strictly increasing"
+    )
+
+    def check(self, path: str) -> None:
+        idle = [g for g, _ in self.points]
+        if any(not (math.isfinite(g) and g >= 0) for g in idle) or any(
+            not (math.isfinite(ms) and ms >= 0) for _, ms in self.points
+        ):
+            raise ScenarioError(
+                f"{path}.points", "need finite idle ms >= 0 and extra ms >= 0", list(self.points)
+            )
+        if sorted(set(idle)) != idle:
+            raise ScenarioError(f"{path}.points", "idle ms must be strictly increasing", idle)
+
+
+@dataclasses.dataclass(frozen=True)
 class Model:
     """``compute``: every stage's compute model. ``stage_compute``: optional, one entry per stage
     (P entries, each naming its ``kind``) replacing ``compute`` stage by stage, for pipelines
@@ -215,6 +240,7 @@ class Model:
     )
     noise: ComputeNoise = spec(factory=ComputeNoise)
     straggler: Straggler = spec(factory=Straggler)
+    idle_cost: IdleCost = spec(factory=IdleCost)
 
 
 # ----------------------------------------------------------------------------- network

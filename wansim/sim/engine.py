@@ -66,6 +66,7 @@ from wansim.speculation.hybrid_rounds import (
     is_hybrid,
     tree_scenario,
 )
+from wansim.stages import idle_cost
 from wansim.stages.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
 from wansim.stages.slowdown import StageSlowdown, stage_rng
 
@@ -220,6 +221,13 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
         else None
     )
 
+    # a pass after an idle costs more (wansim.stages.idle_cost), None when off
+    idle_extra = (
+        idle_cost.scalar_extra(*idle_cost.table(scenario.model))
+        if idle_cost.active(scenario.model)
+        else None
+    )
+
     def shared(i: int) -> dict:
         """What every stage role takes: batching, the timeline, its compute noise/stragglers;
         S0 its drafter duty (placement first_stage: drafting before its compute)."""
@@ -227,6 +235,7 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
             "batching": scenario.schedule.batching == "continuous",
             "timeline": tl.stage_slices if tl else None,
             "host": host,
+            "idle_extra": idle_extra,
             "slowdown": (
                 StageSlowdown(scenario.model, i, stage_rng(scenario.seed, i))
                 if StageSlowdown.enabled(scenario.model, i)

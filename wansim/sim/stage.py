@@ -44,6 +44,8 @@ holding verify passes) right before computing; drafting and compute then share o
 At the last stage drafting is a second timeout after the verdicts, because the verdict instant
 is observable: it closes the lap and, for a finishing request, admits the next one.
 Stage busy time (compute + drafting, prefill included) is summed for utilisation.
+With ``model.idle_cost`` a pass's compute adds the cold start of the time the stage idled
+since its last busy instant (:mod:`wansim.stages.idle_cost`), before noise and stragglers.
 
 With ``schedule.micro_batches`` (:mod:`wansim.sim.micro_batches`) the mailbox holds whole
 micro-batches, served one at a time and never merged; S0 adds the waiting prompt chunks to a
@@ -92,6 +94,8 @@ class Stage:
         "free_ms",
         "hooks",
         "host",
+        "idle_extra",
+        "idle_since",
         "index",
         "link_out",
         "mailbox",
@@ -120,6 +124,7 @@ class Stage:
         micro=None,
         slowdown=None,
         host=None,
+        idle_extra=None,
     ):
         self.env = env
         self.index = index
@@ -146,6 +151,10 @@ class Stage:
         # the host's cores shared with the other stages (wansim.sim.host.SharedHost), None when
         # every stage has its own CPU
         self.host = host
+        # a pass after an idle costs more (wansim.stages.idle_cost): idle ms -> extra ms, None
+        # when off; the stage's last busy instant
+        self.idle_extra = idle_extra
+        self.idle_since = 0.0
         self.mailbox: deque[Pass] = deque()
         self.wake: simpy.Event | None = None
         self.link_out: Link | None = None
@@ -291,6 +300,8 @@ class Stage:
         compute = self._compute_cache.get(n)
         if compute is None:
             compute = self._compute_cache[n] = float(self.compute_ms(n))
+        if self.idle_extra is not None:  # the cold start after the stage's idle
+            compute += self.idle_extra(start - self.idle_since)
         if self.slowdown is not None:
             factor = self.slowdown.factor(start)
             if self.slowdowns is not None and factor != 1.0:
@@ -310,6 +321,7 @@ class Stage:
         """Busy time, pass count and (when kept) the timeline slices of one pass."""
         self.busy_ms += draft + compute
         self.passes += 1
+        self.idle_since = start + (draft + compute)
         if self.timeline is not None:
             end = start + (draft + compute)
             if draft:
@@ -474,6 +486,7 @@ class LastStage(Stage):
     def _drafted(self, following: list[Pass], start: float, draft: float) -> None:
         """The drafting after the verdicts has ended (busy time, its timeline slice)."""
         self.busy_ms += draft
+        self.idle_since = self.env._now
         if self.timeline is not None:
             self.timeline.append((self.index, start, self.env._now, "draft", following))
 

@@ -1,0 +1,65 @@
+"""A pass after an idle period costs more (``model.idle_cost``).
+
+Model: the first work a stage does after it idled ``g`` ms costs ``extra_ms(g)`` ms on top of
+its pass time, from measured points [idle ms, extra ms] linearly interpolated, the end values
+held beyond them (a host's caches, TLBs and clock cool while it waits; measured on the real
+path: a stage's pass at 50 ms links costs 0.3-0.7 ms more than at 5 ms, docs/calibrate.md).
+The drafting on a stage (``placement: first_stage``) is part of its pass: the cold start is
+paid once per pass, whichever comes first. A pass that starts as the one before ends (a queue)
+idled 0 ms.
+
+- DES (:class:`wansim.sim.stage.Stage`): each pass adds :func:`extra_ms` of the time since the
+  stage's last busy instant (its first pass: since the run's start) to its compute, before
+  compute noise and stragglers scale it.
+- Analytical (:mod:`wansim.analytical.idle_cost`): each stage's mean idle before a pass,
+  ``s (1 - rho) / rho`` (a pass of ``s`` ms at utilisation ``rho``: one request in the sync
+  schedule, the lap less the stage's busy time), its extra added to the stage's fixed cost per
+  pass, to a fixed point. The mean idle stands for every pass's own (the extra of the mean,
+  not the mean of the extras).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def active(model) -> bool:
+    """Whether ``model.idle_cost`` has points (the cost is on)."""
+    return bool(model.idle_cost.points)
+
+
+def table(model) -> tuple[np.ndarray, np.ndarray]:
+    """(idle ms, extra ms) of ``model.idle_cost`` as arrays."""
+    points = np.asarray(model.idle_cost.points, dtype=float).reshape(-1, 2)
+    return points[:, 0].copy(), points[:, 1].copy()
+
+
+def extra_ms(idle_ms, idle_points: np.ndarray, extra_points: np.ndarray):
+    """Extra ms of a pass after ``idle_ms`` ms idle: linear between the points, the end values
+    held beyond them (broadcasts over ``idle_ms``)."""
+    return np.interp(idle_ms, idle_points, extra_points)
+
+
+def scalar_extra(idle_points: np.ndarray, extra_points: np.ndarray):
+    """A fast scalar :func:`extra_ms` for the DES (one call a pass): a Python function of the
+    idle ms, the same values as ``np.interp`` for points in increasing order."""
+    xs = [float(x) for x in idle_points]
+    ys = [float(y) for y in extra_points]
+    if len(xs) == 1:
+        only = ys[0]
+        return lambda _idle: only
+
+    first_x, last_x, first_y, last_y = xs[0], xs[-1], ys[0], ys[-1]
+    segments = list(zip(xs[:-1], xs[1:], ys[:-1], ys[1:], strict=True))
+
+    def extra(idle: float) -> float:
+        if idle <= first_x:
+            return first_y
+        if idle >= last_x:
+            return last_y
+        for x0, x1, y0, y1 in segments:
+            if idle <= x1:
+                return y0 + (y1 - y0) * (idle - x0) / (x1 - x0)
+        return last_y
+
+    return extra

@@ -144,9 +144,15 @@ MTP = ROOT / "models" / "tiny-mtp"
 
 
 def make_bundle(
-    out: Path, target=TARGET, drafter=DRAFTER, max_k: int = 7, mtp: bool = False
+    out: Path,
+    target=TARGET,
+    drafter=DRAFTER,
+    max_k: int = 7,
+    mtp: bool = False,
+    idle: dict | None = None,
 ) -> Path:
-    """A synthetic bundle with the fits of :func:`synthetic_rows` (and a fitted profile)."""
+    """A synthetic bundle with the fits of :func:`synthetic_rows` (and a fitted profile);
+    ``idle``: its ``idle_cost`` entry (none by default)."""
     from wansim.acceptance.profile import profile_to_mapping
     from wansim.acceptance.trace import fit_profile
 
@@ -204,6 +210,8 @@ def make_bundle(
         "acceptance": {"ks": [2, 4, max_k], "max_k": max_k},
         "activation_quality": {"k": 4, "bits": quality["bits"]},
     }
+    if idle is not None:
+        manifest["idle_cost"] = idle
 
     def profile_text(p) -> str:
         mapping = profile_to_mapping(p)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import math
 from pathlib import Path
 
@@ -79,6 +80,8 @@ MTP_FILES = {"mtp_drafter": "mtp_drafter.csv", "acceptance_mtp": "acceptance_pro
 # optional (bundles profiled before it have none): the in-process traces the acceptance
 # profiles were fitted from, per prompt (wansim.calibrate.workload_sample reads them)
 TRACE_FILE = "acceptance_traces.csv"
+# optional: the per-pass rows the idle cost was fitted from (wansim.calibrate.idle_profile)
+IDLE_FILE = "idle_passes.csv"
 
 
 def config_sha256(checkpoint_dir: str | Path) -> str:
@@ -138,6 +141,10 @@ class Bundle:
     acceptance_traces: pd.DataFrame | None = None
     # (drafter kind, K) -> the profile fitted from that K's traces alone (older bundles: none)
     per_k_profiles: dict = dataclasses.field(default_factory=dict)
+    # a pass after an idle: [idle ms, extra ms] points and the extra the fitted costs already
+    # hold (wansim.calibrate.idle_profile); None in bundles profiled before it
+    idle_points: tuple | None = None
+    idle_reference_extra_ms: float = 0.0
 
     @property
     def model(self) -> dict:
@@ -213,6 +220,7 @@ def write_bundle(
     mtp: tuple[pd.DataFrame, str] | None = None,
     traces: pd.DataFrame | None = None,
     per_k: dict[str, str] | None = None,
+    idle_rows: pd.DataFrame | None = None,
 ):
     """``mtp``: the MTP head's drafting rows and its acceptance profile text, if profiled;
     ``traces``: the per-prompt acceptance traces (``TRACE_FILE``); ``per_k``: file name ->
@@ -222,6 +230,9 @@ def write_bundle(
     if traces is not None:
         files["acceptance_traces"] = TRACE_FILE
         traces.loc[:, list(TRACE_COLUMNS)].to_csv(out / TRACE_FILE, index=False)
+    if idle_rows is not None:
+        files["idle_passes"] = IDLE_FILE
+        idle_rows.to_csv(out / IDLE_FILE, index=False)
     if mtp is not None:
         files.update(MTP_FILES)
         mtp[0].to_csv(out / MTP_FILES["mtp_drafter"], index=False)
@@ -401,8 +412,11 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
             raise _bad(f"{where}: acceptance.per_k", "must map chain/tree/mtp to K -> file", kind)
         for k, name in files.items():
             per_k[(kind, int(k))] = checked(name)
+    idle_points, idle_ref = _idle_cost(man, where)
     return Bundle(
         path=p,
+        idle_points=idle_points,
+        idle_reference_extra_ms=idle_ref,
         manifest=man,
         stage_cost=cost,
         draft_intercept_ms=_num(man, "drafter.intercept_ms", where),
@@ -416,6 +430,39 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         per_k_profiles=per_k,
         **mtp,
     )
+
+
+def _idle_cost(man: dict, where: str) -> tuple[tuple | None, float]:
+    """``idle_cost.points`` as (idle ms, extra ms) pairs (idle >= 0 strictly increasing, extra
+    >= 0) and ``idle_cost.reference_extra_ms``; (None, 0) when the bundle has none."""
+    if "idle_cost" not in man:
+        return None, 0.0
+    pts = _get(man, "idle_cost.points", where)
+    ok = (
+        isinstance(pts, list)
+        and pts
+        and all(
+            isinstance(q, list)
+            and len(q) == 2
+            and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in q
+            )
+            and q[0] >= 0
+            and q[1] >= 0
+            for q in pts
+        )
+    )
+    if not ok or any(b[0] <= a[0] for a, b in itertools.pairwise(pts)):
+        raise _bad(
+            f"{where}: idle_cost.points",
+            "must be [idle ms, extra ms] pairs, finite and >= 0, idle strictly increasing",
+            pts,
+        )
+    ref = _num(man, "idle_cost.reference_extra_ms", where)
+    if ref < 0:
+        raise _bad(f"{where}: idle_cost.reference_extra_ms", "must be >= 0", ref)
+    return tuple((float(a), float(b)) for a, b in pts), ref
 
 
 def _short(man, key):

@@ -139,7 +139,10 @@ def cell_scenario(
         pts[float(bundle.prompt_tokens)] = (cost.prefill_ms(role, layers) - fixed) * factors.compute
         # the engines never see a pass below 0 ms: the fixed part absorbs a negative remainder
         low = min(0.0, *pts.values())
-        overhead.append(max(0.0, fixed + extra + low / factors.compute))
+        # the bundle's passes idled too: their cost after that idle comes off (the engines
+        # add the cell's own, model.idle_cost)
+        warm = fixed + extra + low / factors.compute - bundle.idle_reference_extra_ms
+        overhead.append(max(0.0, warm))
         pts = {k: v - low for k, v in pts.items()}
         tables.append({"kind": "table", "points": [[k, v] for k, v in sorted(pts.items())]})
     hops = []
@@ -198,6 +201,10 @@ def cell_scenario(
         },
         "schedule": {"kind": cell.schedule, "batching": cell.batching},
     }
+    if bundle.idle_points:  # a pass after an idle costs more (the load factor scales it)
+        raw["model"]["idle_cost"] = {
+            "points": [[g, e * factors.compute] for g, e in bundle.idle_points]
+        }
     if cell.schedule == "async":
         raw["schedule"]["max_inflight_blocks"] = cell.max_inflight_blocks
     if cell.batching == "continuous":  # prompts ride the micro-batch's passes, as in the real run
@@ -282,10 +289,26 @@ def pass_tokens(cell: Cell) -> int:
     return draft_nodes(cell) + 1
 
 
-def predicted_components(cell: Cell, bundle: Bundle, factors: Factors) -> dict:
+def predicted_components(cell: Cell, bundle: Bundle, factors: Factors, idle_extra_ms=None) -> dict:
     """The parts of a predicted mean lap, as :func:`cell_scenario` sets them (ms): per-stage
-    service at n = K + 1, the K drafts, the mean per-message cost by hop role."""
+    service at n = K + 1, the K drafts, the mean per-message cost by hop role. With
+    ``idle_extra_ms`` (per stage, the analytical engine's cost after each stage's mean idle)
+    the bundle's own idle cost comes off and the cell's goes on: on the drafting at stage 0
+    when the draft model drafts there (the first work after its idle), else on the stage."""
     per_stage = even_split(int(bundle.model["layers"]), cell.stages)
+    parts = _components(cell, bundle, factors, per_stage)
+    if idle_extra_ms is None or not bundle.idle_points:
+        return parts
+    ref = bundle.idle_reference_extra_ms * factors.compute
+    for i, e in enumerate(idle_extra_ms):
+        if i == 0 and cell.k > 0 and cell.drafter != "mtp":
+            parts["draft_ms"] += e - ref
+        else:
+            parts["stage_service_ms"][i] += e - ref
+    return parts
+
+
+def _components(cell: Cell, bundle: Bundle, factors: Factors, per_stage) -> dict:
     return {
         "stage_service_ms": [
             (
@@ -321,6 +344,8 @@ def engines(scenario_path: Path, des: bool = True, sample_requests: int | None =
     sc = load_scenario(scenario_path)
     ana = analyze(sc)
     out = {"analytical": jsonable(ana.metrics)}
+    if "idle_cost" in ana.details:  # each stage's cost after its mean idle (model.idle_cost)
+        out["idle_extra_ms"] = ana.details["idle_cost"]["extra_ms"]
     if sample_requests:
         m = out["analytical"]
         # the closed forms give TPOT quantiles: a normal through its p50 and p99
@@ -667,7 +692,7 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                 f = Factors(**info["factors"])
                 cell_scenario(c, bundle, cdir / f"round{r}", f, s.des_requests, s.seed)
                 pred = engines(cdir / f"round{r}" / "scenario.yaml", sample_requests=c.prompts)
-                pred["components"] = predicted_components(c, bundle, f)
+                pred["components"] = predicted_components(c, bundle, f, pred.get("idle_extra_ms"))
                 if r == 0:  # the chance of a run of the cell's few requests (one round suffices)
                     pred["sample_band"] = des_sample_band(
                         cdir / "round0" / "scenario.yaml", c.prompts

@@ -505,6 +505,52 @@ def measure_job(
     }
 
 
+def run_idle_sweep(
+    target_dir: str, drafter_dir: str, run_dir: Path, prompts, tokens: int, latencies_ms
+) -> pd.DataFrame:
+    """The reference pipeline at every latency of ``latencies_ms`` (all up at once, after an
+    unmeasured warm-up job each), prompt by prompt with the latency order rotating: the
+    per-pass rows of :func:`wansim.calibrate.idle_profile.idle_pass_rows`."""
+    from wansim.calibrate.idle_profile import K, idle_pass_rows
+    from wansim.real.config import DecodeSpec
+    from wansim.real.recording import read_raw
+
+    pipes = []
+    frames = []
+    try:
+        for lat in latencies_ms:
+            pipes.append(
+                open_pipeline(
+                    target_dir,
+                    drafter_dir,
+                    REFERENCE_SPLIT,
+                    32,
+                    run_dir / f"idle{lat:g}ms",
+                    latency_ms=lat,
+                )
+            )
+        for pipe in pipes:
+            pipe.generate(prompts[:1], DecodeSpec(k=K, max_new_tokens=8), name="warmup")
+        for c in range(len(prompts)):
+            for x in range(len(pipes)):
+                j = (c + x) % len(pipes)
+                res = pipes[j].generate(
+                    prompts[c : c + 1], DecodeSpec(k=K, max_new_tokens=tokens), name=f"idle-p{c}"
+                )
+                raw = read_raw(pipes[j].run_dir / "raw", 2)
+                job = int(res.steps["job"].iloc[0])
+                st1 = raw["stage1"]
+                frames.append(
+                    idle_pass_rows(res.steps, st1[st1["job"] == job], latencies_ms[j]).assign(
+                        prompt_index=c
+                    )
+                )
+    finally:
+        for pipe in pipes:
+            pipe.close()
+    return pd.concat(frames, ignore_index=True)
+
+
 def _concat(jobs: list[dict], load) -> dict:
     out = {key: pd.concat([j[key] for j in jobs], ignore_index=True) for key in jobs[0]}
     out["load"] = load
@@ -537,12 +583,15 @@ def run_profile(
     plans=None,
     ks: tuple[int, ...] = KS,
     size: dict | None = None,
+    idle_latencies_ms: tuple[float, ...] | None = None,
 ) -> dict:
     """Run the profile and write the bundle to ``out``; returns the manifest written.
     ``mtp_dir``: also profile that MTP head (a 2-stage pipeline, :data:`REFERENCE_SPLIT`,
     drafting at the last stage: its drafting time per K and its acceptance).
-    ``plans``, ``ks``, ``size``: smaller profiles for tests (default: :data:`FULL_PLANS` or
-    :data:`QUICK_PLANS`, :data:`KS`, :data:`SIZES`)."""
+    ``plans``, ``ks``, ``size``, ``idle_latencies_ms``: smaller profiles for tests (default:
+    :data:`FULL_PLANS` or :data:`QUICK_PLANS`, :data:`KS`, :data:`SIZES`, the latencies of
+    :mod:`wansim.calibrate.idle_profile`; ``()``: no idle cost)."""
+    from wansim.calibrate.idle_profile import LATENCIES_MS, QUICK_LATENCIES_MS, fit_idle_cost
     from wansim.real.prompts import builtin_prompts
 
     say = progress or (lambda _m: None)
@@ -620,6 +669,19 @@ def run_profile(
     finally:
         for pipe in pipes:
             pipe.close()
+    if idle_latencies_ms is None:
+        idle_latencies_ms = QUICK_LATENCIES_MS if quick else LATENCIES_MS
+    idle_rows, idle_fit = None, None
+    if idle_latencies_ms:
+        say(
+            "idle cost: the 3+3 pipeline at "
+            + ", ".join(f"{x:g}" for x in idle_latencies_ms)
+            + f" ms links, K=4, {len(prompts)} prompts x {size['tokens']} tokens"
+        )
+        idle_rows = run_idle_sweep(
+            target_dir, drafter_dir, out / "runs", prompts, size["tokens"], idle_latencies_ms
+        )
+        idle_fit = fit_idle_cost(idle_rows, LATENCY_MS)
     load = (round(load0, 2), round(os.getloadavg()[0], 2))
     results = []
     for (splits, bits), js in zip(plans, jobs, strict=True):
@@ -775,6 +837,8 @@ def run_profile(
             else "not profiled (profile with --mtp)",
         },
     }
+    if idle_fit is not None:
+        manifest["idle_cost"] = idle_fit
     if mtp_dir:
         import hashlib
 
@@ -825,6 +889,7 @@ def run_profile(
             ignore_index=True,
         ),
         per_k=per_k,
+        idle_rows=idle_rows,
     )
     say(f"profile written to {out} in {time.perf_counter() - t0:.0f} s")
     return manifest

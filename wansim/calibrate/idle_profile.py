@@ -1,0 +1,91 @@
+"""The cost of a pass after an idle, measured by ``calibrate profile`` (``model.idle_cost``).
+
+What runs: the reference 2-stage pipeline (3+3 layers, fp32, K = 4, one request) at several
+link latencies (:data:`LATENCIES_MS`; the longer the links, the longer each stage idles between
+its passes), the same prompts on every pipeline, prompt by prompt with the latency order
+rotating. The passes are the same tokens at every latency (greedy decoding), so a pass costs
+more at a longer latency only because its stage idled longer.
+
+Per pass (:func:`idle_pass_rows`): the work a stage does after idling, and the idle before it.
+Stage 0: the drafting and its pass (the verdict arrives, S0 drafts K tokens, computes and
+sends), idle from its previous send to this drafting's start; stage 1: its pass (frame in ->
+frame out), idle from its previous send to this frame's arrival. The first pass of each prompt
+(after the prefill) is left out.
+
+Fit (:func:`fit_idle_cost`): per latency and stage, the mean work per pass (the engines' costs
+are means) less that stage's mean at the shortest latency, averaged over the two stages, at the
+latency's median idle: the table's points, relative to the warmest latency (its extra is 0 by
+construction; a negative difference is clamped at 0). ``reference``: the table's extra at the
+idle of the bundle's own passes (``profiling.LATENCY_MS``), which the bundle's fitted costs
+already hold and a prediction takes off them before the engines add the cell's own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+LATENCIES_MS = (0.0, 5.0, 20.0, 50.0, 100.0)
+QUICK_LATENCIES_MS = (5.0, 50.0)
+K = 4
+COLUMNS = ("latency_ms", "prompt_index", "stage", "idle_ms", "work_ms")
+
+
+def idle_pass_rows(steps: pd.DataFrame, stage1: pd.DataFrame, latency_ms: float) -> pd.DataFrame:
+    """One row per measured pass (module docstring) of one job: ``steps`` (the job's steps:
+    prompt_index, step, start_ns, sent_ns) and ``stage1`` (its raw stage-1 rows: prompt, pos,
+    recv_ns, sent_ns; ``pos == 0`` the prefill)."""
+    rows = []
+    s = steps.sort_values(["prompt_index", "step"])
+    for p, g in s.groupby("prompt_index", sort=True):
+        start = g["start_ns"].to_numpy(float)
+        sent = g["sent_ns"].to_numpy(float)
+        for i in range(1, len(g)):  # step 0 follows the prefill
+            idle, work = start[i] - sent[i - 1], sent[i] - start[i]
+            rows.append((latency_ms, int(p), 0, idle / 1e6, work / 1e6))
+    key = "prompt_index" if "prompt_index" in stage1.columns else None
+    groups = stage1.groupby(key, sort=True) if key else [(0, stage1)]
+    for p, g in groups:
+        g = g.sort_values("recv_ns")
+        recv = g["recv_ns"].to_numpy(float)
+        sent = g["sent_ns"].to_numpy(float)
+        decode = (g["pos"] > 0).to_numpy()
+        for i in range(1, len(g)):
+            if decode[i] and decode[i - 1]:  # (the first decode pass follows the prefill)
+                idle, work = recv[i] - sent[i - 1], sent[i] - recv[i]
+                rows.append((latency_ms, int(p), 1, idle / 1e6, work / 1e6))
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def fit_idle_cost(rows: pd.DataFrame, reference_latency_ms: float) -> dict:
+    """The table of [idle ms, extra ms] points and the reference (module docstring)."""
+    if rows.empty or rows["latency_ms"].nunique() < 2:
+        raise ValueError("the idle cost needs passes at two link latencies or more")
+    lats = sorted(rows["latency_ms"].unique())
+    mean = rows.groupby(["latency_ms", "stage"])["work_ms"].mean().unstack("stage")
+    extra_by_stage = mean - mean.loc[lats[0]]
+    extra = extra_by_stage.mean(axis=1).clip(lower=0.0)
+    idle = rows.groupby("latency_ms")["idle_ms"].median()
+    points = [[round(float(idle[lat]), 4), round(float(extra[lat]), 4)] for lat in lats]
+    points.sort()
+    xs = np.array([p[0] for p in points])
+    keep = np.concatenate([[True], np.diff(xs) > 0])  # (idle strictly increasing)
+    points = [p for p, k in zip(points, keep, strict=True) if k]
+    ref_idle = float(idle[reference_latency_ms]) if reference_latency_ms in idle.index else None
+    ref_extra = (
+        float(np.interp(ref_idle, [p[0] for p in points], [p[1] for p in points]))
+        if ref_idle is not None
+        else 0.0
+    )
+    return {
+        "points": points,
+        "latencies_ms": [float(x) for x in lats],
+        "reference_idle_ms": ref_idle,
+        "reference_extra_ms": ref_extra,
+        "extra_ms_by_stage": {
+            int(s): [round(float(extra_by_stage.at[lat, s]), 4) for lat in lats]
+            for s in extra_by_stage.columns
+        },
+        "passes": len(rows),
+        "k": K,
+    }

@@ -72,6 +72,11 @@ def test_the_fit_by_hand():
     assert fit["reference_idle_ms"] == 15.0
     assert fit["reference_extra_ms"] == pytest.approx(0.1)
     assert fit["extra_ms_by_stage"][0] == pytest.approx([0.0, 0.1, 0.5, -0.1])
+    # per role: stage 0 (drafting + pass) and stage 1 (a pass), each its own differences
+    drafting, passing = fit["stages"]["drafting"], fit["stages"]["pass"]
+    assert drafting["points"] == [[5.0, 0.0], [15.0, 0.1], [105.0, 0.5], [205.0, 0.0]]
+    assert passing["points"] == [[5.0, 0.0], [15.0, 0.1], [105.0, 0.4], [205.0, 0.0]]
+    assert passing["reference_extra_ms"] == pytest.approx(0.1)
     with pytest.raises(ValueError, match="two link latencies"):
         fit_idle_cost(rows[rows["latency_ms"] == 5.0], 5.0)
 
@@ -109,8 +114,9 @@ def test_a_cell_takes_the_table_and_sheds_the_bundles_own(tmp_path):
     without = load_bundle(make_bundle(tmp_path / "plain"))
     a = cell_scenario(cell, with_idle, tmp_path / "a", f, des_requests=40)
     b = cell_scenario(cell, without, tmp_path / "b", f, des_requests=40)
-    assert a["model"]["idle_cost"]["points"] == [[15.0, 0.0], [105.0, 0.4 * 1.3], [205.0, 0.65]]
-    assert "idle_cost" not in b["model"]
+    pooled = {"points": [[15.0, 0.0], [105.0, 0.4 * 1.3], [205.0, 0.65]]}
+    assert a["model"]["stage_idle_cost"] == [pooled] * 4  # (a bundle with the pooled table)
+    assert "stage_idle_cost" not in b["model"]
     diff = np.subtract(b["model"]["stage_overhead_ms"], a["model"]["stage_overhead_ms"])
     assert diff == pytest.approx([0.05] * 4, abs=1e-12)
 
@@ -120,7 +126,7 @@ def test_a_cell_takes_the_table_and_sheds_the_bundles_own(tmp_path):
     )
     plain = load_scenario(tmp_path / "b" / "scenario.yaml")
     flat_sc = load_scenario(tmp_path / "c" / "scenario.yaml")
-    assert c["model"]["idle_cost"]["points"] == [[0.0, 0.3 * 1.3]]
+    assert c["model"]["stage_idle_cost"] == [{"points": [[0.0, 0.3 * 1.3]]}] * 4
     assert analyze(flat_sc).metrics["lap_ms_mean"] == pytest.approx(
         analyze(plain).metrics["lap_ms_mean"], rel=1e-9
     )
@@ -141,3 +147,33 @@ def test_the_lap_parts_carry_each_stages_own_idle_cost(tmp_path):
     assert np.subtract(parts["stage_service_ms"], base["stage_service_ms"]) == pytest.approx(
         [0.0, 0.4, 0.2]
     )
+
+
+ROLES = {
+    **IDLE,
+    "stages": {
+        "drafting": {"points": [[10.0, 0.0], [100.0, 1.0]], "reference_extra_ms": 0.2},
+        "pass": {"points": [[20.0, 0.0], [120.0, 0.5]], "reference_extra_ms": 0.1},
+    },
+}
+
+
+def test_stage_0_idles_into_its_drafting(tmp_path):
+    """Per-role tables: a draft-model cell's stage 0 pays the drafting table and sheds its
+    reference, every other stage the pass table; an MTP cell's stages (stage 0 included: its
+    pipeline was profiled without drafting there) the pass table."""
+    b = load_bundle(make_bundle(tmp_path / "b", idle=ROLES, mtp=True))
+    plain = load_bundle(make_bundle(tmp_path / "p", mtp=True))
+    f = Factors()
+    for cell, first in ((Cell(3, 20.0, 4), "drafting"), (Cell(3, 20.0, 4, drafter="mtp"), "pass")):
+        a = cell_scenario(cell, b, tmp_path / "a", f, des_requests=40)
+        ref = cell_scenario(cell, plain, tmp_path / "r", f, des_requests=40)
+        tables = [t["points"] for t in a["model"]["stage_idle_cost"]]
+        want = [ROLES["stages"][first]["points"]] + [ROLES["stages"]["pass"]["points"]] * 2
+        assert tables == want, cell
+        held = np.subtract(ref["model"]["stage_overhead_ms"], a["model"]["stage_overhead_ms"])
+        first_ref = ROLES["stages"][first]["reference_extra_ms"]
+        assert held == pytest.approx([first_ref, 0.1, 0.1], abs=1e-12), cell
+    bad = make_bundle(tmp_path / "bad", idle={**ROLES, "stages": {"other": IDLE}})
+    with pytest.raises(WansimInputError, match=r"idle_cost\.stages"):
+        load_bundle(bad)

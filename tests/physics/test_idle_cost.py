@@ -152,6 +152,37 @@ def test_a_grid_answers_it_point_by_point():
     )
 
 
+def test_one_table_per_stage():
+    """``model.stage_idle_cost``: a flat 2 ms at stage 0 only lengthens a lone lap by exactly
+    2 ms (DES to 1e-9; analytical, whose stage 0 pays 2 ms at any idle, to 1e-9 too); the
+    same table for every stage is ``model.idle_cost``; P entries or none."""
+    over = ["network.jitter.kind=none", "network.jitter.std_ms=0"]
+    off = scenario(*over, table="[]", requests=6)
+    one = scenario(
+        *over,
+        "model.stage_idle_cost=[{points: [[0,2]]}, {points: []}, {points: []}, {points: []}]",
+        table="[]",
+        requests=6,
+    )
+    assert simulate(one).metrics["lap_ms_p50"] == pytest.approx(
+        simulate(off).metrics["lap_ms_p50"] + 2.0, abs=1e-9
+    )
+    assert analyze(one).metrics["lap_ms_mean"] == pytest.approx(
+        analyze(off).metrics["lap_ms_mean"] + 2.0, abs=1e-9
+    )
+    same = scenario(
+        *over,
+        "model.stage_idle_cost=" + str([{"points": [[0, 0], [10, 1.0], [60, 3.0]]}] * 4),
+        table="[]",
+        requests=6,
+    )
+    assert simulate(same).metrics == simulate(scenario(*over, requests=6)).metrics
+    from wansim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="needs 4 entries"):
+        scenario("model.stage_idle_cost=[{points: [[0,2]]}]", table="[]")
+
+
 @pytest.mark.parametrize(
     ("table", "says"),
     [

@@ -40,7 +40,9 @@ def with_extras(scenario: Scenario, extras) -> Scenario:
     overheads = tuple(
         float(o) + float(e) / m.host_cpu_factor for o, e in zip(base, extras, strict=True)
     )
-    model = dataclasses.replace(m, stage_overhead_ms=overheads, idle_cost=IdleCost())
+    model = dataclasses.replace(
+        m, stage_overhead_ms=overheads, idle_cost=IdleCost(), stage_idle_cost=()
+    )
     return dataclasses.replace(scenario, model=model)
 
 
@@ -66,8 +68,17 @@ def mean_idle_ms(busy_ms: np.ndarray, utilisation) -> np.ndarray:
 def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
     """(the scenario with the fixed point's extras, its answer by ``analyze``, the details:
     per stage idle ms and extra ms, steps, converged)."""
-    xs, ys = idle_cost.table(scenario.model)
     stages = int(scenario.stages)
+    tables = idle_cost.stage_tables(scenario.model, stages)
+
+    def extras_at(idle: np.ndarray) -> np.ndarray:
+        return np.array(
+            [
+                0.0 if t is None else float(idle_cost.extra_ms(g, *t))
+                for g, t in zip(idle, tables, strict=True)
+            ]
+        )
+
     extras = np.zeros(stages)
     steps, converged = 0, False
     while steps < MAX_STEPS:
@@ -75,7 +86,7 @@ def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
         scaled = with_extras(scenario, extras)
         result = analyze(scaled)
         idle = mean_idle_ms(busy_per_pass_ms(scaled), result.metrics["stage_utilization"])
-        new = np.asarray(idle_cost.extra_ms(idle, xs, ys), dtype=float)
+        new = extras_at(idle)
         if steps > UNDAMPED:
             new = 0.5 * (new + extras)
         if np.max(np.abs(new - extras)) <= TOLERANCE_MS:

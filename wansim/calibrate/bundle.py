@@ -145,6 +145,9 @@ class Bundle:
     # hold (wansim.calibrate.idle_profile); None in bundles profiled before it
     idle_points: tuple | None = None
     idle_reference_extra_ms: float = 0.0
+    # per role (drafting: stage 0's drafting and pass; pass: a stage's pass) -> (points,
+    # reference extra ms); empty in bundles with the pooled table only
+    idle_roles: dict = dataclasses.field(default_factory=dict)
 
     @property
     def model(self) -> dict:
@@ -413,10 +416,20 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         for k, name in files.items():
             per_k[(kind, int(k))] = checked(name)
     idle_points, idle_ref = _idle_cost(man, where)
+    idle_roles = {}
+    if idle_points is not None:
+        roles = man["idle_cost"].get("stages") or {}
+        if not isinstance(roles, dict) or not set(roles) <= {"drafting", "pass"}:
+            raise _bad(f"{where}: idle_cost.stages", "must map drafting / pass to tables", roles)
+        idle_roles = {
+            role: _idle_cost({"idle_cost": t}, f"{where}: idle_cost.stages.{role}")
+            for role, t in roles.items()
+        }
     return Bundle(
         path=p,
         idle_points=idle_points,
         idle_reference_extra_ms=idle_ref,
+        idle_roles=idle_roles,
         manifest=man,
         stage_cost=cost,
         draft_intercept_ms=_num(man, "drafter.intercept_ms", where),

@@ -57,17 +57,12 @@ def idle_pass_rows(steps: pd.DataFrame, stage1: pd.DataFrame, latency_ms: float)
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def fit_idle_cost(rows: pd.DataFrame, reference_latency_ms: float) -> dict:
-    """The table of [idle ms, extra ms] points and the reference (module docstring)."""
-    if rows.empty or rows["latency_ms"].nunique() < 2:
-        raise ValueError("the idle cost needs passes at two link latencies or more")
-    lats = sorted(rows["latency_ms"].unique())
-    mean = rows.groupby(["latency_ms", "stage"])["work_ms"].mean().unstack("stage")
-    extra_by_stage = mean - mean.loc[lats[0]]
-    extra = extra_by_stage.mean(axis=1).clip(lower=0.0)
-    idle = rows.groupby("latency_ms")["idle_ms"].median()
-    points = [[round(float(idle[lat]), 4), round(float(extra[lat]), 4)] for lat in lats]
-    points.sort()
+ROLES = {"drafting": 0, "pass": 1}  # stage 0 drafts, then its pass; stage 1: a pass
+
+
+def _table(idle: pd.Series, extra: pd.Series, lats, reference_latency_ms: float) -> dict:
+    """Points [median idle, extra] per latency (idle strictly increasing) and the reference."""
+    points = sorted([round(float(idle[lat]), 4), round(float(extra[lat]), 4)] for lat in lats)
     xs = np.array([p[0] for p in points])
     keep = np.concatenate([[True], np.diff(xs) > 0])  # (idle strictly increasing)
     points = [p for p, k in zip(points, keep, strict=True) if k]
@@ -77,11 +72,31 @@ def fit_idle_cost(rows: pd.DataFrame, reference_latency_ms: float) -> dict:
         if ref_idle is not None
         else 0.0
     )
+    return {"points": points, "reference_idle_ms": ref_idle, "reference_extra_ms": ref_extra}
+
+
+def fit_idle_cost(rows: pd.DataFrame, reference_latency_ms: float) -> dict:
+    """The table of [idle ms, extra ms] points and the reference (module docstring), pooled
+    over the two stages, and per role (``stages``: ``drafting``, stage 0's drafting and pass,
+    and ``pass``, stage 1's pass, each at its own median idle)."""
+    if rows.empty or rows["latency_ms"].nunique() < 2:
+        raise ValueError("the idle cost needs passes at two link latencies or more")
+    lats = sorted(rows["latency_ms"].unique())
+    mean = rows.groupby(["latency_ms", "stage"])["work_ms"].mean().unstack("stage")
+    extra_by_stage = mean - mean.loc[lats[0]]
+    extra = extra_by_stage.mean(axis=1).clip(lower=0.0)
+    idle = rows.groupby("latency_ms")["idle_ms"].median()
+    pooled = _table(idle, extra, lats, reference_latency_ms)
+    stage_idle = rows.groupby(["latency_ms", "stage"])["idle_ms"].median().unstack("stage")
+    roles = {
+        role: _table(stage_idle[s], extra_by_stage[s].clip(lower=0.0), lats, reference_latency_ms)
+        for role, s in ROLES.items()
+        if s in extra_by_stage.columns
+    }
     return {
-        "points": points,
+        **pooled,
         "latencies_ms": [float(x) for x in lats],
-        "reference_idle_ms": ref_idle,
-        "reference_extra_ms": ref_extra,
+        "stages": roles,
         "extra_ms_by_stage": {
             int(s): [round(float(extra_by_stage.at[lat, s]), 4) for lat in lats]
             for s in extra_by_stage.columns

@@ -126,6 +126,7 @@ def cell_scenario(
     cost = bundle.stage_cost
     per_stage = even_split(int(m["layers"]), cell.stages)
     tables, overhead = [], []
+    idle_roles = idle_tables(cell, bundle)
     for i, layers in enumerate(per_stage):
         role = stage_role(i, cell.stages)
         fixed = cost.fixed_ms[role]
@@ -141,7 +142,7 @@ def cell_scenario(
         low = min(0.0, *pts.values())
         # the bundle's passes idled too: their cost after that idle comes off (the engines
         # add the cell's own, model.idle_cost)
-        warm = fixed + extra + low / factors.compute - bundle.idle_reference_extra_ms
+        warm = fixed + extra + low / factors.compute - idle_roles[i][1]
         overhead.append(max(0.0, warm))
         pts = {k: v - low for k, v in pts.items()}
         tables.append({"kind": "table", "points": [[k, v] for k, v in sorted(pts.items())]})
@@ -202,9 +203,9 @@ def cell_scenario(
         "schedule": {"kind": cell.schedule, "batching": cell.batching},
     }
     if bundle.idle_points:  # a pass after an idle costs more (the load factor scales it)
-        raw["model"]["idle_cost"] = {
-            "points": [[g, e * factors.compute] for g, e in bundle.idle_points]
-        }
+        raw["model"]["stage_idle_cost"] = [
+            {"points": [[g, e * factors.compute] for g, e in points]} for points, _ in idle_roles
+        ]
     if cell.schedule == "async":
         raw["schedule"]["max_inflight_blocks"] = cell.max_inflight_blocks
     if cell.batching == "continuous":  # prompts ride the micro-batch's passes, as in the real run
@@ -265,6 +266,28 @@ def cell_scenario(
     return raw
 
 
+def idle_tables(cell: Cell, bundle: Bundle) -> list[tuple[tuple, float]]:
+    """Per stage of the cell: (the idle-cost points it pays, the extra its bundle costs
+    already hold). Stage 0 of a cell the draft model drafts for idles into its drafting (the
+    bundle's ``drafting`` table and reference: its drafting and first-stage costs were
+    measured after that idle); every other stage (stage 0 of an MTP cell too, whose pipeline
+    was profiled the same way) pays the ``pass`` table and holds its reference, except stage 0
+    without drafting in a draft-model bundle (its first-stage cost was measured right after
+    the drafting: warm, nothing held). A bundle with the pooled table only: that table and
+    its reference everywhere; none: no cost ((), 0)."""
+    if not bundle.idle_points:
+        return [((), 0.0)] * cell.stages
+    pooled = (bundle.idle_points, bundle.idle_reference_extra_ms)
+    roles = bundle.idle_roles
+    drafting, passing = roles.get("drafting", pooled), roles.get("pass", pooled)
+    out = [passing] * cell.stages
+    if cell.k > 0 and cell.drafter != "mtp":
+        out[0] = drafting
+    elif cell.drafter != "mtp" and roles:
+        out[0] = (passing[0], 0.0)
+    return out
+
+
 def _mtp_fixed_extra(cell: Cell, bundle: Bundle, role: str) -> float:
     """An MTP cell's first/last stage: the MTP pipeline's fixed cost less the draft model's."""
     if cell.drafter != "mtp" or role == "middle" or not bundle.mtp_fixed_ms:
@@ -299,8 +322,9 @@ def predicted_components(cell: Cell, bundle: Bundle, factors: Factors, idle_extr
     parts = _components(cell, bundle, factors, per_stage)
     if idle_extra_ms is None or not bundle.idle_points:
         return parts
-    ref = bundle.idle_reference_extra_ms * factors.compute
+    held = idle_tables(cell, bundle)
     for i, e in enumerate(idle_extra_ms):
+        ref = held[i][1] * factors.compute
         if i == 0 and cell.k > 0 and cell.drafter != "mtp":
             parts["draft_ms"] += e - ref
         else:

@@ -241,6 +241,9 @@ class Model:
     noise: ComputeNoise = spec(factory=ComputeNoise)
     straggler: Straggler = spec(factory=Straggler)
     idle_cost: IdleCost = spec(factory=IdleCost)
+    stage_idle_cost: tuple[IdleCost, ...] = spec(
+        (), max_items=MAX_STAGES, doc="per stage, replaces idle_cost (P entries)"
+    )
 
 
 # ----------------------------------------------------------------------------- network
@@ -773,6 +776,13 @@ class Scenario:
                     raise ScenarioError(
                         f"model.{name}.stages[{j}]", f"must name a stage < {self.stages}", s
                     )
+        idle = self.model.stage_idle_cost
+        if idle and len(idle) != self.stages:
+            raise ScenarioError(
+                "model.stage_idle_cost",
+                f"needs {self.stages} entries (one per stage; or use model.idle_cost)",
+                f"{len(idle)} entries",
+            )
         overheads = self.model.stage_overhead_ms
         if overheads and len(overheads) != self.stages:
             raise ScenarioError(

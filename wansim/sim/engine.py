@@ -221,12 +221,11 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
         else None
     )
 
-    # a pass after an idle costs more (wansim.stages.idle_cost), None when off
-    idle_extra = (
-        idle_cost.scalar_extra(*idle_cost.table(scenario.model))
-        if idle_cost.active(scenario.model)
-        else None
-    )
+    # a pass after an idle costs more (wansim.stages.idle_cost): per stage, None when off
+    idle_extra = [
+        None if t is None else idle_cost.scalar_extra(*t)
+        for t in idle_cost.stage_tables(scenario.model, p_stages)
+    ]
 
     def shared(i: int) -> dict:
         """What every stage role takes: batching, the timeline, its compute noise/stragglers;
@@ -235,7 +234,7 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
             "batching": scenario.schedule.batching == "continuous",
             "timeline": tl.stage_slices if tl else None,
             "host": host,
-            "idle_extra": idle_extra,
+            "idle_extra": idle_extra[i],
             "slowdown": (
                 StageSlowdown(scenario.model, i, stage_rng(scenario.seed, i))
                 if StageSlowdown.enabled(scenario.model, i)

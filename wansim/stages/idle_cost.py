@@ -2,7 +2,8 @@
 
 Model: the first work a stage does after it idled ``g`` ms costs ``extra_ms(g)`` ms on top of
 its pass time, from measured points [idle ms, extra ms] linearly interpolated, the end values
-held beyond them (a host's caches, TLBs and clock cool while it waits; measured on the real
+held beyond them (one table for every stage, ``model.idle_cost``, or one per stage,
+``model.stage_idle_cost``) (a host's caches, TLBs and clock cool while it waits; measured on the real
 path: a stage's pass at 50 ms links costs 0.3-0.7 ms more than at 5 ms, docs/calibrate.md).
 The drafting on a stage (``placement: first_stage``) is part of its pass: the cold start is
 paid once per pass, whichever comes first. A pass that starts as the one before ends (a queue)
@@ -24,14 +25,24 @@ import numpy as np
 
 
 def active(model) -> bool:
-    """Whether ``model.idle_cost`` has points (the cost is on)."""
-    return bool(model.idle_cost.points)
+    """Whether any stage pays an idle cost (``model.idle_cost`` or ``model.stage_idle_cost``
+    with points)."""
+    return bool(model.idle_cost.points) or any(c.points for c in model.stage_idle_cost)
 
 
-def table(model) -> tuple[np.ndarray, np.ndarray]:
-    """(idle ms, extra ms) of ``model.idle_cost`` as arrays."""
-    points = np.asarray(model.idle_cost.points, dtype=float).reshape(-1, 2)
+def table(cost) -> tuple[np.ndarray, np.ndarray] | None:
+    """(idle ms, extra ms) of one ``IdleCost`` as arrays; None without points."""
+    if not cost.points:
+        return None
+    points = np.asarray(cost.points, dtype=float).reshape(-1, 2)
     return points[:, 0].copy(), points[:, 1].copy()
+
+
+def stage_tables(model, stages: int) -> list:
+    """Per stage, its table (:func:`table`: ``model.stage_idle_cost[i]`` where given, else
+    ``model.idle_cost``), None where it pays none."""
+    each = model.stage_idle_cost or (model.idle_cost,) * stages
+    return [table(c) for c in each]
 
 
 def extra_ms(idle_ms, idle_points: np.ndarray, extra_points: np.ndarray):

@@ -36,7 +36,11 @@ from wansim.analytical.micro_batched import micro_batched_metrics, micro_batched
 from wansim.analytical.mixture import combine, nodes, varies
 from wansim.analytical.nonstationary import analyze_pieces, stationary_at
 from wansim.analytical.open_arrivals import analyze_open
-from wansim.analytical.regime import UNVALIDATED_BAND, approximation, varied_approximation
+from wansim.analytical.regime import (
+    approximation,
+    unvalidated,
+    varied_approximation,
+)
 from wansim.analytical.serving import serving_metrics
 from wansim.analytical.shared_host import analyze_shared_host, contended, scaled
 from wansim.analytical.sync import (
@@ -423,14 +427,7 @@ def _nodes_with_faults(scenario: Scenario) -> Result:
 def _faults_trust(calm: dict | None, undefined: dict, why: str) -> dict:
     """The approximation of a run with faults answered on a calm run's model: not validated,
     the unvalidated band, and why (a metric the faults leave undefined, else ``why``)."""
-    trust = dict(calm or {})
-    trust.update(
-        regime=f"{trust.get('regime', '')} + faults",
-        validated=False,
-        error_band=dict(UNVALIDATED_BAND),
-        why=next(iter(undefined.values())) if undefined else why,
-    )
-    return trust
+    return unvalidated(calm, "faults", next(iter(undefined.values())) if undefined else why)
 
 
 def _hybrid_with_faults(scenario: Scenario) -> Result:
@@ -531,16 +528,12 @@ def _pieces_with_faults(scenario: Scenario) -> Result:
             kinds.append((w, node if queued else used, _fault_means(used, means)))
     fa = fault_run_mixed(static, kinds, in_flight(static))
     metrics, details = _merged_faults(dict(m), dict(averaged.details), fa)
-    trust = dict(averaged.approximation or {})
-    trust.update(
-        regime=f"{trust.get('regime', '')} + faults",
-        validated=False,
-        error_band=dict(UNVALIDATED_BAND),
-        why=(
-            "faults on time-varying links: the faults' expected value on the run-averaged"
-            " ring (checked against the DES in tests/physics/test_faults_loaded.py, not on the"
-            " approximation-error grid)"
-        ),
+    trust = unvalidated(
+        averaged.approximation,
+        "faults",
+        "faults on time-varying links: the faults' expected value on the run-averaged ring"
+        " (checked against the DES in tests/physics/test_faults_loaded.py, not on the"
+        " approximation-error grid)",
     )
     return Result.analytical(scenario, metrics, details, trust)
 

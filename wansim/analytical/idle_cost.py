@@ -19,7 +19,7 @@ import dataclasses
 
 import numpy as np
 
-from wansim.analytical.regime import UNVALIDATED_BAND
+from wansim.analytical.regime import unvalidated
 from wansim.analytical.sync import lap_parts
 from wansim.config.scenario import IdleCost, Scenario
 from wansim.results.result import Result
@@ -109,13 +109,11 @@ def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
 def analyze_idle_cost(scenario: Scenario, analyze) -> Result:
     """``analyze`` (scenario -> Result, no idle cost) at the fixed point's extras."""
     _, res, details = fixed_point(scenario, analyze)
-    appr = dict(res.approximation or {})
-    appr.update(
-        regime=f"{appr.get('regime', '')} + idle cost (mean idle per stage)",
-        validated=False,
-        error_band=dict(UNVALIDATED_BAND),
-        why="a pass after an idle costs more: each stage's extra at its mean idle, a fixed"
-        " point (wansim/analytical/idle_cost.py), checked against the DES in"
+    appr = unvalidated(
+        res.approximation,
+        "idle cost (mean idle per stage)",
+        "a pass after an idle costs more: each stage's extra at its mean idle, a fixed point"
+        " (wansim/analytical/idle_cost.py), checked against the DES in"
         " tests/physics/test_idle_cost.py, not on the approximation-error grid",
     )
     return dataclasses.replace(

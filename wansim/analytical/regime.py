@@ -125,6 +125,20 @@ REGIMES: dict[str, Regime] = {
 UNVALIDATED_BAND = _band(4.0, 1.3, 1.0, 0.5, 0.5)  # the 300-point hunt: +391% worst (seed 210)
 
 
+def unvalidated(approximation: dict | None, regime: str, why: str) -> dict:
+    """An answer's approximation taken on by a model whose error is not measured across a
+    regime: ``regime`` appended to the regime, ``validated: false``, the unvalidated band and
+    ``why``."""
+    out = dict(approximation or {})
+    out.update(
+        regime=f"{out.get('regime', '')} + {regime}",
+        validated=False,
+        error_band=dict(UNVALIDATED_BAND),
+        why=why,
+    )
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Approximation:
     regime: str

@@ -19,7 +19,7 @@ import dataclasses
 
 import numpy as np
 
-from wansim.analytical.regime import UNVALIDATED_BAND
+from wansim.analytical.regime import unvalidated
 from wansim.config.scenario import (
     LinearCompute,
     MoeCompute,
@@ -106,12 +106,10 @@ def analyze_shared_host(scenario: Scenario, analyze) -> Result:
     else:
         stretch = brentq(gap, 1.0, top, xtol=1e-6)
     res = answer(stretch)
-    appr = dict(res.approximation or {})
-    appr.update(
-        regime=f"{appr.get('regime', '')} + shared host (mean-value processor sharing)",
-        validated=False,
-        error_band=dict(UNVALIDATED_BAND),
-        why="computes share the host's cores: a mean-value fixed point, its error against the "
+    appr = unvalidated(
+        res.approximation,
+        "shared host (mean-value processor sharing)",
+        "computes share the host's cores: a mean-value fixed point, its error against the "
         "DES not measured across a regime",
     )
     details = {

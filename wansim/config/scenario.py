@@ -744,20 +744,21 @@ class Scenario:
                         f"must be < stages ({self.stages}; {name}s are numbered from 0)",
                         index,
                     )
-        hops = self.network.hops
-        if hops and len(hops) != self.stages:
-            raise ScenarioError(
-                "network.hops",
-                f"needs {self.stages} entries (one per stage; the last is the return hop)",
-                f"{len(hops)} entries",
-            )
-        per_stage = self.model.stage_compute
-        if per_stage and len(per_stage) != self.stages:
-            raise ScenarioError(
-                "model.stage_compute",
-                f"needs {self.stages} entries (one compute model per stage)",
-                f"{len(per_stage)} entries",
-            )
+        m = self.model
+        for path, entries, what in (
+            ("network.hops", self.network.hops, "one per stage; the last is the return hop"),
+            ("model.stage_compute", m.stage_compute, "one compute model per stage"),
+            ("model.stage_idle_cost", m.stage_idle_cost, "one per stage; or use model.idle_cost"),
+            (
+                "model.stage_overhead_ms",
+                m.stage_overhead_ms,
+                "one per stage; or use model.overhead_ms",
+            ),
+        ):
+            if entries and len(entries) != self.stages:
+                raise ScenarioError(
+                    path, f"needs {self.stages} entries ({what})", f"{len(entries)} entries"
+                )
         for i, extra in enumerate(self.payload.extra_tensors):
             to_stage = self.stages - 1 if extra.to_stage is None else extra.to_stage
             if not extra.stage < to_stage <= self.stages:
@@ -776,20 +777,6 @@ class Scenario:
                     raise ScenarioError(
                         f"model.{name}.stages[{j}]", f"must name a stage < {self.stages}", s
                     )
-        idle = self.model.stage_idle_cost
-        if idle and len(idle) != self.stages:
-            raise ScenarioError(
-                "model.stage_idle_cost",
-                f"needs {self.stages} entries (one per stage; or use model.idle_cost)",
-                f"{len(idle)} entries",
-            )
-        overheads = self.model.stage_overhead_ms
-        if overheads and len(overheads) != self.stages:
-            raise ScenarioError(
-                "model.stage_overhead_ms",
-                f"needs {self.stages} entries (one per stage; or use model.overhead_ms)",
-                f"{len(overheads)} entries",
-            )
 
     def _check_schedule(self) -> None:
         """Async in-pipe speculation bets on drafts S0 drafted itself (module Schedule)."""

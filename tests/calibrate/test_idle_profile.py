@@ -177,3 +177,67 @@ def test_stage_0_idles_into_its_drafting(tmp_path):
     bad = make_bundle(tmp_path / "bad", idle={**ROLES, "stages": {"other": IDLE}})
     with pytest.raises(WansimInputError, match=r"idle_cost\.stages"):
         load_bundle(bad)
+
+
+def test_message_rows_and_fit_by_hand():
+    """Per verify pass after the first and hop: the lap less the hop's per-message cost is its
+    sender's idle; the fit: per latency the mean cost less the shortest latency's, averaged
+    over the two hop roles, clamped at 0, at the median idle."""
+    from wansim.calibrate.idle_profile import fit_message_idle_cost, idle_message_rows
+
+    passes = pd.DataFrame(
+        {
+            "kind": ["prefill", "verify", "verify", "verify"],
+            "step": [np.nan, 0, 1, 2],
+            "lap_ms": [np.nan, 30.0, 31.0, 29.0],
+            "hop0_error_ms": [0.5, 0.4, 0.6, 0.5],
+            "hop1_error_ms": [np.nan, 0.3, 0.2, np.nan],
+        }
+    )
+    rows = idle_message_rows(passes, 20.0)
+    assert rows[["role", "idle_ms", "error_ms"]].values.tolist() == [
+        ["forward", 30.4, 0.6],
+        ["forward", 28.5, 0.5],
+        ["return", 30.8, 0.2],
+    ]
+    spec = {0.0: (8.0, 0.40, 0.30), 5.0: (19.0, 0.45, 0.33), 50.0: (110.0, 0.60, 0.40)}
+    data = [
+        (lat, 0, role, idle, cost)
+        for lat, (idle, fwd, ret) in spec.items()
+        for role, cost in (("forward", fwd), ("return", ret))
+    ]
+    fit = fit_message_idle_cost(
+        pd.DataFrame(data, columns=["latency_ms", "prompt_index", "role", "idle_ms", "error_ms"]),
+        5.0,
+    )
+    assert fit["points"] == [[8.0, 0.0], [19.0, 0.04], [110.0, 0.15]]
+    assert fit["reference_extra_ms"] == pytest.approx(0.04)
+
+
+MESSAGES = {**ROLES, "message": {"points": [[20.0, 0.0], [110.0, 0.2]], "reference_extra_ms": 0.05}}
+
+
+def test_a_cell_takes_the_message_table(tmp_path):
+    """The message table goes to network.idle_cost (x the message load factor) and every
+    hop's per_message_ms sheds the bundle's own (x the factor); the report's per-message parts
+    carry each role's hops' extras less it."""
+    b = load_bundle(make_bundle(tmp_path / "b", idle=MESSAGES))
+    plain = load_bundle(make_bundle(tmp_path / "p", idle=ROLES))
+    cell, f = Cell(3, 20.0, 4), Factors(compute=1.0, draft=1.0, forward=2.0, back=2.0)
+    a = cell_scenario(cell, b, tmp_path / "a", f, des_requests=40)
+    ref = cell_scenario(cell, plain, tmp_path / "r", f, des_requests=40)
+    assert a["network"]["idle_cost"] == {"points": [[20.0, 0.0], [110.0, 0.4]]}
+    assert "idle_cost" not in ref["network"]
+    shed = [
+        r["per_message_ms"] - h["per_message_ms"]
+        for r, h in zip(ref["network"]["hops"], a["network"]["hops"], strict=True)
+    ]
+    assert shed == pytest.approx([0.1] * 3, abs=1e-12)
+    base = predicted_components(cell, b, f)
+    parts = predicted_components(cell, b, f, hop_extra_ms=[0.3, 0.5, 0.2])
+    assert parts["per_message_ms"]["forward"] == pytest.approx(
+        base["per_message_ms"]["forward"] + 0.4 - 0.1
+    )
+    assert parts["per_message_ms"]["return"] == pytest.approx(
+        base["per_message_ms"]["return"] + 0.2 - 0.1
+    )

@@ -144,6 +144,7 @@ scenarios = st.fixed_dictionaries(
         "network.per_message_ms": st.sampled_from([0.0, 0.5]),
         "model.overhead_ms": st.sampled_from([0.3, 2.0]),
         "model.idle_cost": st.just({"points": [[0.0, 0.0], [30.0, 1.5]]}),
+        "network.idle_cost": st.just({"points": [[0.0, 0.0], [30.0, 0.7]]}),
         "workload.arrival": st.just({"kind": "poisson", "rate_per_s": 40.0}),
     },
 )

@@ -87,6 +87,7 @@ def test_held_out_cells_within_loose_bounds(held_out):
     # the quick profile's idle cost: the reference pipeline at 5 and 50 ms links
     bundle = load_bundle(root / "bundle")
     assert len(bundle.idle_points) == 2 and bundle.idle_points[1][0] > 50.0
+    assert len(bundle.idle_message[0]) == 2 and set(bundle.idle_roles) == {"drafting", "pass"}
     json.loads((root / "out" / "predict.json").read_text())  # strict JSON on disk
     assert (root / "out" / "predict_scatter.png").stat().st_size > 1000
     assert (root / "out" / "predict_errors_by_mechanism.png").stat().st_size > 1000

@@ -232,7 +232,7 @@ def point_field(scenario: Scenario) -> tuple[str, Any] | None:
     point at a time (:func:`needs_points`), or None."""
     if scenario.faults.events:
         return "faults.events", f"{len(scenario.faults.events)} events"
-    if idle_cost.active(scenario.model):
+    if idle_cost.in_scenario(scenario):
         return "model.idle_cost", "points"
     if scenario.network.transport == "tcp":
         return "network.transport", "tcp"
@@ -250,7 +250,7 @@ def point_means(scenario: Scenario) -> dict[str, float]:
     idling through the outages); the other keys are those of the run the model answers on
     (the ideal-transport equivalent, the run without faults). A metric the faults leave
     undefined (failures outpacing recovery) is NaN."""
-    if idle_cost.active(scenario.model):  # the run at the fixed point's extras (idle_cost.py)
+    if idle_cost.in_scenario(scenario):  # the run at the fixed point's extras (idle_cost.py)
         return point_means(idle_fixed_point(scenario, analyze)[0])
     if contended(scenario):  # the run at the fixed point's stretch (shared_host.py)
         stretch = analyze(scenario).details["shared_host"]["stretch"]
@@ -297,7 +297,7 @@ def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
     with the approximation it was answered by (:mod:`wansim.analytical.regime`)."""
     check_supported(scenario)
-    if idle_cost.active(scenario.model):  # a fixed point of the stages' idles (idle_cost.py)
+    if idle_cost.in_scenario(scenario):  # a fixed point of the stages' idles (idle_cost.py)
         return analyze_idle_cost(scenario, analyze)
     modulated = network_modulation(scenario.network) is not None
     if modulated and scenario.workload.arrival != "closed":  # pieces of open-arrival queues

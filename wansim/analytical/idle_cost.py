@@ -21,7 +21,8 @@ import numpy as np
 
 from wansim.analytical.regime import unvalidated
 from wansim.analytical.sync import lap_parts
-from wansim.config.scenario import IdleCost, Scenario
+from wansim.config.scenario import HopOverride, IdleCost, Scenario
+from wansim.links.delivery import busy_ms
 from wansim.results.result import Result
 from wansim.speculation.block_schedule import uses_blocks
 from wansim.stages import idle_cost
@@ -32,9 +33,10 @@ UNDAMPED = 20
 TOLERANCE_MS = 1e-9
 
 
-def with_extras(scenario: Scenario, extras) -> Scenario:
-    """The scenario without its idle cost, each stage's fixed cost per pass raised by its
-    extra ms (``model.stage_overhead_ms``, which ``host_cpu_factor`` multiplies)."""
+def with_extras(scenario: Scenario, extras, hop_extras=None) -> Scenario:
+    """The scenario without its idle costs, each stage's fixed cost per pass raised by its
+    extra ms (``model.stage_overhead_ms``, which ``host_cpu_factor`` multiplies) and, with
+    ``hop_extras``, each hop's ``per_message_ms`` by its own."""
     m = scenario.model
     base = m.stage_overhead_ms or (m.overhead_ms,) * int(scenario.stages)
     overheads = tuple(
@@ -43,7 +45,15 @@ def with_extras(scenario: Scenario, extras) -> Scenario:
     model = dataclasses.replace(
         m, stage_overhead_ms=overheads, idle_cost=IdleCost(), stage_idle_cost=()
     )
-    return dataclasses.replace(scenario, model=model)
+    net = scenario.network
+    if hop_extras is not None:
+        over = net.hops or (HopOverride(),) * int(scenario.stages)
+        hops = tuple(
+            dataclasses.replace(o, per_message_ms=h.per_message_ms + float(e))
+            for o, h, e in zip(over, scenario.resolved_hops(), hop_extras, strict=True)
+        )
+        net = dataclasses.replace(net, hops=hops, idle_cost=IdleCost())
+    return dataclasses.replace(scenario, model=model, network=net)
 
 
 def busy_per_pass_ms(scenario: Scenario) -> np.ndarray:
@@ -58,6 +68,23 @@ def busy_per_pass_ms(scenario: Scenario) -> np.ndarray:
     return busy
 
 
+def message_busy_ms(scenario: Scenario) -> np.ndarray:
+    """Per hop, how long a verify pass's message holds its sender (the delivery rule's busy
+    without losses: per-message cost, codec, one serialisation)."""
+    parts = lap_parts(scenario)
+    hops = scenario.resolved_hops()
+    fwd = parts["forward_bytes_hops"]
+    out = []
+    for h, hop in enumerate(hops):
+        if h == len(hops) - 1:
+            size = parts["return_bytes"]
+        else:
+            size = parts["forward_bytes"] if fwd is None else fwd[h]
+        size = float(np.asarray(size))
+        out.append(busy_ms(size, hop.bandwidth_mbps, hop.per_message_ms, hop.codec_ms_per_mb, 0))
+    return np.asarray(out, dtype=float)
+
+
 def mean_idle_ms(busy_ms: np.ndarray, utilisation) -> np.ndarray:
     """Per stage, the mean idle before a pass: busy (1 - rho) / rho (inf where rho = 0)."""
     rho = np.clip(np.asarray(utilisation, dtype=float), 0.0, 1.0)
@@ -65,44 +92,70 @@ def mean_idle_ms(busy_ms: np.ndarray, utilisation) -> np.ndarray:
         return np.where(rho > 0, busy_ms * (1.0 - rho) / np.where(rho > 0, rho, 1.0), np.inf)
 
 
+def hop_idle_ms(pass_busy_ms: np.ndarray, utilisation, message_ms: np.ndarray) -> np.ndarray:
+    """Per hop, the mean idle of its sender before a message: hop i carries one message per
+    pass of stage i, so messages leave every busy / rho ms, less the message's own busy."""
+    rho = np.clip(np.asarray(utilisation, dtype=float), 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        every = np.where(rho > 0, pass_busy_ms / np.where(rho > 0, rho, 1.0), np.inf)
+    return np.maximum(every - message_ms, 0.0)
+
+
 def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
     """(the scenario with the fixed point's extras, its answer by ``analyze``, the details:
-    per stage idle ms and extra ms, steps, converged)."""
+    per stage idle ms and extra ms, per hop with ``network.idle_cost``, steps, converged)."""
     stages = int(scenario.stages)
     tables = idle_cost.stage_tables(scenario.model, stages)
+    hop_table = idle_cost.table(scenario.network.idle_cost)
 
-    def extras_at(idle: np.ndarray) -> np.ndarray:
+    def extras_at(idle: np.ndarray, each) -> np.ndarray:
         return np.array(
             [
                 0.0 if t is None else float(idle_cost.extra_ms(g, *t))
-                for g, t in zip(idle, tables, strict=True)
+                for g, t in zip(idle, each, strict=True)
             ]
         )
 
+    def step(extras, hop_extras):
+        scaled = with_extras(scenario, extras, hop_extras)
+        result = analyze(scaled)
+        rho = result.metrics["stage_utilization"]
+        busy = busy_per_pass_ms(scaled)
+        idle = mean_idle_ms(busy, rho)
+        hop_idle = None
+        if hop_table is not None:
+            hop_idle = hop_idle_ms(busy, rho, message_busy_ms(scaled))
+        return scaled, result, idle, hop_idle
+
     extras = np.zeros(stages)
+    hop_extras = None if hop_table is None else np.zeros(stages)
     steps, converged = 0, False
     while steps < MAX_STEPS:
         steps += 1
-        scaled = with_extras(scenario, extras)
-        result = analyze(scaled)
-        idle = mean_idle_ms(busy_per_pass_ms(scaled), result.metrics["stage_utilization"])
-        new = extras_at(idle)
+        _, _, idle, hop_idle = step(extras, hop_extras)
+        new = extras_at(idle, tables)
+        new_hops = None if hop_table is None else extras_at(hop_idle, [hop_table] * stages)
         if steps > UNDAMPED:
             new = 0.5 * (new + extras)
-        if np.max(np.abs(new - extras)) <= TOLERANCE_MS:
+            if new_hops is not None:
+                new_hops = 0.5 * (new_hops + hop_extras)
+        change = np.max(np.abs(new - extras))
+        if new_hops is not None:
+            change = max(change, np.max(np.abs(new_hops - hop_extras)))
+        extras, hop_extras = new, new_hops
+        if change <= TOLERANCE_MS:
             converged = True
-            extras = new
             break
-        extras = new
-    scaled = with_extras(scenario, extras)
-    result = analyze(scaled)
-    idle = mean_idle_ms(busy_per_pass_ms(scaled), result.metrics["stage_utilization"])
+    scaled, result, idle, hop_idle = step(extras, hop_extras)
     details = {
         "idle_ms": [float(v) if np.isfinite(v) else None for v in idle],
         "extra_ms": [float(e) for e in extras],
         "steps": steps,
         "converged": converged,
     }
+    if hop_table is not None:
+        details["hop_idle_ms"] = [float(v) if np.isfinite(v) else None for v in hop_idle]
+        details["hop_extra_ms"] = [float(e) for e in hop_extras]
     return scaled, result, details
 
 
@@ -111,7 +164,7 @@ def analyze_idle_cost(scenario: Scenario, analyze) -> Result:
     _, res, details = fixed_point(scenario, analyze)
     appr = unvalidated(
         res.approximation,
-        "idle cost (mean idle per stage)",
+        "idle cost (mean idle per stage and hop)",
         "a pass after an idle costs more: each stage's extra at its mean idle, a fixed point"
         " (wansim/analytical/idle_cost.py), checked against the DES in"
         " tests/physics/test_idle_cost.py, not on the approximation-error grid",

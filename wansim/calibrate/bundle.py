@@ -82,6 +82,7 @@ MTP_FILES = {"mtp_drafter": "mtp_drafter.csv", "acceptance_mtp": "acceptance_pro
 TRACE_FILE = "acceptance_traces.csv"
 # optional: the per-pass rows the idle cost was fitted from (wansim.calibrate.idle_profile)
 IDLE_FILE = "idle_passes.csv"
+IDLE_MESSAGES_FILE = "idle_messages.csv"
 
 
 def config_sha256(checkpoint_dir: str | Path) -> str:
@@ -148,6 +149,8 @@ class Bundle:
     # per role (drafting: stage 0's drafting and pass; pass: a stage's pass) -> (points,
     # reference extra ms); empty in bundles with the pooled table only
     idle_roles: dict = dataclasses.field(default_factory=dict)
+    # a message after its hop's sender idled: (points, reference extra ms), None without
+    idle_message: tuple | None = None
 
     @property
     def model(self) -> dict:
@@ -224,6 +227,7 @@ def write_bundle(
     traces: pd.DataFrame | None = None,
     per_k: dict[str, str] | None = None,
     idle_rows: pd.DataFrame | None = None,
+    idle_messages: pd.DataFrame | None = None,
 ):
     """``mtp``: the MTP head's drafting rows and its acceptance profile text, if profiled;
     ``traces``: the per-prompt acceptance traces (``TRACE_FILE``); ``per_k``: file name ->
@@ -236,6 +240,9 @@ def write_bundle(
     if idle_rows is not None:
         files["idle_passes"] = IDLE_FILE
         idle_rows.to_csv(out / IDLE_FILE, index=False)
+    if idle_messages is not None:
+        files["idle_messages"] = IDLE_MESSAGES_FILE
+        idle_messages.to_csv(out / IDLE_MESSAGES_FILE, index=False)
     if mtp is not None:
         files.update(MTP_FILES)
         mtp[0].to_csv(out / MTP_FILES["mtp_drafter"], index=False)
@@ -416,7 +423,11 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         for k, name in files.items():
             per_k[(kind, int(k))] = checked(name)
     idle_points, idle_ref = _idle_cost(man, where)
-    idle_roles = {}
+    idle_roles, idle_message = {}, None
+    if idle_points is not None and "message" in man["idle_cost"]:
+        idle_message = _idle_cost(
+            {"idle_cost": man["idle_cost"]["message"]}, f"{where}: idle_cost.message"
+        )
     if idle_points is not None:
         roles = man["idle_cost"].get("stages") or {}
         if not isinstance(roles, dict) or not set(roles) <= {"drafting", "pass"}:
@@ -430,6 +441,7 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         idle_points=idle_points,
         idle_reference_extra_ms=idle_ref,
         idle_roles=idle_roles,
+        idle_message=idle_message,
         manifest=man,
         stage_cost=cost,
         draft_intercept_ms=_num(man, "drafter.intercept_ms", where),

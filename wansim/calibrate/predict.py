@@ -153,12 +153,17 @@ def cell_scenario(
         ("return", factors.back, "return_jitter_ms.txt"),
     ):
         samples = bundle.error_samples(role) * scale
-        per_message[role] = max(0.0, float(np.mean(samples)))
-        resid = samples - per_message[role]
+        mean = max(0.0, float(np.mean(samples)))
+        resid = samples - mean
+        # the bundle's messages idled too: their cost after that idle comes off (the engines
+        # add the cell's own, network.idle_cost)
+        per_message[role] = max(0.0, mean - message_reference_ms(bundle) * scale)
         (cell_dir / fname).write_text(
             f"# {role} hops: the bundle's per-message cost samples (achieved - scheduled ms)"
-            f" x {scale:.4f} (load factor), minus their mean {per_message[role]:.6f} ms (the"
-            " hop's per_message_ms)\n" + "\n".join(repr(float(x)) for x in resid) + "\n"
+            f" x {scale:.4f} (load factor), minus their mean {mean:.6f} ms (the hop's"
+            " per_message_ms, less the bundle's own idle cost)\n"
+            + "\n".join(repr(float(x)) for x in resid)
+            + "\n"
         )
     for h in range(cell.stages):
         role = "return" if h == cell.stages - 1 else "forward"
@@ -202,6 +207,10 @@ def cell_scenario(
         },
         "schedule": {"kind": cell.schedule, "batching": cell.batching},
     }
+    if bundle.idle_message:  # a message after its sender idled (the message load factor)
+        raw["network"]["idle_cost"] = {
+            "points": [[g, e * factors.forward] for g, e in bundle.idle_message[0]]
+        }
     if bundle.idle_points:  # a pass after an idle costs more (the load factor scales it)
         raw["model"]["stage_idle_cost"] = [
             {"points": [[g, e * factors.compute] for g, e in points]} for points, _ in idle_roles
@@ -266,6 +275,11 @@ def cell_scenario(
     return raw
 
 
+def message_reference_ms(bundle: Bundle) -> float:
+    """The per-message idle cost the bundle's own messages paid (0 without the table)."""
+    return bundle.idle_message[1] if bundle.idle_message else 0.0
+
+
 def idle_tables(cell: Cell, bundle: Bundle) -> list[tuple[tuple, float]]:
     """Per stage of the cell: (the idle-cost points it pays, the extra its bundle costs
     already hold). Stage 0 of a cell the draft model drafts for idles into its drafting (the
@@ -312,14 +326,23 @@ def pass_tokens(cell: Cell) -> int:
     return draft_nodes(cell) + 1
 
 
-def predicted_components(cell: Cell, bundle: Bundle, factors: Factors, idle_extra_ms=None) -> dict:
+def predicted_components(
+    cell: Cell, bundle: Bundle, factors: Factors, idle_extra_ms=None, hop_extra_ms=None
+) -> dict:
     """The parts of a predicted mean lap, as :func:`cell_scenario` sets them (ms): per-stage
     service at n = K + 1, the K drafts, the mean per-message cost by hop role. With
     ``idle_extra_ms`` (per stage, the analytical engine's cost after each stage's mean idle)
     the bundle's own idle cost comes off and the cell's goes on: on the drafting at stage 0
-    when the draft model drafts there (the first work after its idle), else on the stage."""
+    when the draft model drafts there (the first work after its idle), else on the stage;
+    with ``hop_extra_ms`` (per hop) likewise on the per-message cost of each hop role."""
     per_stage = even_split(int(bundle.model["layers"]), cell.stages)
     parts = _components(cell, bundle, factors, per_stage)
+    if hop_extra_ms is not None and bundle.idle_message:
+        ref = message_reference_ms(bundle) * factors.forward
+        forward, back = hop_extra_ms[:-1], hop_extra_ms[-1:]
+        for role, each in (("forward", forward), ("return", back)):
+            if each:
+                parts["per_message_ms"][role] += float(np.mean(each)) - ref
     if idle_extra_ms is None or not bundle.idle_points:
         return parts
     held = idle_tables(cell, bundle)
@@ -370,6 +393,7 @@ def engines(scenario_path: Path, des: bool = True, sample_requests: int | None =
     out = {"analytical": jsonable(ana.metrics)}
     if "idle_cost" in ana.details:  # each stage's cost after its mean idle (model.idle_cost)
         out["idle_extra_ms"] = ana.details["idle_cost"]["extra_ms"]
+        out["hop_idle_extra_ms"] = ana.details["idle_cost"].get("hop_extra_ms")
     if sample_requests:
         m = out["analytical"]
         # the closed forms give TPOT quantiles: a normal through its p50 and p99
@@ -716,7 +740,9 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                 f = Factors(**info["factors"])
                 cell_scenario(c, bundle, cdir / f"round{r}", f, s.des_requests, s.seed)
                 pred = engines(cdir / f"round{r}" / "scenario.yaml", sample_requests=c.prompts)
-                pred["components"] = predicted_components(c, bundle, f, pred.get("idle_extra_ms"))
+                pred["components"] = predicted_components(
+                    c, bundle, f, pred.get("idle_extra_ms"), pred.get("hop_idle_extra_ms")
+                )
                 if r == 0:  # the chance of a run of the cell's few requests (one round suffices)
                     pred["sample_band"] = des_sample_band(
                         cdir / "round0" / "scenario.yaml", c.prompts

@@ -507,16 +507,18 @@ def measure_job(
 
 def run_idle_sweep(
     target_dir: str, drafter_dir: str, run_dir: Path, prompts, tokens: int, latencies_ms
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The reference pipeline at every latency of ``latencies_ms`` (all up at once, after an
     unmeasured warm-up job each), prompt by prompt with the latency order rotating: the
-    per-pass rows of :func:`wansim.calibrate.idle_profile.idle_pass_rows`."""
-    from wansim.calibrate.idle_profile import K, idle_pass_rows
+    per-pass rows of :func:`wansim.calibrate.idle_profile.idle_pass_rows` and the per-message
+    rows of :func:`wansim.calibrate.idle_profile.idle_message_rows`."""
+    from wansim.calibrate.idle_profile import K, idle_message_rows, idle_pass_rows
+    from wansim.calibrate.measure import decompose
     from wansim.real.config import DecodeSpec
     from wansim.real.recording import read_raw
 
     pipes = []
-    frames = []
+    frames, messages = [], []
     try:
         for lat in latencies_ms:
             pipes.append(
@@ -545,10 +547,12 @@ def run_idle_sweep(
                         prompt_index=c
                     )
                 )
+                passes = decompose(res.steps, raw, 2)
+                messages.append(idle_message_rows(passes, latencies_ms[j]).assign(prompt_index=c))
     finally:
         for pipe in pipes:
             pipe.close()
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True), pd.concat(messages, ignore_index=True)
 
 
 def _concat(jobs: list[dict], load) -> dict:
@@ -591,7 +595,12 @@ def run_profile(
     ``plans``, ``ks``, ``size``, ``idle_latencies_ms``: smaller profiles for tests (default:
     :data:`FULL_PLANS` or :data:`QUICK_PLANS`, :data:`KS`, :data:`SIZES`, the latencies of
     :mod:`wansim.calibrate.idle_profile`; ``()``: no idle cost)."""
-    from wansim.calibrate.idle_profile import LATENCIES_MS, QUICK_LATENCIES_MS, fit_idle_cost
+    from wansim.calibrate.idle_profile import (
+        LATENCIES_MS,
+        QUICK_LATENCIES_MS,
+        fit_idle_cost,
+        fit_message_idle_cost,
+    )
     from wansim.real.prompts import builtin_prompts
 
     say = progress or (lambda _m: None)
@@ -671,17 +680,18 @@ def run_profile(
             pipe.close()
     if idle_latencies_ms is None:
         idle_latencies_ms = QUICK_LATENCIES_MS if quick else LATENCIES_MS
-    idle_rows, idle_fit = None, None
+    idle_rows, idle_messages, idle_fit = None, None, None
     if idle_latencies_ms:
         say(
             "idle cost: the 3+3 pipeline at "
             + ", ".join(f"{x:g}" for x in idle_latencies_ms)
             + f" ms links, K=4, {len(prompts)} prompts x {size['tokens']} tokens"
         )
-        idle_rows = run_idle_sweep(
+        idle_rows, idle_messages = run_idle_sweep(
             target_dir, drafter_dir, out / "runs", prompts, size["tokens"], idle_latencies_ms
         )
         idle_fit = fit_idle_cost(idle_rows, LATENCY_MS)
+        idle_fit["message"] = fit_message_idle_cost(idle_messages, LATENCY_MS)
     load = (round(load0, 2), round(os.getloadavg()[0], 2))
     results = []
     for (splits, bits), js in zip(plans, jobs, strict=True):
@@ -890,6 +900,7 @@ def run_profile(
         ),
         per_k=per_k,
         idle_rows=idle_rows,
+        idle_messages=idle_messages,
     )
     say(f"profile written to {out} in {time.perf_counter() - t0:.0f} s")
     return manifest

@@ -368,6 +368,10 @@ class Network:
         None, doc="CSV t_ms,latency_factor,bandwidth_factor replayed (wansim.links.nonstationary)"
     )
     hops: tuple[HopOverride, ...] = spec((), max_items=MAX_STAGES)
+    idle_cost: IdleCost = spec(
+        factory=IdleCost,
+        doc="a message after its hop's sender idled costs more (added to per_message_ms)",
+    )
 
 
 # ----------------------------------------------------------------------------- payload

@@ -29,6 +29,9 @@ use ``network.transport: tcp`` (:mod:`wansim.links.tcp`), where a loss re-sends 
 :class:`HopSender` holds a hop's state (``free``, the previous delivery, a TCP window, a drift)
 and applies this rule per message; the DES link and the real-path emulator both call it.
 
+With ``network.idle_cost`` the per-message cost adds the cost of a message after the sender
+idled ``start - f`` ms (the first message: since 0; :mod:`wansim.stages.idle_cost`'s table).
+
 The software cost is the sender's own work before the bytes go out; it occupies the sender (the
 next message waits for it, as a single sender thread or sidecar process does) and is not paid
 again by a retransmission (the transport re-sends bytes already framed and encoded).
@@ -75,7 +78,9 @@ class HopSender:
         "codec_ms_per_mb",
         "drift",
         "free_ms",
+        "idle_extra",
         "last_delivery_ms",
+        "last_idle_extra_ms",
         "latency_ms",
         "per_message_ms",
         "retransmit_ms",
@@ -91,6 +96,7 @@ class HopSender:
         latency_ms: float,
         tcp=None,
         drift=None,
+        idle_extra=None,
     ):
         self.bandwidth_mbps = bandwidth_mbps
         self.latency_ms = latency_ms
@@ -103,6 +109,10 @@ class HopSender:
         self.retransmit_ms = retransmit_ms
         self.free_ms = 0.0
         self.last_delivery_ms = 0.0
+        # a message after the sender idled costs more (network.idle_cost): idle ms -> extra
+        # ms added to per_message_ms (wansim.stages.idle_cost), None when off
+        self.idle_extra = idle_extra
+        self.last_idle_extra_ms = 0.0
         self.tcp = None
         if tcp is not None:
             from wansim.links.tcp import TcpSender
@@ -117,16 +127,20 @@ class HopSender:
         adds L * (latency factor - 1) to it and scales the bandwidth, at the message's start
         (the TCP window keeps the bandwidth it was built with: with tcp they change latency)."""
         start = self.free_ms if self.free_ms > offer_ms else offer_ms
+        per_message = self.per_message_ms
+        if self.idle_extra is not None:  # the sender idled since the previous message freed it
+            self.last_idle_extra_ms = extra = self.idle_extra(start - self.free_ms)
+            per_message = per_message + extra
         bandwidth = self.bandwidth_mbps
         if self.drift is not None:  # the hop as it is when the message starts
             lat_f, bw_f = self.drift.at(start)
             propagation += self.latency_ms * (lat_f - 1.0)
             bandwidth *= bw_f
         if self.tcp is None:
-            busy = busy_ms(n_bytes, bandwidth, self.per_message_ms, self.codec_ms_per_mb, losses)
+            busy = busy_ms(n_bytes, bandwidth, per_message, self.codec_ms_per_mb, losses)
             repair = losses * self.retransmit_ms if losses else 0.0
         else:
-            software = software_ms(n_bytes, self.per_message_ms, self.codec_ms_per_mb)
+            software = software_ms(n_bytes, per_message, self.codec_ms_per_mb)
             sent, repair = self.tcp.send(start + software, n_bytes, losses)
             busy = software + sent
         free = start + busy

@@ -308,6 +308,9 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
             stage.hooks = scheduler
     tcp = tcp_params(scenario.network)
     drift = network_modulation(scenario.network)  # drift and trace replay, or None
+    # a message after its hop idled costs more (network.idle_cost), None when off
+    hop_table = idle_cost.table(scenario.network.idle_cost)
+    hop_idle_extra = None if hop_table is None else idle_cost.scalar_extra(*hop_table)
     faults = (
         FaultInjector(env, scenario.faults, stages, fault_seed(scenario.seed, p_stages))
         if scenario.faults.events
@@ -331,6 +334,7 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
             tl.transfers if tl else None,
             tcp,
             drift,
+            hop_idle_extra,
         )
         for i, hop in enumerate(scenario.resolved_hops())
     ]

@@ -53,12 +53,13 @@ class Link:
         timeline: list | None = None,
         tcp=None,
         drift=None,
+        idle_extra=None,
     ):
         self.env = env
         self.index = index
         self.hop = hop
         self.deliver = deliver
-        self.sender = hop_sender(hop, tcp, drift)
+        self.sender = hop_sender(hop, tcp, drift, idle_extra)
         self.draws = LinkDraws(
             hop.latency_ms, jitter_dist(hop.jitter), hop.loss_rate, prop_rng, loss_rng
         )
@@ -106,6 +107,8 @@ class Link:
             if self.software_log is not None:
                 sender = self.sender
                 sw = software_ms(n_bytes, sender.per_message_ms, sender.codec_ms_per_mb)
+                if sender.idle_extra is not None:
+                    sw += sender.last_idle_extra_ms
                 if sw > 0:
                     self.software_log.append((self.index, start, start + sw))
 
@@ -113,9 +116,10 @@ class Link:
         self.deliver(self.in_flight.popleft())
 
 
-def hop_sender(hop: Hop, tcp=None, drift=None) -> HopSender:
+def hop_sender(hop: Hop, tcp=None, drift=None, idle_extra=None) -> HopSender:
     """The shared per-hop sender for a resolved hop (``tcp``: TcpParams, or None: ideal;
-    ``drift``: the network's Drift, or None)."""
+    ``drift``: the network's Drift, or None; ``idle_extra``: idle ms -> extra ms of a message,
+    ``network.idle_cost``, or None)."""
     return HopSender(
         hop.bandwidth_mbps,
         hop.per_message_ms,
@@ -124,6 +128,7 @@ def hop_sender(hop: Hop, tcp=None, drift=None) -> HopSender:
         hop.latency_ms,
         tcp,
         drift,
+        idle_extra,
     )
 
 

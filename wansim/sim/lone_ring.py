@@ -118,6 +118,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "model.straggler.stages": ANY,
     "model.idle_cost.points": ((),),  # a pass after an idle costs more: event by event
     "model.stage_idle_cost": ((),),
+    "network.idle_cost.points": ((),),
     **{
         f"{where}.{name}": ANY
         for where in ("model.compute", "model.stage_compute[]")

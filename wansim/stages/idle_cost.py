@@ -1,13 +1,16 @@
-"""A pass after an idle period costs more (``model.idle_cost``).
+"""A pass after an idle period costs more (``model.idle_cost``), and a message after its hop's
+sender idled (``network.idle_cost``).
 
 Model: the first work a stage does after it idled ``g`` ms costs ``extra_ms(g)`` ms on top of
 its pass time, from measured points [idle ms, extra ms] linearly interpolated, the end values
 held beyond them (one table for every stage, ``model.idle_cost``, or one per stage,
-``model.stage_idle_cost``) (a host's caches, TLBs and clock cool while it waits; measured on the real
-path: a stage's pass at 50 ms links costs 0.3-0.7 ms more than at 5 ms, docs/calibrate.md).
-The drafting on a stage (``placement: first_stage``) is part of its pass: the cold start is
-paid once per pass, whichever comes first. A pass that starts as the one before ends (a queue)
-idled 0 ms.
+``model.stage_idle_cost``): a host's caches, TLBs and clock cool while its thread sleeps
+(measured on the real path: a pass at 50 ms links costs 0.3-1.0 ms more than at 0 ms,
+docs/calibrate.md). The drafting on a stage (``placement: first_stage``) is part of its pass:
+the cold start is paid once per pass, whichever comes first. A pass that starts as the one
+before ends (a queue) idled 0 ms. A hop's sender likewise: a message after the sender idled
+``g`` ms adds the network table's extra to its per-message cost
+(:class:`wansim.links.delivery.HopSender`, the rule the DES and the emulator share).
 
 - DES (:class:`wansim.sim.stage.Stage`): each pass adds :func:`extra_ms` of the time since the
   stage's last busy instant (its first pass: since the run's start) to its compute, before
@@ -15,8 +18,10 @@ idled 0 ms.
 - Analytical (:mod:`wansim.analytical.idle_cost`): each stage's mean idle before a pass,
   ``s (1 - rho) / rho`` (a pass of ``s`` ms at utilisation ``rho``: one request in the sync
   schedule, the lap less the stage's busy time), its extra added to the stage's fixed cost per
-  pass, to a fixed point. The mean idle stands for every pass's own (the extra of the mean,
-  not the mean of the extras).
+  pass, to a fixed point; a hop's sender idles the interval between its stage's passes,
+  ``s / rho``, less its message's busy time, its extra added to the hop's per-message cost.
+  The mean idle stands for every pass's own (the extra of the mean, not the mean of the
+  extras).
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ def active(model) -> bool:
     """Whether any stage pays an idle cost (``model.idle_cost`` or ``model.stage_idle_cost``
     with points)."""
     return bool(model.idle_cost.points) or any(c.points for c in model.stage_idle_cost)
+
+
+def in_scenario(scenario) -> bool:
+    """Whether a stage or a hop pays an idle cost (:func:`active`, ``network.idle_cost``)."""
+    return active(scenario.model) or bool(scenario.network.idle_cost.points)
 
 
 def table(cost) -> tuple[np.ndarray, np.ndarray] | None:

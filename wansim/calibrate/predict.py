@@ -9,7 +9,9 @@ a stage's fixed cost per pass as ``model.stage_overhead_ms`` (the load factor as
 split, tokens per pass, codec) as its ``table``, the drafting time at K (+ ``width_ms`` for a
 tree; the MTP head's at the last stage), a hop's mean per-message cost as its
 ``per_message_ms`` with the rest of the bundle's distribution as zero-mean empirical jitter, the
-chain / tree / MTP acceptance profile fitted across K with the bundle's wire-quality table.
+chain / tree / MTP acceptance profile fitted across K with the bundle's wire-quality table,
+and the cost of a pass and of a message after an idle (``model.stage_idle_cost``,
+``network.idle_cost``, less what the bundle's own costs hold: :func:`idle_tables`).
 Nothing measured on the cell enters its prediction.
 
 Load matching (the machine is shared): every round starts with a short re-profile (2 stages,

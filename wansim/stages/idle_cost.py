@@ -5,7 +5,7 @@ Model: the first work a stage does after it idled ``g`` ms costs ``extra_ms(g)``
 its pass time, from measured points [idle ms, extra ms] linearly interpolated, the end values
 held beyond them (one table for every stage, ``model.idle_cost``, or one per stage,
 ``model.stage_idle_cost``): a host's caches, TLBs and clock cool while its thread sleeps
-(measured on the real path: a pass at 50 ms links costs 0.3-1.0 ms more than at 0 ms,
+(measured on the real path: a pass at 50 ms links costs 0.5-1.3 ms more than at 0 ms,
 docs/calibrate.md). The drafting on a stage (``placement: first_stage``) is part of its pass:
 the cold start is paid once per pass, whichever comes first. A pass that starts as the one
 before ends (a queue) idled 0 ms. A hop's sender likewise: a message after the sender idled

@@ -233,7 +233,7 @@ def point_field(scenario: Scenario) -> tuple[str, Any] | None:
     if scenario.faults.events:
         return "faults.events", f"{len(scenario.faults.events)} events"
     if idle_cost.in_scenario(scenario):
-        return "model.idle_cost", "points"
+        return idle_cost.field_of(scenario), "points"
     if scenario.network.transport == "tcp":
         return "network.transport", "tcp"
     if scenario.workload.kv_capacity_tokens is not None:

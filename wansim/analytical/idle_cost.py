@@ -85,20 +85,13 @@ def message_busy_ms(scenario: Scenario) -> np.ndarray:
     return np.asarray(out, dtype=float)
 
 
-def mean_idle_ms(busy_ms: np.ndarray, utilisation) -> np.ndarray:
-    """Per stage, the mean idle before a pass: busy (1 - rho) / rho (inf where rho = 0)."""
+def pass_interval_ms(busy_ms: np.ndarray, utilisation) -> np.ndarray:
+    """Per stage, the mean time between the starts of its passes: busy / rho (inf where rho
+    = 0). A stage idles it less its own busy time, ``busy (1 - rho) / rho``; hop i, which
+    carries one message per pass of stage i, idles it less its message's busy time."""
     rho = np.clip(np.asarray(utilisation, dtype=float), 0.0, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(rho > 0, busy_ms * (1.0 - rho) / np.where(rho > 0, rho, 1.0), np.inf)
-
-
-def hop_idle_ms(pass_busy_ms: np.ndarray, utilisation, message_ms: np.ndarray) -> np.ndarray:
-    """Per hop, the mean idle of its sender before a message: hop i carries one message per
-    pass of stage i, so messages leave every busy / rho ms, less the message's own busy."""
-    rho = np.clip(np.asarray(utilisation, dtype=float), 0.0, 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        every = np.where(rho > 0, pass_busy_ms / np.where(rho > 0, rho, 1.0), np.inf)
-    return np.maximum(every - message_ms, 0.0)
+        return np.where(rho > 0, busy_ms / np.where(rho > 0, rho, 1.0), np.inf)
 
 
 def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
@@ -119,12 +112,12 @@ def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
     def step(extras, hop_extras):
         scaled = with_extras(scenario, extras, hop_extras)
         result = analyze(scaled)
-        rho = result.metrics["stage_utilization"]
         busy = busy_per_pass_ms(scaled)
-        idle = mean_idle_ms(busy, rho)
+        every = pass_interval_ms(busy, result.metrics["stage_utilization"])
+        idle = every - busy
         hop_idle = None
         if hop_table is not None:
-            hop_idle = hop_idle_ms(busy, rho, message_busy_ms(scaled))
+            hop_idle = np.maximum(every - message_busy_ms(scaled), 0.0)
         return scaled, result, idle, hop_idle
 
     extras = np.zeros(stages)
@@ -132,7 +125,7 @@ def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
     steps, converged = 0, False
     while steps < MAX_STEPS:
         steps += 1
-        _, _, idle, hop_idle = step(extras, hop_extras)
+        scaled, result, idle, hop_idle = step(extras, hop_extras)
         new = extras_at(idle, tables)
         new_hops = None if hop_table is None else extras_at(hop_idle, [hop_table] * stages)
         if steps > UNDAMPED:
@@ -142,11 +135,12 @@ def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
         change = np.max(np.abs(new - extras))
         if new_hops is not None:
             change = max(change, np.max(np.abs(new_hops - hop_extras)))
-        extras, hop_extras = new, new_hops
-        if change <= TOLERANCE_MS:
+        if change <= TOLERANCE_MS:  # (the answer is the one at these extras)
             converged = True
             break
-    scaled, result, idle, hop_idle = step(extras, hop_extras)
+        extras, hop_extras = new, new_hops
+    if not converged:
+        scaled, result, idle, hop_idle = step(extras, hop_extras)
     details = {
         "idle_ms": [float(v) if np.isfinite(v) else None for v in idle],
         "extra_ms": [float(e) for e in extras],

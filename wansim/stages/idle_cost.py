@@ -40,6 +40,15 @@ def in_scenario(scenario) -> bool:
     return active(scenario.model) or bool(scenario.network.idle_cost.points)
 
 
+def field_of(scenario) -> str:
+    """The field that sets an idle cost (for error lines): the first of ``model.idle_cost``,
+    ``model.stage_idle_cost``, ``network.idle_cost`` with points."""
+    m = scenario.model
+    if m.idle_cost.points:
+        return "model.idle_cost"
+    return "model.stage_idle_cost" if active(m) else "network.idle_cost"
+
+
 def table(cost) -> tuple[np.ndarray, np.ndarray] | None:
     """(idle ms, extra ms) of one ``IdleCost`` as arrays; None without points."""
     if not cost.points:

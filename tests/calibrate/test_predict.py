@@ -370,6 +370,31 @@ def test_a_cell_shorter_than_the_traces_is_predicted_from_the_steps_it_reaches(t
     assert raw7["drafter"]["acceptance"]["profile"] == str(b.acceptance_profile.resolve())
 
 
+def test_a_short_cell_measures_its_guess_on_the_larger_k_it_reaches(tmp_path):
+    """The async bet's guess (position K + 1) of a short cell comes from the steps of the larger
+    K traces that a request of its length reaches. K = 2 steps accept 2 (3 tokens each); K = 4
+    steps accept 2, 2, 2, then 3 onward. 11 output tokens (10 decode tokens) reach steps 0-3 at
+    either K, so P(A >= 3 | A >= 2) at K = 4 is 1 / 4, by hand (all 15 steps: 12 / 15)."""
+    from wansim.calibrate.bundle import TRACE_FILE
+
+    path = make_bundle(tmp_path / "b")
+    rows = [
+        {"drafter": "chain", "prompt_id": p, "k": k, "step": s, "accepted": a}
+        for p in range(8)
+        for s in range(15)
+        for k, a in ((2, 2), (4, 2 if s < 3 else 3))
+    ]
+    traces = pd.read_csv(path / TRACE_FILE)
+    keep = traces[~traces["k"].isin([2, 4, 7])]  # the bundle's K = 7 chains go too
+    pd.concat([keep, pd.DataFrame(rows)], ignore_index=True).to_csv(path / TRACE_FILE, index=False)
+    b = load_bundle(path)
+    raw = cell_scenario(Cell(4, 20.0, 2, tokens=11, schedule="async"), b, tmp_path / "short")
+    prof = yaml.safe_load(Path(raw["drafter"]["acceptance"]["profile"]).read_text())
+    rates = prof["workloads"]["code"]["per_position"]
+    assert prof["k"] == 3 and rates[:2] == [1.0, 1.0] and rates[2] == pytest.approx(1 / 4)
+    assert "position 3 (the async bet's guess) from K 4" in prof["provenance"]
+
+
 @pytest.mark.parametrize(
     ("damage", "field"),
     [

@@ -18,6 +18,7 @@ Fitting (per workload):
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 from pathlib import Path
@@ -73,7 +74,7 @@ def read_trace(path: str | os.PathLike) -> tuple[pd.DataFrame, dict]:
             f"{path}: accepted", "must be in 0..k with k >= 1", f"k={row.k} accepted={row.accepted}"
         )
     frame["workload"] = frame["workload"].fillna("").astype(str)
-    if any(c in frame.columns for c in TREE_COLUMNS):
+    if any(c in frame.columns and frame[c].notna().any() for c in TREE_COLUMNS):
         try:
             tree_walks(frame)
         except ValueError as e:
@@ -223,3 +224,38 @@ def fit_profile(
         provenance=provenance,
     )
     return Profile(header=header, workloads=workloads)
+
+
+def guess_rate(frame: pd.DataFrame, k: int) -> tuple[float, int] | None:
+    """The rate at position ``k + 1`` measured by the steps of block size larger than ``k``:
+    P(A >= k + 1 | A >= k) over them, pooled (:func:`fit_per_position`'s estimator at that
+    position), and the steps it rests on; None where no such step accepted ``k``."""
+    deeper = frame[frame["k"] > k]
+    at_risk = deeper["accepted"] >= k
+    n = int(at_risk.sum())
+    if n == 0:
+        return None
+    return float((deeper["accepted"] >= k + 1).sum() / n), n
+
+
+def fit_profile_at_k(frame: pd.DataFrame, k: int, **header) -> Profile:
+    """The profile of block size ``k`` from a trace mixing block sizes: positions 1..k, the
+    dispersion and the histogram from the steps at ``k`` (:func:`fit_profile` of those rows),
+    then position k + 1 -- the async bet's guess, the drafter's token after its k drafts
+    (:mod:`wansim.acceptance.bet`) -- from the steps at larger block sizes where there are any
+    (:func:`guess_rate`; the histogram, which counts A = 0..k, is dropped and the header's k
+    becomes k + 1). Without them the engines hold the last rate for the guess."""
+    if any(c in frame.columns and frame[c].notna().any() for c in TREE_COLUMNS):
+        raise ValueError("fit_profile_at_k: chain traces only (a tree's guess is not a chain's)")
+    prof = fit_profile(frame[frame["k"] == k], **header)
+    workloads = dict(prof.workloads)
+    for name, sub in frame.groupby("workload", sort=False):
+        key = str(name) or "default"
+        rate = guess_rate(sub, k)
+        if key in workloads and rate is not None and len(workloads[key].per_position) == k:
+            workloads[key] = dataclasses.replace(
+                workloads[key], per_position=(*workloads[key].per_position, rate[0]), histogram=None
+            )
+    extended = any(len(w.per_position) == k + 1 for w in workloads.values())
+    head = dataclasses.replace(prof.header, k=k + 1) if extended else prof.header
+    return Profile(header=head, workloads=workloads)

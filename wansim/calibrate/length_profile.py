@@ -23,9 +23,7 @@ from pathlib import Path
 import yaml
 
 from wansim.calibrate.bundle import FILES, Bundle
-from wansim.calibrate.workload_sample import drafter_kind, steps_reached
-
-CHAIN_SHAPED = ("chain", "mtp")
+from wansim.calibrate.workload_sample import CHAIN_SHAPED, drafter_kind, steps_reached
 
 
 def length_profile(bundle: Bundle, cell, out_dir: Path) -> Path | None:
@@ -48,11 +46,11 @@ def _fit(bundle: Bundle, kind: str, k: int, tokens: int) -> str | None:
     from wansim.calibrate.profiling import fitted_profile_text
 
     traces = bundle.acceptance_traces
-    frame = traces[(traces["drafter"] == kind) & (traces["k"] == k)]
+    frame = traces[(traces["drafter"] == kind) & (traces["k"] >= k)]
     per_k = bundle.profile_at(kind, k)
-    if frame.empty or per_k is None:
+    if frame.empty or per_k is None or not (frame["k"] == k).any():
         return None
-    reached = steps_reached(frame, tokens - 1)
+    reached = steps_reached(frame, tokens - 1)  # per K: the larger K measure the guess
     if len(reached) == len(frame):
         return None
     workload = next(iter(yaml.safe_load(per_k.read_text())["workloads"]))
@@ -60,7 +58,8 @@ def _fit(bundle: Bundle, kind: str, k: int, tokens: int) -> str | None:
         reached.drop(columns="drafter").assign(workload=workload),
         str(bundle.model["drafter"]),
         str(bundle.model["target"]),
-        f"wansim calibrate predict: the bundle's {kind} traces at K {k}, the steps a request "
-        f"of {tokens} output tokens reaches",
+        f"wansim calibrate predict: the bundle's {kind} traces, the steps a request "
+        f"of {tokens} output tokens reaches,",
         quality=str((bundle.path / FILES["activation_quality"]).resolve()),
+        at_k=k,
     )

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from wansim.calibrate.bundle import FILES, ROLES, config_sha256, write_bundle
+from wansim.calibrate.workload_sample import CHAIN_SHAPED
 from wansim.stages.profiled_cost import stage_role
 
 PROFILE_SEED = 1000
@@ -297,24 +298,27 @@ def fitted_profile_text(
     target: str,
     what: str,
     quality: str = FILES["activation_quality"],
+    at_k: int | None = None,
 ) -> str:
     """The acceptance profile (YAML) fitted from a trace frame with every K pooled
     (:func:`wansim.acceptance.trace.fit_profile`), naming the bundle's activation-quality
-    table ``quality`` (default: the file beside it)."""
+    table ``quality`` (default: the file beside it). ``at_k`` (chain-shaped traces): the
+    profile of that K alone, its guess's rate (position K + 1) from the frame's larger K
+    (:func:`wansim.acceptance.trace.fit_profile_at_k`)."""
     import yaml
 
     from wansim.acceptance.profile import profile_to_mapping
-    from wansim.acceptance.trace import fit_profile
+    from wansim.acceptance.trace import fit_profile, fit_profile_at_k
 
-    ks = ",".join(str(int(k)) for k in sorted(frame["k"].unique()))
-    prof = fit_profile(
-        frame,
-        drafter=drafter,
-        target=target,
-        temperature=0.0,
-        verifier="greedy",
-        provenance=f"{what} at K {ks} pooled",
-    )
+    header = {"drafter": drafter, "target": target, "temperature": 0.0, "verifier": "greedy"}
+    if at_k is None:
+        ks = ",".join(str(int(k)) for k in sorted(frame["k"].unique()))
+        prof = fit_profile(frame, **header, provenance=f"{what} at K {ks} pooled")
+    else:
+        deeper = ",".join(str(int(k)) for k in sorted(frame["k"].unique()) if k > at_k)
+        guess = f"; position {at_k + 1} (the async bet's guess) from K {deeper}"
+        prov = f"{what} at K {at_k}" + (guess if deeper else "")
+        prof = fit_profile_at_k(frame, at_k, **header, provenance=prov)
     mapping = profile_to_mapping(prof)
     mapping["activation_quality"] = quality
     return yaml.safe_dump(mapping, sort_keys=False)
@@ -872,10 +876,11 @@ def run_profile(
         for k in ks:
             name = f"acceptance_profile_{kind}_k{k}.yaml"
             per_k[name] = fitted_profile_text(
-                frame[frame["k"] == k],
+                frame if kind in CHAIN_SHAPED else frame[frame["k"] == k],
                 Path(drafter_dir).name,
                 Path(target_dir).name,
-                f"wansim calibrate profile: {kind} traces at this K only",
+                f"wansim calibrate profile: {kind} traces",
+                at_k=k if kind in CHAIN_SHAPED else None,
             )
             manifest["acceptance"].setdefault("per_k", {}).setdefault(kind, {})[int(k)] = name
     write_bundle(

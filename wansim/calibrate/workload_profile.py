@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from wansim.calibrate.bundle import FILES, Bundle
-from wansim.calibrate.workload_sample import drafter_kind
+from wansim.calibrate.workload_sample import CHAIN_SHAPED, drafter_kind
 
 
 def workload_profiles(
@@ -58,10 +58,11 @@ def workload_profiles(
             name = f"acceptance_{kind}_{n}x{tokens}_k{k}.yaml"
             (out / name).write_text(
                 fitted_profile_text(
-                    trace[trace["k"] == k],
+                    trace if kind in CHAIN_SHAPED else trace[trace["k"] == k],
                     str(bundle.model["drafter"]),
                     str(bundle.model["target"]),
                     what,
+                    at_k=k if kind in CHAIN_SHAPED else None,
                 )
             )
             paths[(kind, n, tokens, k)] = out / name

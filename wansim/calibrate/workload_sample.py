@@ -25,6 +25,7 @@ import pandas as pd
 DRAWS = 4000
 SEED = 0
 TRACE_COLUMNS = ("drafter", "prompt_id", "k", "step", "accepted")
+CHAIN_SHAPED = ("chain", "mtp")  # trace kinds whose steps are chains (not the static tree)
 
 
 def drafter_kind(cell) -> str:

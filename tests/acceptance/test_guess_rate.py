@@ -1,0 +1,128 @@
+"""The async bet's guess rate in a per-K profile: position K + 1 measured by the traces at a
+larger K (wansim.acceptance.trace.fit_profile_at_k), instead of the last rate held."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from wansim.acceptance.profile import load_profile, write_profile
+from wansim.acceptance.trace import fit_profile, fit_profile_at_k, guess_rate
+from wansim.config.scenario import load_scenario
+from wansim.sim import simulate
+
+HEADER = {"drafter": "d", "target": "t", "temperature": 0.0, "verifier": "greedy"}
+
+
+def frame(rows) -> pd.DataFrame:
+    """rows: (prompt_id, k, accepted), steps numbered per prompt and k."""
+    df = pd.DataFrame(rows, columns=["prompt_id", "k", "accepted"]).assign(workload="w")
+    df["step"] = df.groupby(["prompt_id", "k"]).cumcount()
+    return df[["workload", "prompt_id", "step", "k", "accepted"]]
+
+
+def test_guess_rate_by_hand():
+    """K = 2 asks P(A >= 3 | A >= 2) of the K = 4 and K = 7 steps: of the five that accepted
+    2 or more (2, 3, 4, 2, 7), three accepted 3 or more."""
+    f = frame(
+        [(0, 2, 2), (0, 2, 0), (0, 4, 2), (0, 4, 3), (1, 4, 4), (1, 4, 1), (1, 7, 2), (1, 7, 7)]
+    )
+    assert guess_rate(f, 2) == (3 / 5, 5)
+    assert guess_rate(f, 7) is None  # nothing deeper
+    assert guess_rate(f[f["k"] < 4], 2) is None
+
+
+def test_profile_at_k_appends_the_guess_and_keeps_the_rest():
+    f = frame(
+        [(0, 2, 2), (0, 2, 0), (1, 2, 1), (1, 2, 2), (0, 4, 2), (0, 4, 3), (1, 4, 4), (1, 4, 1)]
+    )
+    own = fit_profile(f[f["k"] == 2], **HEADER).workloads["w"]
+    prof = fit_profile_at_k(f, 2, **HEADER)
+    wp = prof.workloads["w"]
+    assert wp.per_position[:2] == own.per_position  # positions 1..K: the K steps alone
+    assert wp.per_position[2] == pytest.approx(2 / 3)  # (3, 4) of (2, 3, 4)
+    assert wp.histogram is None and own.histogram == (1, 1, 2)
+    assert wp.dispersion == own.dispersion and wp.steps == own.steps
+    assert prof.header.k == 3
+    # no larger K: the K fit unchanged
+    alone = fit_profile_at_k(f[f["k"] == 2], 2, **HEADER)
+    assert alone.workloads["w"] == own and alone.header.k == 2
+
+
+def test_profile_at_k_round_trips_through_a_file(tmp_path):
+    f = frame([(0, 2, 2), (0, 2, 1), (0, 4, 4), (0, 4, 2)])
+    path = tmp_path / "p.yaml"
+    write_profile(fit_profile_at_k(f, 2, **HEADER), path)
+    back = load_profile(path)
+    assert back.k == 3 and len(back.workloads["w"].per_position) == 3
+
+
+def test_tree_traces_are_refused():
+    f = frame([(0, 2, 2), (0, 4, 3)]).assign(accepted_ranks=["1;1", "1;1;1"], walk_children="")
+    with pytest.raises(ValueError, match="chain traces only"):
+        fit_profile_at_k(f, 2, **HEADER)
+
+
+def chain_trace(rates, ks, steps, seed) -> pd.DataFrame:
+    """Monte Carlo chain steps of a known conditional model (no heterogeneity): at block size
+    k a step accepts drafts while each position's coin lands."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in ks:
+        u = rng.random((steps, k))
+        ok = u < np.asarray(rates[:k])[None, :]
+        acc = np.where(ok.all(axis=1), k, np.argmin(ok, axis=1))
+        rows += [(i % 40, k, int(a)) for i, a in enumerate(acc)]
+    return frame(rows)
+
+
+def test_monte_carlo_guess_is_the_deeper_position_not_the_last_held():
+    """A drafter whose 3rd token is much worse (0.5) than its 2nd (0.9): traced at K = 2 and 4,
+    the K = 2 profile's 3rd rate recovers 0.5 within the binomial band; the held rate was 0.9."""
+    rates = [0.85, 0.9, 0.5, 0.8]
+    f = chain_trace(rates, (2, 4), 6000, seed=11)
+    rate, n = guess_rate(f, 2)
+    sd = np.sqrt(0.5 * 0.5 / n)
+    assert abs(rate - 0.5) < stats.norm.ppf(1 - 1e-6) * sd
+    wp = fit_profile_at_k(f, 2, **HEADER).workloads["w"]
+    assert wp.per_position[1] > 0.85 and wp.per_position[2] == rate
+
+
+def test_the_des_bets_at_the_measured_guess(tmp_path):
+    """The DES with the K = 2 profile wins a bet as often as S_2 p_3 of the measured profile
+    (binomial band over its verified blocks), not as S_2 p_2 (the held rate): the guess reaches
+    the engines through the profile file alone."""
+    rates = [0.85, 0.9, 0.5, 0.8]
+    f = chain_trace(rates, (2, 4), 6000, seed=12)
+    path = tmp_path / "k2.yaml"
+    write_profile(fit_profile_at_k(f, 2, **HEADER), path)
+    p = load_profile(path).workloads["w"].per_position
+    sc = load_scenario(
+        data={
+            "name": "guess",
+            "stages": 3,
+            "model": {
+                "hidden_size": 256,
+                "compute": {"kind": "linear", "base_ms": 2.0, "per_token_ms": 0.0},
+            },
+            "network": {"latency_ms": 10, "bandwidth_mbps": 1000},
+            "drafter": {
+                "draft_ms": 1.0,
+                "placement": "first_stage",
+                "kind": "draft_model",
+                "acceptance": {"profile": str(path), "dispersion": 0.0},
+            },
+            "speculation": {"policy": "chain", "k": 2, "verifier": "greedy"},
+            "schedule": {"kind": "async", "max_inflight_blocks": 3},
+            "workload": {"requests": 40, "prompt_tokens": 16, "output_tokens": 200},
+        }
+    )
+    blocks = simulate(sc).details["blocks"]
+    won, lost = blocks["bets_won"], blocks["bets_lost"]
+    n = won + lost
+    measured, held = p[0] * p[1] * p[2], p[0] * p[1] * p[1]
+    sd = np.sqrt(n * measured * (1 - measured))
+    assert abs(won - n * measured) < stats.norm.ppf(1 - 1e-6) * sd
+    assert abs(won - n * held) > 10 * sd

@@ -768,3 +768,62 @@ def test_quick_mtp_calibration_meets_the_target(run_cli, tmp_path):
         else:
             assert lo <= des["tokens_per_s"] <= hi
     assert result["summary"]["des"]["tokens_per_s"]["median_abs"] <= 0.025
+
+
+def test_an_async_bet_is_cut_into_parts_from_its_own_start():
+    """A hand-worked 2-stage async request (ms): block 1 drafts 0-2, leaves S0 at 3, reaches S1
+    at 8, whose verdict leaves at 10 and is back at 15; block 2, the bet behind it, drafts 4-6,
+    leaves at 7, reaches S1 at 12, verdict out at 14, back at 19. Block 2's lap (15 -> 19, 4
+    ms) is draft 2 + S0 1 + S1 2 + hops 5 + 5 - overlap 11 (its start at 4 -> the verdict at
+    15); its stage-0 service is 1 ms, not 7 - 15 - 2 = -10."""
+    from wansim.calibrate.measure import decompose
+
+    ms = 1_000_000
+    steps = pd.DataFrame(
+        {
+            "job": [0, 0],
+            "prompt_index": [0, 0],
+            "step": [0, 1],
+            "pass": [1, 2],
+            "k": [3, 3],
+            "accepted": [3, 1],
+            "start_ns": [0 * ms, 4 * ms],
+            "draft_end_ns": [2 * ms, 6 * ms],
+            "verdict_ns": [15 * ms, 19 * ms],
+            "send_ns_verdict": [10 * ms, 14 * ms],
+            "draft_stage": [0, 0],
+        }
+    )
+
+    def stage(recv):
+        return pd.DataFrame(
+            {"job": [0, 0], "pass": [1, 2], "pos": [10, 14], "recv_ns": recv, "start_ns": recv}
+        )
+
+    def link(send, kind):
+        return pd.DataFrame(
+            {
+                "step": [1, 2],
+                "kind": [kind, kind],
+                "send_ns": send,
+                "arrival_ns": send,
+                "scheduled_ns": [t + 5 * ms for t in send],
+                "bytes": [100, 100],
+            }
+        )
+
+    raw = {
+        "steps": steps,
+        "stage0": stage([0, 4 * ms]),
+        "stage1": stage([8 * ms, 12 * ms]),
+        "link0": link([3 * ms, 7 * ms], 2),
+        "link1": link([10 * ms, 14 * ms], 5),
+    }
+    rows = decompose(steps, raw, 2).set_index("pass")
+    first, bet = rows.loc[1], rows.loc[2]
+    assert first["overlap_ms"] == 0 and first["service0_ms"] == 1 and first["lap_ms"] == 15
+    assert bet["service0_ms"] == 1 and bet["service1_ms"] == 2 and bet["overlap_ms"] == 11
+    assert bet["hop0_ms"] == 5 and bet["hop1_ms"] == 5 and bet["lap_ms"] == 4
+    for _, r in rows.iterrows():
+        parts = r["draft_ms"] + r["service0_ms"] + r["service1_ms"] + r["hop0_ms"] + r["hop1_ms"]
+        assert parts - r["overlap_ms"] == pytest.approx(r["lap_ms"], abs=1e-12)

@@ -9,7 +9,7 @@ parts sum to the lap to the nanosecond):
 
     lap_j  = verdict_j - verdict_(j-1)                  (verify to verify, the simulator's lap;
                                                          the first from the step's start)
-           = draft_j + sum_i service_i,j + sum_h hop_h,j
+           = draft_j + sum_i service_i,j + sum_h hop_h,j - overlap_j
 
     draft      the drafter's K tokens: a draft model at stage 0 (step start -> draft end), or
                the MTP head at the last stage (its ``draft_ms`` for the pass, logged in
@@ -18,6 +18,9 @@ parts sum to the lap to the nanosecond):
     service_0  stage 0's bookkeeping since the last verdict + its layers + encoding + sending
                the draft ids (and draft probabilities) ahead of its activation frame (with the
                MTP head: also taking the drafts that came back with the verdict)
+    overlap    0, except for an async bet (a block begun before the previous verdict of its
+               request): its start -> that verdict, the part of its path the lap does not
+               contain; its service_0 then runs from its own start
     service_i  stage i: activation frame received -> its own output frame handed to the socket
                (decode, layers, encode; at the last stage the LM head and the verifier, and
                with the MTP head sending the drafts ahead of the verdict, drafting excluded)
@@ -194,7 +197,11 @@ def _verify_row(r: dict, stages, main_send, recv, main, nbytes, prev_verdict) ->
         "draft_ms": (draft_end - start) / 1e6,
     }
     verdict_send = float(r["send_ns_verdict"])
-    row["service0_ms"] = (main_send(0, p) - before) / 1e6 - row["draft_ms"]
+    # an async bet began before the verdict the lap starts at: its stage-0 service runs from
+    # its own start, and the part of its path before that verdict is the lap's overlap
+    began = min(start, before)
+    row["overlap_ms"] = (before - began) / 1e6
+    row["service0_ms"] = (main_send(0, p) - began) / 1e6 - row["draft_ms"]
     for i in range(1, stages):
         send_i = verdict_send if i == stages - 1 else main_send(i, p)
         row[f"service{i}_ms"] = (send_i - recv(i, p)) / 1e6

@@ -3,14 +3,19 @@ larger K (wansim.acceptance.trace.fit_profile_at_k), instead of the last rate he
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from scipy.special import expit, logit
 
+from wansim.acceptance.heterogeneity import next_rate
 from wansim.acceptance.profile import load_profile, write_profile
 from wansim.acceptance.trace import fit_profile, fit_profile_at_k, guess_rate
 from wansim.config.scenario import load_scenario
+from wansim.errors import ProfileError
 from wansim.sim import simulate
 
 HEADER = {"drafter": "d", "target": "t", "temperature": 0.0, "verifier": "greedy"}
@@ -34,21 +39,19 @@ def test_guess_rate_by_hand():
     assert guess_rate(f[f["k"] < 4], 2) is None
 
 
-def test_profile_at_k_appends_the_guess_and_keeps_the_rest():
+def test_profile_at_k_adds_the_guess_and_keeps_the_rest():
     f = frame(
         [(0, 2, 2), (0, 2, 0), (1, 2, 1), (1, 2, 2), (0, 4, 2), (0, 4, 3), (1, 4, 4), (1, 4, 1)]
     )
-    own = fit_profile(f[f["k"] == 2], **HEADER).workloads["w"]
+    own = fit_profile(f[f["k"] == 2], **HEADER)
     prof = fit_profile_at_k(f, 2, **HEADER)
     wp = prof.workloads["w"]
-    assert wp.per_position[:2] == own.per_position  # positions 1..K: the K steps alone
-    assert wp.per_position[2] == pytest.approx(2 / 3)  # (3, 4) of (2, 3, 4)
-    assert wp.histogram is None and own.histogram == (1, 1, 2)
-    assert wp.dispersion == own.dispersion and wp.steps == own.steps
-    assert prof.header.k == 3
+    assert wp.guess_rate == pytest.approx(2 / 3)  # (3, 4) of (2, 3, 4)
+    assert dataclasses.replace(wp, guess_rate=None) == own.workloads["w"]  # positions 1..K
+    assert prof.header == own.header and wp.histogram == (1, 1, 2)
     # no larger K: the K fit unchanged
     alone = fit_profile_at_k(f[f["k"] == 2], 2, **HEADER)
-    assert alone.workloads["w"] == own and alone.header.k == 2
+    assert alone.workloads["w"] == own.workloads["w"]
 
 
 def test_profile_at_k_round_trips_through_a_file(tmp_path):
@@ -56,7 +59,33 @@ def test_profile_at_k_round_trips_through_a_file(tmp_path):
     path = tmp_path / "p.yaml"
     write_profile(fit_profile_at_k(f, 2, **HEADER), path)
     back = load_profile(path)
-    assert back.k == 3 and len(back.workloads["w"].per_position) == 3
+    assert back.k == 2 and back.workloads["w"].guess_rate == 0.5
+
+
+def test_guess_rate_outside_0_1_is_refused(tmp_path):
+    path = tmp_path / "p.yaml"
+    write_profile(fit_profile_at_k(frame([(0, 2, 2), (0, 4, 4)]), 2, **HEADER), path)
+    path.write_text(path.read_text().replace("guess_rate: 1.0", "guess_rate: 1.5"))
+    with pytest.raises(ProfileError, match="guess_rate"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.4, 1.3])
+def test_the_fitted_guess_reproduces_the_pooled_conditional(sigma):
+    """q_(K+1) of heterogeneity.next_rate gives back the measured P(A >= K+1 | A >= K) over the
+    steps of requests running blocks of K, by brute force over 400,000 drawn requests (their
+    step weights 1 / tau(Z), the difficulty logit-normal), within Monte Carlo error."""
+    q = (0.8, 0.7, 0.9)
+    target = 0.55
+    nxt = next_rate(q, sigma, target)
+    z = np.random.default_rng(5).standard_normal(400_000)
+    p = expit(logit(np.array([*q, nxt]))[None, :] + sigma * z[:, None])
+    surv = np.cumprod(p, axis=1)
+    w = 1.0 / (1.0 + surv[:, :3].sum(axis=1))  # steps of a request at K = 3
+    pooled = (w * surv[:, 3]).sum() / (w * surv[:, 2]).sum()
+    assert pooled == pytest.approx(target, abs=3e-3)
+    if sigma == 0:
+        assert nxt == target
 
 
 def test_tree_traces_are_refused():
@@ -87,7 +116,7 @@ def test_monte_carlo_guess_is_the_deeper_position_not_the_last_held():
     sd = np.sqrt(0.5 * 0.5 / n)
     assert abs(rate - 0.5) < stats.norm.ppf(1 - 1e-6) * sd
     wp = fit_profile_at_k(f, 2, **HEADER).workloads["w"]
-    assert wp.per_position[1] > 0.85 and wp.per_position[2] == rate
+    assert wp.per_position[1] > 0.85 and wp.guess_rate == rate
 
 
 def test_the_des_bets_at_the_measured_guess(tmp_path):
@@ -98,7 +127,8 @@ def test_the_des_bets_at_the_measured_guess(tmp_path):
     f = chain_trace(rates, (2, 4), 6000, seed=12)
     path = tmp_path / "k2.yaml"
     write_profile(fit_profile_at_k(f, 2, **HEADER), path)
-    p = load_profile(path).workloads["w"].per_position
+    wp = load_profile(path).workloads["w"]
+    p = (*wp.per_position, wp.guess_rate)
     sc = load_scenario(
         data={
             "name": "guess",
@@ -126,3 +156,49 @@ def test_the_des_bets_at_the_measured_guess(tmp_path):
     sd = np.sqrt(n * measured * (1 - measured))
     assert abs(won - n * measured) < stats.norm.ppf(1 - 1e-6) * sd
     assert abs(won - n * held) > 10 * sd
+
+
+def test_the_guess_moves_only_the_bets_in_both_engines(tmp_path):
+    """A profile with and without its guess_rate: a sync run is the same to the bit (the K
+    rates and the difficulty spread are fitted as before), an async run's bets follow the
+    guess in the DES and in the analytical engine (one rule: wansim.acceptance.bet)."""
+    from wansim.analytical import analyze
+
+    rates = [0.85, 0.9, 0.5, 0.8]
+    f = chain_trace(rates, (2, 4), 3000, seed=13)
+    with_guess, without = tmp_path / "g.yaml", tmp_path / "n.yaml"
+    prof = fit_profile_at_k(f, 2, **HEADER)
+    write_profile(prof, with_guess)
+    write_profile(fit_profile(f[f["k"] == 2], **HEADER), without)
+
+    def run(path, schedule):
+        data = {
+            "name": "guess",
+            "stages": 3,
+            "model": {"hidden_size": 256, "compute": {"kind": "linear", "base_ms": 2.0}},
+            "network": {"latency_ms": 10, "bandwidth_mbps": 1000},
+            "drafter": {
+                "draft_ms": 1.0,
+                "placement": "first_stage",
+                "kind": "draft_model",
+                "acceptance": {"profile": str(path), "dispersion": 0.3},
+            },
+            "speculation": {"policy": "chain", "k": 2, "verifier": "greedy"},
+            "schedule": {"kind": schedule, "max_inflight_blocks": 3 if schedule == "async" else 1},
+            "workload": {"requests": 200, "prompt_tokens": 16, "output_tokens": 100},
+        }
+        sc = load_scenario(data=data)
+        return simulate(sc), analyze(sc)
+
+    (sync_g, _), (sync_n, _) = run(with_guess, "sync"), run(without, "sync")
+    assert sync_g.metrics == sync_n.metrics
+    (des_g, an_g), (des_n, an_n) = run(with_guess, "async"), run(without, "async")
+
+    def des_rate(res):
+        b = res.details["blocks"]
+        return b["bets_won"] / (b["bets_won"] + b["bets_lost"])
+
+    # held p_2 ~ 0.9 against the measured guess ~ 0.5: the bets fall by ~40% in both engines
+    assert an_g.details["bet_win_rate"] < 0.7 * an_n.details["bet_win_rate"]
+    assert des_rate(des_g) < 0.7 * des_rate(des_n)
+    assert des_rate(des_g) == pytest.approx(an_g.details["bet_win_rate"], rel=0.1)

@@ -390,8 +390,9 @@ def test_a_short_cell_measures_its_guess_on_the_larger_k_it_reaches(tmp_path):
     b = load_bundle(path)
     raw = cell_scenario(Cell(4, 20.0, 2, tokens=11, schedule="async"), b, tmp_path / "short")
     prof = yaml.safe_load(Path(raw["drafter"]["acceptance"]["profile"]).read_text())
-    rates = prof["workloads"]["code"]["per_position"]
-    assert prof["k"] == 3 and rates[:2] == [1.0, 1.0] and rates[2] == pytest.approx(1 / 4)
+    body = prof["workloads"]["code"]
+    assert prof["k"] == 2 and body["per_position"] == [1.0, 1.0]
+    assert body["guess_rate"] == pytest.approx(1 / 4)
     assert "position 3 (the async bet's guess) from K 4" in prof["provenance"]
 
 

@@ -80,6 +80,24 @@ def fit_rates(pooled: np.ndarray, sigma: float, iterations: int = 60) -> np.ndar
     return q
 
 
+def next_rate(q: tuple[float, ...], sigma: float, conditional: float) -> float:
+    """q_(K+1) (median difficulty) whose step-weighted pooled conditional rate after the K
+    rates ``q``, P(A >= K + 1 | A >= K) over requests running blocks of K (their step weights),
+    equals ``conditional``: E[w S_K(Z) p(Z)] = conditional E[w S_K(Z)]. sigma = 0: the
+    conditional itself. The rates q_1..q_K and sigma are left as fitted."""
+    c = min(max(float(conditional), 1e-9), 1 - 1e-9)
+    if sigma == 0:
+        return c
+    z, weights = quadrature()
+    surv = np.cumprod(node_rates(np.asarray(q, dtype=float), sigma, z), axis=1)
+    reach = _step_weights(weights, surv) * surv[:, -1]
+
+    def gap(x: float) -> float:
+        return float(reach @ expit(x + sigma * z)) - c * float(reach.sum())
+
+    return float(expit(_root(gap)))
+
+
 def _root(gap) -> float:
     """Root of an increasing ``gap`` in logit space; the bracket widens until it holds (deep
     positions under a wide difficulty spread need logits far below -40). A gap still positive

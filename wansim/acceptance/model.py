@@ -35,6 +35,9 @@ class AcceptanceModel:
     domain_shift: float = 1.0
     extrapolate: bool = False
     label: str = ""
+    # the profile's measured guess: P(A >= K + 1 | A >= K) at K = len(rates), pooled
+    # (wansim.acceptance.bet); None: the last rate is held for the guess
+    guess_rate: float | None = None
 
     @property
     def measured_positions(self) -> int:
@@ -97,6 +100,7 @@ def acceptance_model(spec: AcceptanceSpec) -> AcceptanceModel:
 
 @lru_cache(maxsize=256)
 def _build(spec: AcceptanceSpec) -> AcceptanceModel:
+    guess = None
     if spec.profile is not None:
         prof = load_profile(spec.profile)
         wl_name = spec.workload or prof.default_workload
@@ -104,6 +108,7 @@ def _build(spec: AcceptanceSpec) -> AcceptanceModel:
         pooled = wl.per_position
         dispersion = wl.dispersion if spec.dispersion is None else spec.dispersion
         label = f"{prof.header.drafter}/{wl_name}"
+        guess = wl.guess_rate
     elif spec.per_position is not None:
         pooled = spec.per_position
         dispersion = spec.dispersion or 0.0
@@ -123,6 +128,7 @@ def _build(spec: AcceptanceSpec) -> AcceptanceModel:
         domain_shift=spec.domain_shift,
         extrapolate=spec.extrapolate or spec.source == "alpha",
         label=label,
+        guess_rate=guess,
     )
 
 

@@ -68,6 +68,9 @@ class WorkloadProfile:
     sibling_logit_offsets: tuple[float, ...] | None = spec(None)
     steps: int | None = spec(None, ge=0)
     hybrid_confident_fraction: float | None = spec(None, ge=0, le=1)
+    # P(A >= K + 1 | A >= K), K = len(per_position), pooled over steps of larger block sizes:
+    # the async bet's guess (wansim.acceptance.bet); None: the last rate is held for it
+    guess_rate: float | None = spec(None, ge=0, le=1)
     notes: str = spec("")
 
     def check(self, path: str) -> None:
@@ -251,6 +254,8 @@ def profile_to_mapping(profile: Profile) -> dict:
             body["steps"] = int(wp.steps)
         if wp.hybrid_confident_fraction is not None:
             body["hybrid_confident_fraction"] = float(wp.hybrid_confident_fraction)
+        if wp.guess_rate is not None:
+            body["guess_rate"] = round(float(wp.guess_rate), 6)
         if wp.notes:
             body["notes"] = wp.notes
         out["workloads"][name] = body

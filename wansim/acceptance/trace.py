@@ -241,10 +241,9 @@ def guess_rate(frame: pd.DataFrame, k: int) -> tuple[float, int] | None:
 def fit_profile_at_k(frame: pd.DataFrame, k: int, **header) -> Profile:
     """The profile of block size ``k`` from a trace mixing block sizes: positions 1..k, the
     dispersion and the histogram from the steps at ``k`` (:func:`fit_profile` of those rows),
-    then position k + 1 -- the async bet's guess, the drafter's token after its k drafts
-    (:mod:`wansim.acceptance.bet`) -- from the steps at larger block sizes where there are any
-    (:func:`guess_rate`; the histogram, which counts A = 0..k, is dropped and the header's k
-    becomes k + 1). Without them the engines hold the last rate for the guess."""
+    and ``guess_rate`` -- position k + 1, the async bet's guess, the drafter's token after its
+    k drafts (:mod:`wansim.acceptance.bet`) -- from the steps at larger block sizes where there
+    are any (:func:`guess_rate`). Without them the engines hold the last rate for the guess."""
     if any(c in frame.columns and frame[c].notna().any() for c in TREE_COLUMNS):
         raise ValueError("fit_profile_at_k: chain traces only (a tree's guess is not a chain's)")
     prof = fit_profile(frame[frame["k"] == k], **header)
@@ -253,9 +252,5 @@ def fit_profile_at_k(frame: pd.DataFrame, k: int, **header) -> Profile:
         key = str(name) or "default"
         rate = guess_rate(sub, k)
         if key in workloads and rate is not None and len(workloads[key].per_position) == k:
-            workloads[key] = dataclasses.replace(
-                workloads[key], per_position=(*workloads[key].per_position, rate[0]), histogram=None
-            )
-    extended = any(len(w.per_position) == k + 1 for w in workloads.values())
-    head = dataclasses.replace(prof.header, k=k + 1) if extended else prof.header
-    return Profile(header=head, workloads=workloads)
+            workloads[key] = dataclasses.replace(workloads[key], guess_rate=rate[0])
+    return Profile(header=prof.header, workloads=workloads)

@@ -119,6 +119,27 @@ def test_monte_carlo_guess_is_the_deeper_position_not_the_last_held():
     assert wp.per_position[1] > 0.85 and wp.guess_rate == rate
 
 
+def ring(profile, schedule="async", dispersion=0.0, requests=40, output_tokens=200):
+    """A 3-stage ring drafting K = 2 from ``profile`` (greedy), 3 blocks in flight when async."""
+    return load_scenario(
+        data={
+            "name": "guess",
+            "stages": 3,
+            "model": {"hidden_size": 256, "compute": {"kind": "linear", "base_ms": 2.0}},
+            "network": {"latency_ms": 10, "bandwidth_mbps": 1000},
+            "drafter": {
+                "draft_ms": 1.0,
+                "placement": "first_stage",
+                "kind": "draft_model",
+                "acceptance": {"profile": str(profile), "dispersion": dispersion},
+            },
+            "speculation": {"policy": "chain", "k": 2, "verifier": "greedy"},
+            "schedule": {"kind": schedule, "max_inflight_blocks": 3 if schedule == "async" else 1},
+            "workload": {"requests": requests, "prompt_tokens": 16, "output_tokens": output_tokens},
+        }
+    )
+
+
 def test_the_des_bets_at_the_measured_guess(tmp_path):
     """The DES with the K = 2 profile wins a bet as often as S_2 p_3 of the measured profile
     (binomial band over its verified blocks), not as S_2 p_2 (the held rate): the guess reaches
@@ -129,26 +150,7 @@ def test_the_des_bets_at_the_measured_guess(tmp_path):
     write_profile(fit_profile_at_k(f, 2, **HEADER), path)
     wp = load_profile(path).workloads["w"]
     p = (*wp.per_position, wp.guess_rate)
-    sc = load_scenario(
-        data={
-            "name": "guess",
-            "stages": 3,
-            "model": {
-                "hidden_size": 256,
-                "compute": {"kind": "linear", "base_ms": 2.0, "per_token_ms": 0.0},
-            },
-            "network": {"latency_ms": 10, "bandwidth_mbps": 1000},
-            "drafter": {
-                "draft_ms": 1.0,
-                "placement": "first_stage",
-                "kind": "draft_model",
-                "acceptance": {"profile": str(path), "dispersion": 0.0},
-            },
-            "speculation": {"policy": "chain", "k": 2, "verifier": "greedy"},
-            "schedule": {"kind": "async", "max_inflight_blocks": 3},
-            "workload": {"requests": 40, "prompt_tokens": 16, "output_tokens": 200},
-        }
-    )
+    sc = ring(path)
     blocks = simulate(sc).details["blocks"]
     won, lost = blocks["bets_won"], blocks["bets_lost"]
     n = won + lost
@@ -172,22 +174,7 @@ def test_the_guess_moves_only_the_bets_in_both_engines(tmp_path):
     write_profile(fit_profile(f[f["k"] == 2], **HEADER), without)
 
     def run(path, schedule):
-        data = {
-            "name": "guess",
-            "stages": 3,
-            "model": {"hidden_size": 256, "compute": {"kind": "linear", "base_ms": 2.0}},
-            "network": {"latency_ms": 10, "bandwidth_mbps": 1000},
-            "drafter": {
-                "draft_ms": 1.0,
-                "placement": "first_stage",
-                "kind": "draft_model",
-                "acceptance": {"profile": str(path), "dispersion": 0.3},
-            },
-            "speculation": {"policy": "chain", "k": 2, "verifier": "greedy"},
-            "schedule": {"kind": schedule, "max_inflight_blocks": 3 if schedule == "async" else 1},
-            "workload": {"requests": 200, "prompt_tokens": 16, "output_tokens": 100},
-        }
-        sc = load_scenario(data=data)
+        sc = ring(path, schedule, dispersion=0.3, requests=200, output_tokens=100)
         return simulate(sc), analyze(sc)
 
     (sync_g, _), (sync_n, _) = run(with_guess, "sync"), run(without, "sync")

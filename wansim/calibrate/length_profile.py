@@ -43,7 +43,7 @@ def length_profile(bundle: Bundle, cell, out_dir: Path) -> Path | None:
 
 
 def _fit(bundle: Bundle, kind: str, k: int, tokens: int) -> str | None:
-    from wansim.calibrate.profiling import fitted_profile_text
+    from wansim.calibrate.profiling import per_k_profile_text
 
     traces = bundle.acceptance_traces
     frame = traces[(traces["drafter"] == kind) & (traces["k"] >= k)]
@@ -54,12 +54,13 @@ def _fit(bundle: Bundle, kind: str, k: int, tokens: int) -> str | None:
     if len(reached) == len(frame):
         return None
     workload = next(iter(yaml.safe_load(per_k.read_text())["workloads"]))
-    return fitted_profile_text(
+    return per_k_profile_text(
         reached.drop(columns="drafter").assign(workload=workload),
+        kind,
+        k,
         str(bundle.model["drafter"]),
         str(bundle.model["target"]),
         f"wansim calibrate predict: the bundle's {kind} traces, the steps a request "
         f"of {tokens} output tokens reaches,",
         quality=str((bundle.path / FILES["activation_quality"]).resolve()),
-        at_k=k,
     )

@@ -324,6 +324,17 @@ def fitted_profile_text(
     return yaml.safe_dump(mapping, sort_keys=False)
 
 
+def per_k_profile_text(
+    frame: pd.DataFrame, kind: str, k: int, drafter: str, target: str, what: str, **kw
+) -> str:
+    """The profile of block size ``k`` from a trace frame of one drafter ``kind``
+    (:func:`fitted_profile_text`): chain-shaped traces fit that K with its guess from the
+    frame's larger K (``at_k``), the static tree's the steps at that K alone."""
+    if kind in CHAIN_SHAPED:
+        return fitted_profile_text(frame, drafter, target, what, at_k=k, **kw)
+    return fitted_profile_text(frame[frame["k"] == k], drafter, target, what, **kw)
+
+
 def acceptance_trace(target_dir: str, drafter_dir: str, prompts, ks, tokens: int) -> pd.DataFrame:
     """Greedy in-process speculative decoding of ``prompts`` at every K: the trace frame."""
     import torch
@@ -875,12 +886,13 @@ def run_profile(
             continue
         for k in ks:
             name = f"acceptance_profile_{kind}_k{k}.yaml"
-            per_k[name] = fitted_profile_text(
-                frame if kind in CHAIN_SHAPED else frame[frame["k"] == k],
+            per_k[name] = per_k_profile_text(
+                frame,
+                kind,
+                k,
                 Path(drafter_dir).name,
                 Path(target_dir).name,
                 f"wansim calibrate profile: {kind} traces",
-                at_k=k if kind in CHAIN_SHAPED else None,
             )
             manifest["acceptance"].setdefault("per_k", {}).setdefault(kind, {})[int(k)] = name
     write_bundle(

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from wansim.calibrate.bundle import FILES, Bundle
-from wansim.calibrate.workload_sample import CHAIN_SHAPED, drafter_kind
+from wansim.calibrate.workload_sample import drafter_kind
 
 
 def workload_profiles(
@@ -33,8 +33,8 @@ def workload_profiles(
     prompts, tokens, K) -> profile path. Needs torch."""
     from wansim.calibrate.profiling import (
         acceptance_trace,
-        fitted_profile_text,
         mtp_acceptance_trace,
+        per_k_profile_text,
         tree_acceptance_trace,
     )
 
@@ -57,12 +57,8 @@ def workload_profiles(
         for k in ks:  # each K its own fit, as the bundle's profiled K (Bundle.profile_at)
             name = f"acceptance_{kind}_{n}x{tokens}_k{k}.yaml"
             (out / name).write_text(
-                fitted_profile_text(
-                    trace if kind in CHAIN_SHAPED else trace[trace["k"] == k],
-                    str(bundle.model["drafter"]),
-                    str(bundle.model["target"]),
-                    what,
-                    at_k=k if kind in CHAIN_SHAPED else None,
+                per_k_profile_text(
+                    trace, kind, k, str(bundle.model["drafter"]), str(bundle.model["target"]), what
                 )
             )
             paths[(kind, n, tokens, k)] = out / name

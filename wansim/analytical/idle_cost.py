@@ -56,10 +56,11 @@ def with_extras(scenario: Scenario, extras, hop_extras=None) -> Scenario:
     return dataclasses.replace(scenario, model=model, network=net)
 
 
-def busy_per_pass_ms(scenario: Scenario) -> np.ndarray:
+def busy_per_pass_ms(scenario: Scenario, parts: dict | None = None) -> np.ndarray:
     """Per stage, its mean busy ms per pass: a verify pass of the batch's tokens, plus the
-    drafting on the stage that drafts (none for an overlapped drafter)."""
-    parts = lap_parts(scenario)
+    drafting on the stage that drafts (none for an overlapped drafter). ``parts``: the
+    scenario's :func:`lap_parts`, where already at hand."""
+    parts = lap_parts(scenario) if parts is None else parts
     b, n = float(np.asarray(parts["batch"])), float(np.asarray(parts["tokens"]))
     busy = np.array([float(np.asarray(c)) for c in stage_ms_each(scenario, b * n)])
     if not (uses_blocks(scenario) and scenario.drafter.overlap):
@@ -68,10 +69,11 @@ def busy_per_pass_ms(scenario: Scenario) -> np.ndarray:
     return busy
 
 
-def message_busy_ms(scenario: Scenario) -> np.ndarray:
+def message_busy_ms(scenario: Scenario, parts: dict | None = None) -> np.ndarray:
     """Per hop, how long a verify pass's message holds its sender (the delivery rule's busy
-    without losses: per-message cost, codec, one serialisation)."""
-    parts = lap_parts(scenario)
+    without losses: per-message cost, codec, one serialisation). ``parts``: as
+    :func:`busy_per_pass_ms`."""
+    parts = lap_parts(scenario) if parts is None else parts
     hops = scenario.resolved_hops()
     fwd = parts["forward_bytes_hops"]
     out = []
@@ -96,60 +98,57 @@ def pass_interval_ms(busy_ms: np.ndarray, utilisation) -> np.ndarray:
 
 def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
     """(the scenario with the fixed point's extras, its answer by ``analyze``, the details:
-    per stage idle ms and extra ms, per hop with ``network.idle_cost``, steps, converged)."""
+    per stage idle ms and extra ms, per hop with ``network.idle_cost``, steps, converged).
+    One vector iterates: the stages' extras, then the hops' where they pay one."""
     stages = int(scenario.stages)
-    tables = idle_cost.stage_tables(scenario.model, stages)
     hop_table = idle_cost.table(scenario.network.idle_cost)
+    tables = idle_cost.stage_tables(scenario.model, stages)
+    if hop_table is not None:
+        tables = tables + [hop_table] * stages
 
-    def extras_at(idle: np.ndarray, each) -> np.ndarray:
-        return np.array(
-            [
-                0.0 if t is None else float(idle_cost.extra_ms(g, *t))
-                for g, t in zip(idle, each, strict=True)
-            ]
-        )
-
-    def step(extras, hop_extras):
-        scaled = with_extras(scenario, extras, hop_extras)
+    def step(x: np.ndarray):
+        scaled = with_extras(scenario, x[:stages], None if hop_table is None else x[stages:])
         result = analyze(scaled)
-        busy = busy_per_pass_ms(scaled)
+        parts = lap_parts(scaled)
+        busy = busy_per_pass_ms(scaled, parts)
         every = pass_interval_ms(busy, result.metrics["stage_utilization"])
         idle = every - busy
-        hop_idle = None
         if hop_table is not None:
-            hop_idle = np.maximum(every - message_busy_ms(scaled), 0.0)
-        return scaled, result, idle, hop_idle
+            idle = np.concatenate([idle, np.maximum(every - message_busy_ms(scaled, parts), 0.0)])
+        return scaled, result, idle
 
-    extras = np.zeros(stages)
-    hop_extras = None if hop_table is None else np.zeros(stages)
+    extras = np.zeros(len(tables))
     steps, converged = 0, False
     while steps < MAX_STEPS:
         steps += 1
-        scaled, result, idle, hop_idle = step(extras, hop_extras)
-        new = extras_at(idle, tables)
-        new_hops = None if hop_table is None else extras_at(hop_idle, [hop_table] * stages)
+        scaled, result, idle = step(extras)
+        new = np.array(
+            [
+                0.0 if t is None else float(idle_cost.extra_ms(g, *t))
+                for g, t in zip(idle, tables, strict=True)
+            ]
+        )
         if steps > UNDAMPED:
             new = 0.5 * (new + extras)
-            if new_hops is not None:
-                new_hops = 0.5 * (new_hops + hop_extras)
-        change = np.max(np.abs(new - extras))
-        if new_hops is not None:
-            change = max(change, np.max(np.abs(new_hops - hop_extras)))
-        if change <= TOLERANCE_MS:  # (the answer is the one at these extras)
+        if np.max(np.abs(new - extras)) <= TOLERANCE_MS:  # (the answer is the one at these extras)
             converged = True
             break
-        extras, hop_extras = new, new_hops
+        extras = new
     if not converged:
-        scaled, result, idle, hop_idle = step(extras, hop_extras)
+        scaled, result, idle = step(extras)
+
+    def listed(values) -> list:
+        return [float(v) if np.isfinite(v) else None for v in values]
+
     details = {
-        "idle_ms": [float(v) if np.isfinite(v) else None for v in idle],
-        "extra_ms": [float(e) for e in extras],
+        "idle_ms": listed(idle[:stages]),
+        "extra_ms": [float(e) for e in extras[:stages]],
         "steps": steps,
         "converged": converged,
     }
     if hop_table is not None:
-        details["hop_idle_ms"] = [float(v) if np.isfinite(v) else None for v in hop_idle]
-        details["hop_extra_ms"] = [float(e) for e in hop_extras]
+        details["hop_idle_ms"] = listed(idle[stages:])
+        details["hop_extra_ms"] = [float(e) for e in extras[stages:]]
     return scaled, result, details
 
 

@@ -75,6 +75,16 @@ def _table(idle: pd.Series, extra: pd.Series, lats, reference_latency_ms: float)
     return {"points": points, "reference_idle_ms": ref_idle, "reference_extra_ms": ref_extra}
 
 
+def _over_shortest(rows: pd.DataFrame, by: str, value: str, what: str):
+    """(the latencies in order, per latency and ``by`` the mean ``value`` less the shortest
+    latency's); a ValueError naming ``what`` without two latencies."""
+    if rows.empty or rows["latency_ms"].nunique() < 2:
+        raise ValueError(f"the idle cost needs {what} at two link latencies or more")
+    lats = sorted(rows["latency_ms"].unique())
+    mean = rows.groupby(["latency_ms", by])[value].mean().unstack(by)
+    return lats, mean - mean.loc[lats[0]]
+
+
 MESSAGE_COLUMNS = ("latency_ms", "prompt_index", "role", "idle_ms", "error_ms")
 
 
@@ -97,11 +107,8 @@ def fit_message_idle_cost(rows: pd.DataFrame, reference_latency_ms: float) -> di
     """A message after its hop's sender idled: per latency, the mean per-message cost less
     the shortest latency's (the mean of the two hop roles' differences, clamped at 0), at the
     median idle; the reference at the bundle's own latency (module docstring)."""
-    if rows.empty or rows["latency_ms"].nunique() < 2:
-        raise ValueError("the idle cost needs messages at two link latencies or more")
-    lats = sorted(rows["latency_ms"].unique())
-    mean = rows.groupby(["latency_ms", "role"])["error_ms"].mean().unstack("role")
-    extra = (mean - mean.loc[lats[0]]).mean(axis=1).clip(lower=0.0)
+    lats, by_role = _over_shortest(rows, "role", "error_ms", "messages")
+    extra = by_role.mean(axis=1).clip(lower=0.0)
     idle = rows.groupby("latency_ms")["idle_ms"].median()
     return _table(idle, extra, lats, reference_latency_ms)
 
@@ -110,11 +117,7 @@ def fit_idle_cost(rows: pd.DataFrame, reference_latency_ms: float) -> dict:
     """The table of [idle ms, extra ms] points and the reference (module docstring), pooled
     over the two stages, and per role (``stages``: ``drafting``, stage 0's drafting and pass,
     and ``pass``, stage 1's pass, each at its own median idle)."""
-    if rows.empty or rows["latency_ms"].nunique() < 2:
-        raise ValueError("the idle cost needs passes at two link latencies or more")
-    lats = sorted(rows["latency_ms"].unique())
-    mean = rows.groupby(["latency_ms", "stage"])["work_ms"].mean().unstack("stage")
-    extra_by_stage = mean - mean.loc[lats[0]]
+    lats, extra_by_stage = _over_shortest(rows, "stage", "work_ms", "passes")
     extra = extra_by_stage.mean(axis=1).clip(lower=0.0)
     idle = rows.groupby("latency_ms")["idle_ms"].median()
     pooled = _table(idle, extra, lats, reference_latency_ms)

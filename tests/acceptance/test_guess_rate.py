@@ -62,12 +62,23 @@ def test_profile_at_k_round_trips_through_a_file(tmp_path):
     assert back.k == 2 and back.workloads["w"].guess_rate == 0.5
 
 
-def test_guess_rate_outside_0_1_is_refused(tmp_path):
+def test_guess_rate_outside_0_1_is_refused(tmp_path, run_cli):
     path = tmp_path / "p.yaml"
     write_profile(fit_profile_at_k(frame([(0, 2, 2), (0, 4, 4)]), 2, **HEADER), path)
     path.write_text(path.read_text().replace("guess_rate: 1.0", "guess_rate: 1.5"))
     with pytest.raises(ProfileError, match="guess_rate"):
         load_profile(path)
+    # a scenario naming it: exit 2, one line naming the field, the value and the bound
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: g\nstages: 3\ndrafter: {draft_ms: 1.0, placement: first_stage, kind: draft_model,"
+        f" acceptance: {{profile: {path}}}}}\nspeculation: {{policy: chain, k: 2,"
+        " verifier: greedy}\n"
+    )
+    code, out, err = run_cli("run", scenario, "--engine", "des")
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0
+    assert "workloads.w.guess_rate" in err and "1.5" in err and "<= 1" in err
 
 
 @pytest.mark.parametrize("sigma", [0.0, 0.4, 1.3])

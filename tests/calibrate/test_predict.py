@@ -1122,8 +1122,55 @@ def _fake_real(cell, round_: int) -> dict:
         "draft_ms_mean": 1.5,
         "per_message_ms_mean": {"forward": 0.5, "return": 0.4},
         "load_avg_1min": [0.5, 0.5],
+        "host_cpu": {
+            "seconds": 1.0,
+            "busy_cores": 0.5 + 0.25 * round_,
+            "own_cores": 0.4,
+            "others_cores": 0.1 + 0.25 * round_,
+            "steal_fraction": 0.01 * round_,
+        },
         "seconds": 1.0,
     }
+
+
+def test_the_report_shows_the_hosts_cores_over_each_cells_decodes():
+    """A cell's runs' CPU records (wansim.real.host_load) become a range beside it: busy
+    cores, others' most, steal's most; runs recorded before the field keep the load average."""
+    from wansim.calibrate.report import _load_words, host_cpu_range, merged_host_cpu
+
+    runs = [
+        {
+            "seconds": 3,
+            "busy_cores": 0.6,
+            "own_cores": 0.5,
+            "others_cores": 0.1,
+            "steal_fraction": 0.0,
+        },
+        None,
+        {
+            "seconds": 3,
+            "busy_cores": 1.4,
+            "own_cores": 0.9,
+            "others_cores": 0.5,
+            "steal_fraction": 0.02,
+        },
+    ]
+    got = host_cpu_range(runs)
+    assert got == {
+        "busy_cores": {"min": 0.6, "max": 1.4},
+        "own_cores": {"min": 0.5, "max": 0.9},
+        "others_cores_max": 0.5,
+        "steal_fraction_max": 0.02,
+        "runs": 2,
+    }
+    assert host_cpu_range([None, None]) is None
+    other = host_cpu_range([{**runs[0], "busy_cores": 0.2, "steal_fraction": 0.05}])
+    both = merged_host_cpu([got, None, other])
+    assert both["busy_cores"] == {"min": 0.2, "max": 1.4} and both["runs"] == 3
+    assert both["steal_fraction_max"] == 0.05 and merged_host_cpu([None]) is None
+    old = {"load_avg_1min": {"min": 0.3, "max": 0.45}}
+    assert _load_words({**old, "host_cpu": got}) == "0.6-1.4 cores (0.5 others)"
+    assert _load_words({**old, "host_cpu": None}) == "0.3-0.5 avg"
 
 
 def test_an_interrupted_predict_keeps_its_real_runs_for_reuse(tmp_path, monkeypatch):
@@ -1160,6 +1207,9 @@ def test_an_interrupted_predict_keeps_its_real_runs_for_reuse(tmp_path, monkeypa
         )
 
     whole = run_predict(settings("whole"))
+    host = whole["cells"][0]["real"]["host_cpu"]  # the fake rounds' records, as a range
+    assert host["busy_cores"] == {"min": 0.5, "max": 0.75} and host["runs"] == 2
+    assert whole["summary"]["host_cpu"]["others_cores_max"] == 0.35
     kept = json.loads((tmp_path / "whole" / RUNS_FILE).read_text())
     assert len(kept["profiles"]) == 3 and all(len(r) == 2 for r in kept["runs"].values())
 

@@ -18,6 +18,7 @@ Bounds (stated here, checked per cell, DES):
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import yaml
@@ -96,6 +97,9 @@ def test_held_out_cells_within_loose_bounds(held_out):
         real = cell["real"]
         assert len(real["runs"]) == 2 and [r["round"] for r in real["runs"]] == [0, 1]
         assert all(len(r["load_avg_1min"]) == 2 for r in real["runs"])
+        # the host's CPU over each decode: the stages' own work is in it (Linux's /proc)
+        assert all(r["host_cpu"]["own_cores"] > 0 for r in real["runs"] if r["host_cpu"])
+        assert sys.platform != "linux" or real["host_cpu"]["runs"] == 2
         assert real["spread"]["tokens_per_s"] is not None
         err = cell["des"]["error"]
         assert abs(err["tokens_per_s"]) <= TOKENS_PER_S_BOUND, (cell["name"], err)

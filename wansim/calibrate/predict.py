@@ -473,10 +473,12 @@ def run_real_cell(
     cell: Cell, target_dir: str, drafter_dir: str, prompts, run_dir: Path, mtp_dir: str = ""
 ) -> dict:
     """One real run of a runnable cell: the simulator-definition metrics, the per-stage service
-    means, the per-message cost by hop role, and the machine's load before/after."""
+    means, the per-message cost by hop role, the machine's load average before/after and its
+    CPU over the decode (``host_cpu``: busy cores, the run's own, others', steal)."""
     from wansim.calibrate.measure import decompose, real_bets, real_metrics
     from wansim.calibrate.profiling import hop_error_rows
     from wansim.real.config import DecodeSpec, PipelineSpec, TreeSpec
+    from wansim.real.host_load import host_load, snapshot
     from wansim.real.link import LinkSpec
     from wansim.real.recording import read_raw
     from wansim.real.runner import Pipeline
@@ -509,7 +511,10 @@ def run_real_cell(
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with Pipeline(spec, run_dir) as pipe:
+        pids = [*pipe.pids.values(), os.getpid()]
+        before = snapshot(pids)
         res = pipe.generate(prompts, decode, name="job")
+        load = host_load(before, snapshot(pids))
     raw = read_raw(run_dir / "raw", cell.stages)
     passes = decompose(res.steps, raw, cell.stages)
     real = real_metrics(passes, cell.stages, cell.tokens)
@@ -523,6 +528,8 @@ def run_real_cell(
         r: float(err.loc[err["role"] == r, "error_ms"].mean()) for r in ("forward", "return")
     }
     real["load_avg_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+    # the host's cores over the decode itself (wansim.real.host_load): the run's and others'
+    real["host_cpu"] = load.as_dict() if load else None
     real["seconds"] = round(time.perf_counter() - t0, 1)
     return real
 

@@ -83,6 +83,7 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
     real["spread"] = {key: spread([r.get(key) for r in runs]) for key in (*METRICS, "tau")}
     loads = [x for r in runs for x in r["load_avg_1min"]]
     real["load_avg_1min"] = {"min": min(loads), "max": max(loads)}
+    real["host_cpu"] = host_cpu_range([r.get("host_cpu") for r in runs])
     real["runs"] = runs
     entry["real"] = real
     for engine in ENGINES:
@@ -249,6 +250,7 @@ def summarize(entries: list[dict]) -> dict:
     either = [w for w in either if w is not None]
     halves = [(e.get("workload_sample") or {}).get("half_width") for e in measured]
     loads = [x for e in measured for x in e["real"]["load_avg_1min"].values()]
+    hosts = [e["real"].get("host_cpu") for e in measured]
     return {
         "out_of_sample": True,
         "engine": "des",
@@ -275,6 +277,47 @@ def summarize(entries: list[dict]) -> dict:
         "measured": len(measured),
         "pending": [e["name"] for e in entries if e["status"] == "pending"],
         "load_avg_1min": {"min": min(loads), "max": max(loads)} if loads else None,
+        "host_cpu": merged_host_cpu(hosts),
+    }
+
+
+def merged_host_cpu(ranges: list[dict | None]) -> dict | None:
+    """The cells' :func:`host_cpu_range` records as one over all their runs."""
+    ranges = [x for x in ranges if x]
+    if not ranges:
+        return None
+    return {
+        "busy_cores": {
+            "min": min(x["busy_cores"]["min"] for x in ranges),
+            "max": max(x["busy_cores"]["max"] for x in ranges),
+        },
+        "own_cores": {
+            "min": min(x["own_cores"]["min"] for x in ranges),
+            "max": max(x["own_cores"]["max"] for x in ranges),
+        },
+        "others_cores_max": max(x["others_cores_max"] for x in ranges),
+        "steal_fraction_max": max(x["steal_fraction_max"] for x in ranges),
+        "runs": sum(x["runs"] for x in ranges),
+    }
+
+
+def host_cpu_range(loads: list[dict | None]) -> dict | None:
+    """Over real runs' ``host_cpu`` records (:mod:`wansim.real.host_load`): the busy cores'
+    range, the most cores other processes kept busy, the largest steal; None when no run
+    recorded one (runs recorded before the field, or a host without ``/proc/stat``)."""
+    loads = [x for x in loads if x]
+    if not loads:
+        return None
+    busy = [x["busy_cores"] for x in loads]
+    return {
+        "busy_cores": {"min": min(busy), "max": max(busy)},
+        "own_cores": {
+            "min": min(x["own_cores"] for x in loads),
+            "max": max(x["own_cores"] for x in loads),
+        },
+        "others_cores_max": max(x["others_cores"] for x in loads),
+        "steal_fraction_max": max(x["steal_fraction"] for x in loads),
+        "runs": len(loads),
     }
 
 
@@ -419,6 +462,26 @@ def _bet_words(bets: dict | None) -> str:
     )
 
 
+def _host_words(h: dict | None) -> str:
+    if not h:
+        return ""
+    b = h["busy_cores"]
+    return (
+        f", {b['min']:.1f}-{b['max']:.1f} cores busy over the decodes "
+        f"(others up to {h['others_cores_max']:.1f}, steal up to {100 * h['steal_fraction_max']:.1f}%)"
+    )
+
+
+def _load_words(real: dict) -> str:
+    """A cell's load: the busy cores over its decodes (others' share) where recorded, else
+    the 1-minute load average."""
+    h = real.get("host_cpu")
+    if h:
+        b = h["busy_cores"]
+        return f"{b['min']:.1f}-{b['max']:.1f} cores ({h['others_cores_max']:.1f} others)"
+    return f"{real['load_avg_1min']['min']:.1f}-{real['load_avg_1min']['max']:.1f} avg"
+
+
 def _pct(x, signed: bool = False) -> str:
     if x is None:
         return "-"
@@ -431,7 +494,8 @@ def format_table(result: dict) -> str:
         f"wansim calibrate predict: OUT OF SAMPLE — {s['measured']} cells run "
         f"x {s['settings']['rounds']} rounds, {len(s['pending'])} pending; bundle {s['bundle']}; "
         f"load average {s['load_avg_1min']['min'] if s['load_avg_1min'] else '-'}-"
-        f"{s['load_avg_1min']['max'] if s['load_avg_1min'] else '-'}; {s['seconds']:.0f} s",
+        f"{s['load_avg_1min']['max'] if s['load_avg_1min'] else '-'}"
+        f"{_host_words(s.get('host_cpu'))}; {s['seconds']:.0f} s",
         "",
         f"{'cell':<24} {'mechanism':<18} {'real tok/s':>10} {'spread':>7} {'DES':>8} "
         f"{'anal.':>8} {'bundle':>8} {'<=2x':>5} | {'lap p50':>7} {'DES':>7} | {'lap p99':>7} "
@@ -460,7 +524,7 @@ def format_table(result: dict) -> str:
             f"{_pct(d['error']['tpot_ms_p99'], True):>7} | {r['tau']:>4.2f} "
             f"{_pct(d['error']['tau'], True):>7} "
             f"{_pct((c.get('workload_sample') or {}).get('half_width')):>6} | "
-            f"{r['load_avg_1min']['min']:.1f}-{r['load_avg_1min']['max']:.1f} | "
+            f"{_load_words(r)} | "
             f"{_gap_words(c.get('lap_parts_ms'))}{_bet_words(c.get('bets'))}"
         )
     lines += ["", "median |error| / worst (cell), measured cells:"]

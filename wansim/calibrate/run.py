@@ -34,6 +34,7 @@ from wansim.config.scenario import REAL_VERIFIERS
 from wansim.data import models_dir
 from wansim.errors import WansimInputError
 from wansim.real.config import MTP_FILES  # no torch there (settings only)
+from wansim.real.host_load import host_load, snapshot
 from wansim.results import strict_json
 from wansim.support.hold import checkpoint
 
@@ -253,9 +254,11 @@ def evaluate_cell(
     k: int,
     phase1_summary: dict | None = None,
     load_avg: tuple[float, float] | None = None,
+    host_cpu: dict | None = None,
 ) -> dict:
     """Real metrics, scenario and predictions of one cell (the real run already done);
-    ``load_avg``: the machine's 1-minute load average before and after the real run."""
+    ``load_avg``: the machine's 1-minute load average before and after the real run;
+    ``host_cpu``: its CPU over the decode (:mod:`wansim.real.host_load`)."""
     from wansim.calibrate.cells import build_cell
     from wansim.calibrate.measure import emulator_accuracy, phase1_differences, real_metrics
 
@@ -277,6 +280,8 @@ def evaluate_cell(
     }
     if load_avg is not None:
         real["load_avg_1min"] = list(load_avg)
+    if host_cpu is not None:
+        real["host_cpu"] = host_cpu
     if phase1_summary is not None:
         real["phase1_summary"] = phase1_differences(phase1_summary, real)
     cell_args = {
@@ -507,6 +512,7 @@ def recalibrate(
                     k,
                     phase1_summary=phase1,
                     load_avg=c["real"].get("load_avg_1min"),
+                    host_cpu=c["real"].get("host_cpu"),
                 )
             except WansimInputError as err:
                 raise CellError(f"cell {name}: its recorded scenario is invalid: {err}") from err
@@ -565,7 +571,10 @@ def _run_pipeline(settings, target_cfg, prompts, p, lat, cells, total, t0, say, 
                 seed=settings.seed,
             )
             load0 = os.getloadavg()[0]
+            pids = [*pipe.pids.values(), os.getpid()]
+            before = snapshot(pids)
             res = pipe.generate(prompts, decode, name=f"k{k}")
+            host = host_load(before, snapshot(pids))
             t_real = time.perf_counter() - t_cell
             load = (round(load0, 2), round(os.getloadavg()[0], 2))
             raw = read_raw(run_dir / "raw", p)
@@ -582,6 +591,7 @@ def _run_pipeline(settings, target_cfg, prompts, p, lat, cells, total, t0, say, 
                     k,
                     phase1_summary=res.summary,
                     load_avg=load,
+                    host_cpu=host.as_dict() if host else None,
                 )
             except WansimInputError as err:
                 raise CellError(

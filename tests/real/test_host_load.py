@@ -1,0 +1,96 @@
+"""The host's CPU over a real run (:mod:`wansim.real.host_load`): the counters' parsing, the
+arithmetic by hand, and a process that burns a known CPU time is counted as the run's own."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+
+import pytest
+
+from wansim.real.host_load import (
+    HostLoad,
+    Snapshot,
+    cpu_states,
+    host_load,
+    process_jiffies,
+    snapshot,
+)
+
+STAT = """cpu  1000 10 300 5000 40 0 6 50 0 0
+cpu0 500 5 150 2500 20 0 3 25 0 0
+cpu1 500 5 150 2500 20 0 3 25 0 0
+intr 12345
+"""
+
+
+def test_the_summed_cpu_line_is_read_and_a_short_one_refused():
+    assert cpu_states(STAT) == (1000, 10, 300, 5000, 40, 0, 6, 50, 0, 0)
+    with pytest.raises(ValueError, match="expected >= 8"):
+        cpu_states("cpu  1 2 3 4\n")
+    with pytest.raises(ValueError, match="no summed cpu line"):
+        cpu_states("cpu0 1 2 3 4 5 6 7 8\n")
+
+
+def test_a_command_name_with_spaces_and_parentheses_does_not_shift_the_fields():
+    fields = ["S", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "123", "45", "0", "0"]
+    text = "4242 (python (stage 1)) " + " ".join(fields) + " 20 1 0 99 1000\n"
+    assert process_jiffies(text) == 123 + 45
+
+
+def test_busy_own_others_and_steal_by_hand():
+    """Two CPUs, 2 s: 400 jiffies in all at 100 per second; 100 idle + 20 iowait leave 280
+    busy = 1.4 cores; the run's two processes took 60 + 40 jiffies = 1 s of CPU over 2 s =
+    0.5 cores; others 0.9; steal 20 of 400 = 5%. A pid that has exited is not counted."""
+    if os.sysconf("SC_CLK_TCK") != 100:
+        pytest.skip("the hand-worked numbers take 100 jiffies per second")
+    before = Snapshot(10.0, (1000, 0, 0, 1000, 0, 0, 0, 0), {1: 10, 2: 0, 3: 5})
+    after = Snapshot(12.0, (1250, 0, 10, 1100, 20, 0, 0, 20), {1: 70, 2: 40, 3: 0})
+    load = host_load(before, after, cpus=2)
+    assert load == HostLoad(2.0, pytest.approx(1.4), pytest.approx(0.5), pytest.approx(0.9), 0.05)
+    assert load.as_dict()["others_cores"] == 0.9
+
+
+def test_nothing_is_recorded_without_counters_or_time():
+    s = Snapshot(1.0, (1, 0, 0, 1, 0, 0, 0, 0), {})
+    assert host_load(None, s) is None and host_load(s, None) is None
+    assert host_load(s, s) is None  # no time passed
+
+
+def _burn(cpu_s: float) -> None:
+    end = time.process_time() + cpu_s
+    while time.process_time() < end:
+        pass
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_process_that_burns_cpu_is_counted_as_the_runs_own():
+    """A child spins for 0.4 s of CPU time (CPU time, not wall: however loaded the host, it
+    has used 0.4 s when it exits); read just before it exits, at least 0.3 s are counted as
+    the run's own (the kernel's tick rounds), never more than the window's wall time."""
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Event(), ctx.Event()
+
+    def child():
+        ready.set()
+        _burn(0.4)
+        done.set()
+        time.sleep(30)  # stays alive to be read; killed below
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    try:
+        assert ready.wait(30)
+        before = snapshot([proc.pid])
+        assert done.wait(60)
+        after = snapshot([proc.pid])
+    finally:
+        proc.kill()
+        proc.join()
+    load = host_load(before, after)
+    own_s = load.own_cores * load.seconds
+    assert 0.3 <= own_s <= load.seconds + 0.02, load
+    assert 0.0 <= load.steal_fraction <= 1.0 and load.others_cores >= 0.0
+    assert load.busy_cores <= (os.cpu_count() or 1) + 1e-9

@@ -1,0 +1,128 @@
+"""The host's CPU load over a real run: how many cores were busy, how many of them the run's
+own processes kept busy, and how much the hypervisor stole.
+
+The 1-minute load average cannot describe a run of a few seconds (a 3 s cell moves it by a
+tenth), so a real measurement also records the CPU counters over exactly its own window:
+``/proc/stat``'s first line (every CPU's jiffies by state, summed) and ``/proc/<pid>/stat``'s
+user + system jiffies of each of the run's processes, read before and after. Over the window
+
+    busy_cores   = (busy jiffies / all jiffies) x CPUs      busy: all but idle and iowait
+    own_cores    = the run's processes' jiffies / (wall s x ticks per s)
+    others_cores = max(busy_cores - own_cores, 0)          other tenants, the coordinator
+    steal        = steal jiffies / all jiffies              the hypervisor's share
+
+Linux only (elsewhere :func:`snapshot` returns None and the load is not recorded). Jiffies
+are counted at the kernel's tick (usually 100 per second), so a window under a second carries
+a few hundredths of a core of rounding.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+STAT = "/proc/stat"
+IDLE_STATES = (3, 4)  # idle, iowait in /proc/stat's cpu line (user nice system idle iowait ...)
+STEAL_STATE = 7
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """CPU counters at one instant (jiffies)."""
+
+    wall_s: float
+    states: tuple[int, ...]  # /proc/stat's cpu line: user nice system idle iowait irq softirq steal
+    processes: dict[int, int]  # pid -> user + system jiffies (0 once gone)
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """The host over a window (module docstring); ``seconds``: the window's wall time."""
+
+    seconds: float
+    busy_cores: float
+    own_cores: float
+    others_cores: float
+    steal_fraction: float
+
+    def as_dict(self) -> dict:
+        return {
+            "seconds": round(self.seconds, 3),
+            "busy_cores": round(self.busy_cores, 3),
+            "own_cores": round(self.own_cores, 3),
+            "others_cores": round(self.others_cores, 3),
+            "steal_fraction": round(self.steal_fraction, 4),
+        }
+
+
+def cpu_states(text: str) -> tuple[int, ...]:
+    """The summed ``cpu`` line of a ``/proc/stat`` text: jiffies per state (at least 8)."""
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            states = tuple(int(x) for x in fields[1:])
+            if len(states) < 8:
+                raise ValueError(f"/proc/stat cpu line has {len(states)} states, expected >= 8")
+            return states
+    raise ValueError("/proc/stat has no summed cpu line")
+
+
+def process_jiffies(text: str) -> int:
+    """User + system jiffies from a ``/proc/<pid>/stat`` text (the command name may hold
+    spaces and parentheses: the fields after the last ``)`` are counted)."""
+    rest = text[text.rfind(")") + 2 :].split()
+    return int(rest[11]) + int(rest[12])  # utime, stime (fields 14 and 15)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def snapshot(pids: Iterable[int]) -> Snapshot | None:
+    """The counters now, for the host and each pid (a pid that has exited counts 0); None where
+    the host has no ``/proc/stat``."""
+    text = _read(STAT)
+    if text is None:
+        return None
+    processes = {}
+    for pid in pids:
+        own = _read(f"/proc/{int(pid)}/stat")
+        processes[int(pid)] = process_jiffies(own) if own else 0
+    return Snapshot(time.monotonic(), cpu_states(text), processes)
+
+
+def host_load(
+    before: Snapshot | None, after: Snapshot | None, cpus: int | None = None
+) -> HostLoad | None:
+    """The load between two snapshots of the same pids (module docstring); None if either is
+    missing or no time passed. ``cpus``: the machine's CPUs (default ``os.cpu_count()``)."""
+    if before is None or after is None:
+        return None
+    seconds = after.wall_s - before.wall_s
+    delta = [a - b for a, b in zip(after.states, before.states, strict=False)]
+    total = sum(delta[:8])
+    if seconds <= 0 or total <= 0:
+        return None
+    cpus = int(cpus or os.cpu_count() or 1)
+    idle = sum(delta[i] for i in IDLE_STATES)
+    busy_cores = (total - idle) / total * cpus
+    ticks = os.sysconf("SC_CLK_TCK")
+    own = sum(
+        max(after.processes.get(pid, 0) - j, 0)
+        for pid, j in before.processes.items()
+        if after.processes.get(pid, 0) > 0
+    )
+    own_cores = own / ticks / seconds
+    return HostLoad(
+        seconds=seconds,
+        busy_cores=busy_cores,
+        own_cores=own_cores,
+        others_cores=max(busy_cores - own_cores, 0.0),
+        steal_fraction=delta[STEAL_STATE] / total,
+    )

@@ -100,6 +100,9 @@ def test_held_out_cells_within_loose_bounds(held_out):
         # the host's CPU over each decode: the stages' own work is in it (Linux's /proc)
         assert all(r["host_cpu"]["own_cores"] > 0 for r in real["runs"] if r["host_cpu"])
         assert sys.platform != "linux" or real["host_cpu"]["runs"] == 2
+        for r in real["runs"]:  # each hop's relay priority, as the scheduler has it
+            assert len(r["relay_priority"]) == cell["stages"]
+            assert set(r["relay_priority"]) <= {"realtime", "nice", "normal"}
         assert real["spread"]["tokens_per_s"] is not None
         err = cell["des"]["error"]
         assert abs(err["tokens_per_s"]) <= TOKENS_PER_S_BOUND, (cell["name"], err)

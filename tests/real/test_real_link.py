@@ -433,3 +433,39 @@ def test_relay_process_groups_frames_into_messages_and_matches_the_des():
     relay = np.array([(int(m[0]["scheduled_ns"]) - origin) / MS for m in ordered])
     assert np.abs(relay - des).max() < 2e-6
     assert sum(int(m[0]["losses"]) for m in ordered) > 0  # the loss path was exercised
+
+
+def test_a_relay_asks_for_a_priority_that_takes_frames_as_they_are_sent():
+    """``priority: realtime`` (the default): a started relay runs SCHED_FIFO where the host
+    allows it (root, CAP_SYS_NICE), else nice -10, else as it is; ``normal`` leaves it alone.
+    What it reports when listening is what the scheduler says it has; a bad value is one
+    line naming ``link.priority``."""
+    import multiprocessing
+    import os
+    import socket
+
+    from wansim.real.link import process_priority, raise_priority, start_relay
+
+    assert LinkSpec().priority == "realtime" and raise_priority("normal") == "normal"
+    with pytest.raises(RealConfigError, match=r"link\.priority.*realtime"):
+        LinkSpec(priority="high")
+    may_fifo = hasattr(os, "sched_setscheduler")
+    ctx = multiprocessing.get_context("spawn")
+    for wanted in ("realtime", "normal"):
+        sink = socket.create_server(("127.0.0.1", 0))
+        proc, conn, _port = start_relay(
+            ctx, LinkSpec(priority=wanted), 0, "127.0.0.1", sink.getsockname()[1], None
+        )
+        try:
+            got = process_priority(proc.pid)
+            if wanted == "normal":
+                assert got == "normal"
+            else:
+                assert got in ("realtime", "nice", "normal")
+                if may_fifo and os.geteuid() == 0:  # root may always take SCHED_FIFO
+                    assert got == "realtime"
+        finally:
+            proc.kill()
+            proc.join(10)
+            conn.close()
+            sink.close()

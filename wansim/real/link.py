@@ -21,6 +21,18 @@ schedule). The loopback legs into and out of the relay and the wake-up error are
 own error: :func:`measure_link_accuracy` measures it (achieved one-way delay minus the
 scheduled one).
 
+Priority. A link moves a frame when its sender hands it over, whatever the sender does next;
+a relay process woken by a stage that goes on computing (stage 0 drafting its next block right
+after sending one, a stage serving another request) is queued on the busy core and takes the
+frame only when the scheduler lets it (measured on 2 cores: a restart block of an async run
+reached the hop-0 relay 1.6 ms after stage 0 sent it, median, against 0.2 ms when stage 0
+waits). With ``priority: realtime`` (the default) each relay asks for ``SCHED_FIFO`` at the
+lowest real-time priority, else ``nice -10``, else runs as it is (:func:`raise_priority`; what
+it got is readable with :func:`process_priority`): the same restart frames then arrive in
+0.04-0.15 ms (mean) against 0.86-0.91. Its work per frame is small (reading, scheduling, the
+last ``busy_wait_ms`` of spinning); the kernel's real-time throttling leaves the other
+processes at least 5% of each core in any case.
+
 numpy and the standard library only (no torch, no scipy), so relays start fast.
 """
 
@@ -61,6 +73,9 @@ from wansim.real.frames import (
 )
 
 JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
+RELAY_PRIORITIES = ("realtime", "normal")
+REALTIME_PRIORITY = 1  # SCHED_FIFO's lowest: above every ordinary process, below the kernel's
+RAISED_NICE = -10  # the fallback where SCHED_FIFO is refused
 # frames that open a message and wait for the frame that ends it (a pass's drafts ride with its
 # activations forward and with its verdict on the return hop); every other kind ends a message
 LEADING_KINDS = frozenset({Kind.DRAFT_IDS, Kind.DRAFT_PROBS})
@@ -121,6 +136,8 @@ class LinkSpec:
     ring_stages: int = 1
     hop: int = 0
     busy_wait_ms: float = 1.0
+    # the relay's scheduling (module docstring, "Priority"): realtime | normal
+    priority: str = "realtime"
     stall_after_frames: int | None = None
     corrupt_frame: int | None = None
 
@@ -167,6 +184,8 @@ class LinkSpec:
             bad("hop", f"must be in 0..{self.ring_stages - 1} (ring_stages - 1)")
         if not 0 <= self.busy_wait_ms <= 20:
             bad("busy_wait_ms", "must be in [0, 20]")
+        if self.priority not in RELAY_PRIORITIES:
+            bad("priority", f"must be one of {list(RELAY_PRIORITIES)}")
         for name in ("drift_latency_factor", "drift_bandwidth_factor", "drift_over_ms"):
             if not getattr(self, name) > 0 or not math.isfinite(getattr(self, name)):
                 bad(name, "must be a finite number > 0")
@@ -503,6 +522,34 @@ def _send_ctrl(conn, **msg) -> None:
             conn.send_bytes(json.dumps(msg).encode())
 
 
+def raise_priority(wanted: str) -> str:
+    """Ask for this process's relay priority (module docstring, "Priority"); returns what it
+    got: ``realtime`` (SCHED_FIFO), ``nice`` (nice -10) or ``normal``."""
+    if wanted == "normal":
+        return "normal"
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
+        return "realtime"
+    except (AttributeError, OSError):
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, RAISED_NICE)
+        return "nice"
+    except (AttributeError, OSError):
+        return "normal"
+
+
+def process_priority(pid: int) -> str:
+    """A process's scheduling as :func:`raise_priority` names it (``normal`` where the host
+    cannot tell)."""
+    try:
+        if os.sched_getscheduler(pid) == os.SCHED_FIFO:
+            return "realtime"
+        return "nice" if os.getpriority(os.PRIO_PROCESS, pid) < 0 else "normal"
+    except (AttributeError, OSError):
+        return "normal"
+
+
 def relay_main(spec_json: str, hop: int, host: str, downstream_port: int, records_path, conn):
     """Process entry: listen for the upstream sender, connect downstream, relay until EOF.
 
@@ -520,7 +567,8 @@ def relay_main(spec_json: str, hop: int, host: str, downstream_port: int, record
     except OSError as e:
         _send_ctrl(conn, event="error", hop=hop, message=f"relay setup failed: {e}")
         sys.exit(1)
-    _send_ctrl(conn, event="listening", hop=hop, port=listener.getsockname()[1])
+    priority = raise_priority(spec.priority)
+    _send_ctrl(conn, event="listening", hop=hop, port=listener.getsockname()[1], priority=priority)
     error = asyncio.run(_serve(spec, hop, listener, down, records_path))
     if error:
         _send_ctrl(conn, event="error", hop=hop, message=error)

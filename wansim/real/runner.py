@@ -218,6 +218,12 @@ class Pipeline:
                 proc.kill()
         self.close()
 
+    def relay_priorities(self) -> list[str]:
+        """Each hop's relay scheduling as it runs (``wansim.real.link.process_priority``)."""
+        from wansim.real.link import process_priority
+
+        return [process_priority(self.pids[f"link{h}"]) for h in range(self.spec.stages)]
+
     @property
     def stage_pids(self) -> list[int]:
         return [self.pids[f"stage{i}"] for i in range(self.spec.stages)]

@@ -1136,7 +1136,7 @@ def _fake_real(cell, round_: int) -> dict:
 def test_the_report_shows_the_hosts_cores_over_each_cells_decodes():
     """A cell's runs' CPU records (wansim.real.host_load) become a range beside it: busy
     cores, others' most, steal's most; runs recorded before the field keep the load average."""
-    from wansim.calibrate.report import _load_words, host_cpu_range, merged_host_cpu
+    from wansim.calibrate.report import _load_words, host_cpu_range
 
     runs = [
         {
@@ -1164,10 +1164,10 @@ def test_the_report_shows_the_hosts_cores_over_each_cells_decodes():
         "runs": 2,
     }
     assert host_cpu_range([None, None]) is None
-    other = host_cpu_range([{**runs[0], "busy_cores": 0.2, "steal_fraction": 0.05}])
-    both = merged_host_cpu([got, None, other])
+    # the summary's: every cell's runs together
+    both = host_cpu_range([*runs, {**runs[0], "busy_cores": 0.2, "steal_fraction": 0.05}])
     assert both["busy_cores"] == {"min": 0.2, "max": 1.4} and both["runs"] == 3
-    assert both["steal_fraction_max"] == 0.05 and merged_host_cpu([None]) is None
+    assert both["steal_fraction_max"] == 0.05 and host_cpu_range([None]) is None
     old = {"load_avg_1min": {"min": 0.3, "max": 0.45}}
     assert _load_words({**old, "host_cpu": got}) == "0.6-1.4 cores (0.5 others)"
     assert _load_words({**old, "host_cpu": None}) == "0.3-0.5 avg"

@@ -36,6 +36,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -478,7 +479,7 @@ def run_real_cell(
     from wansim.calibrate.measure import decompose, real_bets, real_metrics
     from wansim.calibrate.profiling import hop_error_rows
     from wansim.real.config import DecodeSpec, PipelineSpec, TreeSpec
-    from wansim.real.host_load import host_load, snapshot
+    from wansim.real.host_load import measured
     from wansim.real.link import LinkSpec
     from wansim.real.recording import read_raw
     from wansim.real.runner import Pipeline
@@ -511,10 +512,9 @@ def run_real_cell(
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with Pipeline(spec, run_dir) as pipe:
-        pids = [*pipe.pids.values(), os.getpid()]
-        before = snapshot(pids)
-        res = pipe.generate(prompts, decode, name="job")
-        load = host_load(before, snapshot(pids))
+        res, load = measured(
+            pipe.pids.values(), partial(pipe.generate, prompts, decode, name="job")
+        )
         relays = pipe.relay_priorities()
     raw = read_raw(run_dir / "raw", cell.stages)
     passes = decompose(res.steps, raw, cell.stages)

@@ -250,7 +250,7 @@ def summarize(entries: list[dict]) -> dict:
     either = [w for w in either if w is not None]
     halves = [(e.get("workload_sample") or {}).get("half_width") for e in measured]
     loads = [x for e in measured for x in e["real"]["load_avg_1min"].values()]
-    hosts = [e["real"].get("host_cpu") for e in measured]
+    hosts = [r.get("host_cpu") for e in measured for r in e["real"].get("runs", [])]
     return {
         "out_of_sample": True,
         "engine": "des",
@@ -277,27 +277,7 @@ def summarize(entries: list[dict]) -> dict:
         "measured": len(measured),
         "pending": [e["name"] for e in entries if e["status"] == "pending"],
         "load_avg_1min": {"min": min(loads), "max": max(loads)} if loads else None,
-        "host_cpu": merged_host_cpu(hosts),
-    }
-
-
-def merged_host_cpu(ranges: list[dict | None]) -> dict | None:
-    """The cells' :func:`host_cpu_range` records as one over all their runs."""
-    ranges = [x for x in ranges if x]
-    if not ranges:
-        return None
-    return {
-        "busy_cores": {
-            "min": min(x["busy_cores"]["min"] for x in ranges),
-            "max": max(x["busy_cores"]["max"] for x in ranges),
-        },
-        "own_cores": {
-            "min": min(x["own_cores"]["min"] for x in ranges),
-            "max": max(x["own_cores"]["max"] for x in ranges),
-        },
-        "others_cores_max": max(x["others_cores_max"] for x in ranges),
-        "steal_fraction_max": max(x["steal_fraction_max"] for x in ranges),
-        "runs": sum(x["runs"] for x in ranges),
+        "host_cpu": host_cpu_range(hosts),
     }
 
 

@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from wansim.config.scenario import REAL_VERIFIERS
 from wansim.data import models_dir
 from wansim.errors import WansimInputError
 from wansim.real.config import MTP_FILES  # no torch there (settings only)
-from wansim.real.host_load import host_load, snapshot
+from wansim.real.host_load import measured
 from wansim.results import strict_json
 from wansim.support.hold import checkpoint
 
@@ -571,10 +572,9 @@ def _run_pipeline(settings, target_cfg, prompts, p, lat, cells, total, t0, say, 
                 seed=settings.seed,
             )
             load0 = os.getloadavg()[0]
-            pids = [*pipe.pids.values(), os.getpid()]
-            before = snapshot(pids)
-            res = pipe.generate(prompts, decode, name=f"k{k}")
-            host = host_load(before, snapshot(pids))
+            res, host = measured(
+                pipe.pids.values(), partial(pipe.generate, prompts, decode, name=f"k{k}")
+            )
             t_real = time.perf_counter() - t_cell
             load = (round(load0, 2), round(os.getloadavg()[0], 2))
             raw = read_raw(run_dir / "raw", p)

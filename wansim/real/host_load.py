@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 STAT = "/proc/stat"
@@ -126,3 +126,12 @@ def host_load(
         others_cores=max(busy_cores - own_cores, 0.0),
         steal_fraction=delta[STEAL_STATE] / total,
     )
+
+
+def measured(pids: Iterable[int], work: Callable[[], object]) -> tuple[object, HostLoad | None]:
+    """``work()``'s result and the host's load while it ran, counting ``pids`` and this
+    process as the run's own."""
+    pids = [*pids, os.getpid()]
+    before = snapshot(pids)
+    result = work()
+    return result, host_load(before, snapshot(pids))

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from wansim.real.config import DecodeSpec, PipelineSpec, Prompt, split_layers
 from wansim.real.errors import PipelineError, RealConfigError
-from wansim.real.link import start_relay
+from wansim.real.link import process_priority, start_relay
 from wansim.real.recording import RunResult, locate_stall, write_job
 
 _CTX = None
@@ -220,8 +220,6 @@ class Pipeline:
 
     def relay_priorities(self) -> list[str]:
         """Each hop's relay scheduling as it runs (``wansim.real.link.process_priority``)."""
-        from wansim.real.link import process_priority
-
         return [process_priority(self.pids[f"link{h}"]) for h in range(self.spec.stages)]
 
     @property

@@ -503,9 +503,8 @@ def test_shipped_matrix_spans_the_held_out_space():
         together = not any(pair <= set(c.mechanisms) for pair in REAL_PATH_EXCLUSIVE)
         assert c.runnable == (alone and together)
     pending = [c for c in cells if not c.runnable]
-    assert {c.mechanism for c in pending} == {"tree+concurrent", "chain+concurrent+async"}
-    assert "does not combine concurrent and tree" in pending[0].pending_reason
-    assert "does not combine async and concurrent" in pending[1].pending_reason
+    assert {c.mechanism for c in pending} == {"chain+concurrent+async"}
+    assert "does not combine async and concurrent" in pending[0].pending_reason
     assert {m for c in runnable for m in c.mechanisms} == {
         "chain",
         "tree",
@@ -817,7 +816,7 @@ def test_real_bets_counted_from_the_steps_and_cancellations():
     lost: pass 3 cancelled after it; 4 restarted after 2's verdict), request 1's 10 -> 11 (won:
     11 started before 10's verdict) -> 12 (started after 11's verdict: no bet behind 11)."""
     from wansim.calibrate.measure import real_bets
-    from wansim.calibrate.report import _bet_words
+    from wansim.calibrate.report import _bet_words, bet_rates
 
     steps = pd.DataFrame(
         {
@@ -836,6 +835,17 @@ def test_real_bets_counted_from_the_steps_and_cancellations():
     bets = {"real_won": 2, "real_lost": 1, "real_win_rate": 2 / 3, "des_win_rate": 0.7}
     assert _bet_words(bets) == "; bets won: real 0.67 (2 of 3 a run), DES 0.70"
     assert _bet_words(None) == ""
+    # the report's rates: real per run (greedy runs repeat their bets), DES per round, and the
+    # DES on the cell's own prompts' acceptance beside it
+    runs = [{"bets": {"won": 2, "lost": 1}}, {"bets": {"won": 4, "lost": 1}}]
+    rounds = [{"des": {"bet_win_rate": 0.6}}, {"des": {"bet_win_rate": 0.8}}]
+    own = [{"des": {"bet_win_rate": 0.5}}, {"des": {"bet_win_rate": None}}]
+    rates = bet_rates(runs, rounds, own)
+    assert rates["real_won"] == 3 and rates["real_lost"] == 1 and rates["real_win_rate"] == 0.75
+    assert rates["des_win_rate"] == pytest.approx(0.7) and rates["des_win_rate_own_prompts"] == 0.5
+    assert "own prompts 0.50" in _bet_words(rates)
+    assert "des_win_rate_own_prompts" not in bet_rates(runs, rounds, None)
+    assert bet_rates([{"bets": None}], rounds, own) is None
 
 
 # ----------------------------------------------------------------------------- the command

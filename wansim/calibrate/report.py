@@ -112,16 +112,9 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
         entry["des"]["real_inside_sample_band"] = (
             band["p2_5"] <= real["tokens_per_s"] <= band["p97_5"]
         )
-    bets = [r["bets"] for r in runs if r.get("bets")]
-    if bets:  # async: how often a bet won, real (bets placed) and DES (per verified block)
-        # greedy runs repeat the same bets: the counts are per run (their mean)
-        won, lost = (float(np.mean([b[key] for b in bets])) for key in ("won", "lost"))
-        entry["bets"] = {
-            "real_won": won,
-            "real_lost": lost,
-            "real_win_rate": won / (won + lost) if won + lost else None,
-            "des_win_rate": _mean(p["des"].get("bet_win_rate") for p in pred["rounds"]),
-        }
+    bets = bet_rates(runs, pred["rounds"], own if "workload_acceptance" in entry else None)
+    if bets:
+        entry["bets"] = bets
     entry["lap_parts_ms"] = lap_parts(runs, [p["components"] for p in pred["rounds"]])
     only = pred["bundle_only"].get("analytical", {})
     entry["bundle_only"] = {
@@ -131,6 +124,26 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
         }
     }
     return entry
+
+
+def bet_rates(runs: list[dict], rounds: list[dict], own: list[dict] | None) -> dict | None:
+    """Async: how often a bet won, real (bets placed; greedy runs repeat the same bets, so the
+    counts are per run: their mean) and DES (per verified block) on the bundle's acceptance
+    and, with ``own`` (the rounds' own-prompts predictions), on the cell's own prompts' (which
+    separates the prompt sample from the bet model). None without real bets."""
+    bets = [r["bets"] for r in runs if r.get("bets")]
+    if not bets:
+        return None
+    won, lost = (float(np.mean([b[key] for b in bets])) for key in ("won", "lost"))
+    out = {
+        "real_won": won,
+        "real_lost": lost,
+        "real_win_rate": won / (won + lost) if won + lost else None,
+        "des_win_rate": _mean(p["des"].get("bet_win_rate") for p in rounds),
+    }
+    if own:
+        out["des_win_rate_own_prompts"] = _mean(p["des"].get("bet_win_rate") for p in own)
+    return out
 
 
 def lap_parts(runs: list[dict], predicted: list[dict]) -> dict:
@@ -436,9 +449,11 @@ def _gap_words(parts: dict | None) -> str:
 def _bet_words(bets: dict | None) -> str:
     if not bets or bets["real_win_rate"] is None or bets["des_win_rate"] is None:
         return ""
+    own = bets.get("des_win_rate_own_prompts")
     return (
         f"; bets won: real {bets['real_win_rate']:.2f} ({bets['real_won']:g} of "
         f"{bets['real_won'] + bets['real_lost']:g} a run), DES {bets['des_win_rate']:.2f}"
+        + (f" (own prompts {own:.2f})" if own is not None else "")
     )
 
 

@@ -31,6 +31,7 @@ class Request:
     committed: list[int] = field(default_factory=list)
     n_new: int = 0
     step: int = 0
+    keep: list[int] = field(default_factory=list)  # tree passes: the last one's root + path
 
 
 def commit_prefill(req: Request, nxt: int) -> None:
@@ -107,8 +108,10 @@ def commit_verdict(
 
 
 def generate_concurrent(worker, job: dict) -> dict:
-    """Stage 0's loop for a job with ``concurrency`` requests in flight."""
-    from wansim.real.worker import StageFailure
+    """Stage 0's loop for a job with ``concurrency`` requests in flight (chains, or a draft
+    tree per pass with ``job["tree"]``: each request keeps its own previous tree's accepted
+    path, which every stage keeps in that request's KV cache)."""
+    from wansim.real.worker import StageFailure, _tree_spec
 
     worker.start_job(job)
     k = int(job["k"])
@@ -116,8 +119,11 @@ def generate_concurrent(worker, job: dict) -> dict:
     lossless = job["verifier"] == "lossless"
     max_new = int(job["max_new_tokens"])
     limit = int(job["concurrency"])
-    if k > 0 and worker.drafter is None:
+    tree_spec = _tree_spec(job.get("tree"))
+    if (k > 0 or tree_spec is not None) and worker.drafter is None:
         raise StageFailure("stage 0: k > 0 needs a drafter (drafter_dir)")
+    fixed = tree_spec.shape() if tree_spec is not None else None
+    fixed = fixed.canonical() if fixed is not None else None
     waiting = deque(enumerate(job["prompts"]))
     outstanding: deque = deque()  # (pass id, request, kind, block) in send order
     outputs = {}
@@ -134,21 +140,32 @@ def generate_concurrent(worker, job: dict) -> dict:
 
     def send_block(req: Request) -> None:
         t_start = time.monotonic_ns()
-        drafts, q = [], None
-        if k:
+        drafts, q, tree, shape = [], None, None, None
+        if tree_spec is not None:
+            from wansim.real.tree_speculative import draft_tree
+
             worker.drafter.select(req.index)
-            drafts, q = worker.drafter.draft(req.committed, k, temp, req.dgen)
+            tree = draft_tree(worker.drafter, req.committed, tree_spec, fixed, temp, req.dgen)
+            drafts, q = list(tree.tokens[1:]), tree.q
+            ids, shape = list(tree.tokens), (list(tree.shape.parent), req.keep)
+        else:
+            if k:
+                worker.drafter.select(req.index)
+                drafts, q = worker.drafter.draft(req.committed, k, temp, req.dgen)
+            ids = [req.committed[-1], *drafts]
         t_draft = time.monotonic_ns()
         pos = len(req.committed) - 1
         pid, s0_ms, sent = worker.send_pass(
-            [req.committed[-1], *drafts],
+            ids,
             pos,
             drafts,
             q if lossless else None,
             (t_draft - t_start) / 1e6,
+            tree=shape,
             request=req.index,
         )
-        outstanding.append((pid, req, "verify", (drafts, pos, t_start, t_draft, sent, s0_ms)))
+        block = (drafts, pos, t_start, t_draft, sent, s0_ms, tree)
+        outstanding.append((pid, req, "verify", block))
 
     while waiting and len(outstanding) < limit:
         start_next()
@@ -158,9 +175,14 @@ def generate_concurrent(worker, job: dict) -> dict:
         if kind == "prefill":
             commit_prefill(req, nxt)
         else:
-            drafts, pos, t_start, t_draft, sent, s0_ms = block
+            drafts, pos, t_start, t_draft, sent, s0_ms, tree = block
             times = (t_start, t_draft, sent, s0_ms, t_verdict, v_send)
-            commit_verdict(worker, job, req, pid, k, acc, nxt, drafts, pos, times)
+            path = tuple(worker.path)
+            commit_verdict(
+                worker, job, req, pid, k, acc, nxt, drafts, pos, times, path=path, tree=tree
+            )
+            if tree is not None:
+                req.keep = [0, *path]
         if req.n_new < max_new:
             send_block(req)
         else:

@@ -234,7 +234,7 @@ class FirstStageWorker(StageWorker):
     def start_job(self, job: dict) -> None:
         self.job = job
         self.prefills = 0
-        self.tree_pos = None
+        self.tree_pos = {}
         self.shard.reset_all()
         if self.drafter is not None:
             self.drafter.select(0)

@@ -142,7 +142,8 @@ class StageWorker:
         self.out_sock: socket.socket | None = None
         self.passes = 0
         self.job: dict = {}
-        self.tree_pos: int | None = None  # position of the last tree pass (for its keep list)
+        # per request: the position of its last tree pass (for the next pass's keep list)
+        self.tree_pos: dict[int, int] = {}
 
     def _load_role(self, model) -> None:
         """Load what this role needs beside its layers (a drafter, an MTP head)."""
@@ -230,11 +231,12 @@ class StageWorker:
             if tree is None:
                 return self.shard.forward(x, pos)
             parents, keep = tree
+            request = self.shard.request
             if keep:
-                if self.tree_pos is None:
+                if request not in self.tree_pos:
                     raise ValueError("a keep list without a previous tree pass")
-                self.shard.keep_path(self.tree_pos, keep)
-            self.tree_pos = pos
+                self.shard.keep_path(self.tree_pos[request], keep)
+            self.tree_pos[request] = pos
             if x.shape[0] != len(parents):
                 raise ValueError(f"{x.shape[0]} rows for a tree of {len(parents)} nodes")
             return self.shard.forward_tree(x, pos, parents)
@@ -298,7 +300,7 @@ class ServingStageWorker(StageWorker):
                 self.job = json.loads(frame_text(f))
                 self.trees.clear()
                 self.batches.clear()
-                self.tree_pos = None
+                self.tree_pos = {}
                 self._new_job()
                 self.shard.reset_all()
                 self._pass_on(f)

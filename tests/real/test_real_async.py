@@ -4,7 +4,7 @@ blocks), stale blocks never computed by the last stage, one-line errors."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 
 import numpy as np
 import pytest
@@ -94,6 +94,42 @@ def test_async_lossless_tokens_follow_the_target(tiny_dirs, target, tmp_path, n)
         assert count >= 60, (i, count)
         tokens = np.bincount([o[i] for o in outs if o[:i] == prefix], minlength=256)
         assert chi2_pvalue(tokens, _exact_next(target, [*CTX, *prefix])) > 1e-3, i
+
+
+def test_cancel_drops_only_its_requests_passes():
+    """A ``CANCEL`` of request 1 after pass 5 drops request 1's passes 7 and 9 from a relay's
+    mailbox, and the last stage forgets request 1's pending passes 7 and 9 (not its pass 4):
+    request 0's passes 6 and 8 (later ids, sent before the cancel) stay in both."""
+    from wansim.real.frames import Kind, array_frame, with_request
+    from wansim.real.last_stage import LastStageWorker
+    from wansim.real.worker import ServingStageWorker
+
+    def frame(kind, step, request, values=(1, 2)):
+        arr = np.array(values, dtype=np.int32)
+        return with_request(array_frame(kind, arr, step=step), request)
+
+    passes = [(6, 0), (7, 1), (8, 0), (9, 1)]
+    relay = ServingStageWorker.__new__(ServingStageWorker)
+    relay.dropped = 0
+    relay.inbox = deque(
+        (frame(kind, step, r), 0) for step, r in passes for kind in (Kind.DRAFT_IDS, Kind.HIDDEN)
+    )
+    relay._drop_stale(5, 1)
+    assert [(f.kind, f.header.step) for f, _ in relay.inbox] == [
+        (Kind.DRAFT_IDS, 6),
+        (Kind.HIDDEN, 6),
+        (Kind.DRAFT_IDS, 8),
+        (Kind.HIDDEN, 8),
+    ]
+    assert relay.dropped == 2
+
+    last = LastStageWorker.__new__(LastStageWorker)
+    last.job = {"schedule": "async"}
+    last.pending = {}
+    for step, r in [(4, 1), *passes]:
+        last._draft_ids(frame(Kind.DRAFT_IDS, step, r))
+    last._cancel(frame(Kind.CANCEL, 5, 1, ()))
+    assert sorted(last.pending) == [4, 6, 8]
 
 
 def test_async_bad_input_is_one_line(tiny_dirs):

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wansim.real.config import DecodeSpec, PipelineSpec  # noqa: E402
+from wansim.real.config import DecodeSpec, PipelineSpec, TreeSpec  # noqa: E402
 from wansim.real.errors import RealConfigError  # noqa: E402
 from wansim.real.link import LinkSpec  # noqa: E402
 from wansim.real.runner import Pipeline  # noqa: E402
@@ -60,5 +60,6 @@ def test_concurrent_requests_decode_as_alone(tiny_models, tmp_path):
 def test_concurrency_bad_input_is_one_line():
     with pytest.raises(RealConfigError, match=r"^concurrency: must be an integer in 1\.\.256"):
         DecodeSpec(concurrency=0)
-    with pytest.raises(RealConfigError, match=r"^concurrency: > 1 runs chains with the sync"):
-        DecodeSpec(k=2, concurrency=2, schedule="async", max_inflight_blocks=2)
+    with pytest.raises(RealConfigError, match=r"^concurrency: > 1 runs chains \(no tree\)"):
+        DecodeSpec(concurrency=2, tree=TreeSpec("static", branching=(2, 1)))
+    DecodeSpec(k=2, concurrency=2, schedule="async", max_inflight_blocks=2)  # async: accepted

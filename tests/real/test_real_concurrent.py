@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from wansim.real.config import DecodeSpec, PipelineSpec  # noqa: E402
+from wansim.real.config import DecodeSpec, PipelineSpec, TreeSpec  # noqa: E402
 from wansim.real.errors import RealConfigError  # noqa: E402
 from wansim.real.link import LinkSpec  # noqa: E402
 from wansim.real.runner import Pipeline  # noqa: E402
@@ -60,8 +60,8 @@ def test_concurrent_requests_decode_as_alone(tiny_models, tmp_path):
 def test_concurrency_bad_input_is_one_line():
     with pytest.raises(RealConfigError, match=r"^concurrency: must be an integer in 1\.\.256"):
         DecodeSpec(concurrency=0)
-    with pytest.raises(RealConfigError, match=r"^concurrency: > 1 runs the sync schedule"):
-        DecodeSpec(k=2, concurrency=2, schedule="async", max_inflight_blocks=2)
+    DecodeSpec(k=2, concurrency=2, schedule="async", max_inflight_blocks=2)  # accepted
+    DecodeSpec(concurrency=2, tree=TreeSpec("static", branching=(2, 1)))  # accepted
 
 
 def test_concurrent_tree_requests_decode_as_alone(tiny_models, tmp_path):
@@ -72,7 +72,6 @@ def test_concurrent_tree_requests_decode_as_alone(tiny_models, tmp_path):
     tokens), and the steps record each pass's tree."""
     import pandas as pd
 
-    from wansim.real.config import TreeSpec
     from wansim.real.prompts import builtin_prompts
     from wansim.real.tree_speculative import tree_speculative_decode
 

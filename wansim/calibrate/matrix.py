@@ -40,12 +40,12 @@ REAL_PATH_MECHANISMS = frozenset(
     {"chain", "tree", "mtp", "concurrent", "batched", "async", "compressed", "lossy"}
 )
 # Mechanisms the real path runs alone but not together (``wansim.real.config.DecodeSpec`` and
-# the runner refuse them: concurrency runs the sync schedule (chains or trees), batching sync
-# chains of the draft model; async runs chains of the draft model; trees need the draft model).
+# the runner refuse them: concurrency runs the draft model's chains (sync or async) or trees,
+# batching sync chains of the draft model; async runs chains of the draft model; trees need the
+# draft model).
 REAL_PATH_EXCLUSIVE = tuple(
     frozenset(pair)
     for pair in (
-        ("concurrent", "async"),
         ("concurrent", "mtp"),
         ("batched", "tree"),
         ("batched", "async"),

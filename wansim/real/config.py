@@ -325,7 +325,8 @@ class DecodeSpec:
     ``sync`` (one block in flight) or ``async`` (in-pipe speculation: up to
     ``max_inflight_blocks`` blocks in flight, later ones betting on the earlier; see
     ``wansim.real.async_schedule``). ``concurrency``: requests in flight at once (each stage
-    FIFO, one KV cache per request, chains or trees; ``wansim.real.concurrent_schedule``). ``batching``:
+    FIFO, one KV cache per request, chains or trees; ``wansim.real.concurrent_schedule``; with
+    async each request keeps its own window of blocks). ``batching``:
     ``continuous`` = the requests in flight share passes: ``micro_batches`` micro-batches
     circulate at once, each one forward per stage over its members' blocks, at most
     ``max_batch_size`` members each (None: no cap; ``wansim.real.batched_schedule``)."""
@@ -383,10 +384,6 @@ class DecodeSpec:
         if self.batching == "continuous" and m > c:
             raise RealConfigError(
                 "micro_batches", f"must be <= concurrency ({c}): one request each at least", m
-            )
-        if c > 1 and self.schedule != "sync":
-            raise RealConfigError(
-                "concurrency", "> 1 runs the sync schedule (no async) in this version", c
             )
         if self.schedule == "async" and (self.tree is not None or self.k < 1):
             raise RealConfigError(

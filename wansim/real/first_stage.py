@@ -245,14 +245,14 @@ class FirstStageWorker(StageWorker):
             from wansim.real.batched_schedule import generate_batched
 
             return generate_batched(self, job)
+        if job.get("schedule") == "async":  # one request or several in flight
+            from wansim.real.async_schedule import generate_async
+
+            return generate_async(self, job)
         if int(job.get("concurrency", 1)) > 1:
             from wansim.real.concurrent_schedule import generate_concurrent
 
             return generate_concurrent(self, job)
-        if job.get("schedule") == "async":
-            from wansim.real.async_schedule import generate_async
-
-            return generate_async(self, job)
         self.start_job(job)
         k = int(job["k"])
         verifier = job["verifier"]

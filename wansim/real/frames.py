@@ -47,7 +47,7 @@ class Kind(enum.IntEnum):
     SHUTDOWN = 6  # empty: stop after forwarding
     ERROR = 7  # uint8 utf-8 message from a stage that failed
     TREE = 8  # int32 [n, m, parent_1..parent_{n-1}, keep_1..keep_m]: a tree pass's shape
-    CANCEL = 9  # empty, ``step`` = the last valid pass: later passes sent before it are stale
+    CANCEL = 9  # empty, ``step``: its request's last valid pass (later ones before it are stale)
     BATCH = 10  # int32 [m, 4]: a batched pass's blocks (request, pos, n_tokens, n_drafts)
 
 

@@ -4,8 +4,9 @@ Draft ids, probabilities and tree shapes are kept per pass until its activations
 verdict ``VERDICT [accepted, next_token, path...]`` goes back on the return hop. With
 ``drafter_kind == "mtp"`` this stage holds the MTP head and, right after verifying a pass (or the
 prefill), drafts K tokens that ride the verdict (``DRAFT_IDS [, DRAFT_PROBS]`` first). In async
-jobs a block whose position or root no longer follows the last verdict (a lost bet) is dropped
-without computing it (:class:`~wansim.real.worker.ServingStageWorker` runs the frame loop).
+jobs a block whose position or root no longer follows the last verdict of its request (a lost
+bet) is dropped without computing it (:class:`~wansim.real.worker.ServingStageWorker` runs the
+frame loop).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ class LastStageWorker(ServingStageWorker):
         self.vgen = None
         self.dgen = None
         self.gens: dict[int, tuple] = {}  # request -> (dgen, vgen)
-        self.pending: dict[int, dict] = {}  # pass -> its drafts (ids, q, parents, root)
-        self.expect: tuple[int, int] | None = None  # async: (pos, root) of a valid pass
+        self.pending: dict[int, dict] = {}  # pass -> its drafts (ids, q, parents, root, request)
+        self.expect: dict[int, tuple[int, int]] = {}  # async: request -> its valid (pos, root)
 
     def _load_role(self, model) -> None:
         self.mtp = None
@@ -52,7 +53,7 @@ class LastStageWorker(ServingStageWorker):
     # ------------------------------------------------------------------ the frames of a pass
     def _new_job(self) -> None:
         self.prefills = 0
-        self.expect = None
+        self.expect.clear()
         self.pending.clear()
         self.gens.clear()
 
@@ -62,14 +63,20 @@ class LastStageWorker(ServingStageWorker):
     def _draft_ids(self, f: Frame) -> None:
         ids = f.array().astype(int).tolist()
         if self.job.get("schedule") == "async" and ids:  # [root, drafts...]
-            self.pending[f.header.step] = {"root": ids[0], "ids": ids[1:]}
+            self.pending[f.header.step] = {
+                "root": ids[0],
+                "ids": ids[1:],
+                "request": f.header.request,
+            }
         else:
             self.pending[f.header.step] = {"ids": ids}
 
     def _cancel(self, f: Frame) -> None:
-        # stale passes whose activations never came (dropped upstream)
-        for step in [s for s in self.pending if s > f.header.step]:
-            del self.pending[step]
+        # the request's stale passes whose activations never came (dropped upstream)
+        h = f.header
+        for step, pend in list(self.pending.items()):
+            if step > h.step and pend.get("request") == h.request:
+                del self.pending[step]
 
     def _draft_probs(self, f: Frame) -> None:
         if f.header.step not in self.pending:
@@ -96,7 +103,7 @@ class LastStageWorker(ServingStageWorker):
     def _stale(self, h) -> bool:
         if self.job.get("schedule") == "async" and h.pos > 0:
             pend = self.pending.get(h.step)
-            if pend is not None and self.expect != (h.pos, pend["root"]):
+            if pend is not None and self.expect.get(h.request) != (h.pos, pend["root"]):
                 del self.pending[h.step]  # a stale block (a lost bet): dropped, not computed
                 self.dropped += 1
                 return True
@@ -112,7 +119,7 @@ class LastStageWorker(ServingStageWorker):
         draft_frames: list[Frame] = []
         t0 = time.perf_counter_ns()
         acc, nxt, hrow, path = self._verdict(h.step, h.pos, out)
-        self.expect = (h.pos + x.shape[0] if h.pos == 0 else h.pos + acc + 1, nxt)
+        self.expect[h.request] = (h.pos + x.shape[0] if h.pos == 0 else h.pos + acc + 1, nxt)
         verdict = np.array([acc, nxt, *path], dtype=np.int32)
         out_frame = array_frame(Kind.VERDICT, verdict, step=h.step)
         t1 = time.perf_counter_ns()

@@ -267,8 +267,9 @@ class ServingStageWorker(StageWorker):
     def next_frame(self) -> tuple[Frame, int]:
         """The next frame in arrival order and when it was read. In async jobs everything the
         hop has delivered is read into a mailbox first, so that a ``CANCEL`` drops the stale
-        passes still waiting in it (those ahead of it in FIFO order) before they are computed;
-        passes already computed are not undone (their KV is cropped by the next valid pass)."""
+        passes of its request still waiting in it (those ahead of it in FIFO order) before they
+        are computed; passes already computed are not undone (the request's KV is cropped by
+        its next valid pass)."""
         if not self.inbox:
             self.inbox.append((self.recv(), time.monotonic_ns()))
         if self.job.get("schedule") == "async":
@@ -278,15 +279,18 @@ class ServingStageWorker(StageWorker):
             ):
                 f = self.recv()
                 if f.kind == Kind.CANCEL:
-                    self._drop_stale(int(f.header.step))
+                    self._drop_stale(int(f.header.step), f.header.request)
                 self.inbox.append((f, time.monotonic_ns()))
         return self.inbox.popleft()
 
-    def _drop_stale(self, last_valid: int) -> None:
+    def _drop_stale(self, last_valid: int, request: int) -> None:
+        """A ``CANCEL`` of ``request``: drop its passes after ``last_valid`` from the mailbox
+        (the other requests' passes stay, whatever their ids)."""
         kinds = (Kind.DRAFT_IDS, Kind.DRAFT_PROBS, Kind.HIDDEN, Kind.TREE)
         keep = deque()
         for f, t in self.inbox:
-            if f.kind in kinds and f.header.step > last_valid:
+            h = f.header
+            if f.kind in kinds and h.request == request and h.step > last_valid:
                 self.dropped += f.kind == Kind.HIDDEN
                 continue
             keep.append((f, t))

@@ -417,3 +417,28 @@ def test_ctrl_c_keeps_finished_work(tmp_path):
     assert kept == 1 and not (out / "results.parquet").exists()
     done = run_sweep(sweep, out, resume=True, workers=2, progress=False)
     assert (done.reused, done.computed) == (kept, 12 - kept)
+
+
+def test_a_pool_stopped_early_fails_its_pending_work_without_a_thread_traceback(monkeypatch):
+    """Stopping the local pool early (a Ctrl-C, an error) terminates its workers while work is
+    still queued; the pool's manager thread then fails every pending future. Had they been
+    cancelled first, Python 3.11's manager raises ``InvalidStateError`` on them (a traceback
+    after "interrupted": checked by putting the cancel back). Deterministic: one short task
+    returns, 20 of 5 s are queued or running, and the manager sees the workers die before the
+    pool shuts down."""
+    import threading
+    import time
+
+    from wansim.sweep.executors import LocalExecutor
+
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    executor = LocalExecutor(2)
+    try:
+        results = executor.imap(time.sleep, [(0.05,)] + [(5.0,)] * 20)
+        assert next(results) is None  # the short task
+        results.close()  # stop early: the workers are terminated
+        time.sleep(0.5)  # the manager thread notices the dead workers
+    finally:
+        executor.close()
+    assert raised == []

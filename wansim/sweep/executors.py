@@ -121,12 +121,14 @@ class LocalExecutor(Executor):
                         ) from None
                     yield result
         finally:
-            for fut in pending:
-                fut.cancel()
             if pending:  # stopped early: don't wait for batches already running
                 self._terminate()
 
     def _terminate(self) -> None:
+        """Stop the workers; the pool then fails every pending future as broken. The futures
+        are not cancelled first: Python 3.11's pool fails them from its manager thread without
+        checking, and a cancelled one raises ``InvalidStateError`` there (a traceback printed
+        after a Ctrl-C)."""
         terminate = getattr(self.pool, "terminate_workers", None)  # Python >= 3.14
         if terminate is not None:
             terminate()

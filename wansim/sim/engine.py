@@ -37,7 +37,7 @@ from wansim.links.wire_bytes import forward_bytes, tree_mask_bytes
 from wansim.results.result import Result
 from wansim.serving.micro_batching import micro_batched, serving_slots
 from wansim.serving.workload import plan_requests
-from wansim.sim import lone_ring
+from wansim.sim import lone_async, lone_ring
 from wansim.sim.async_speculation import Scheduler, TreeRounds, guess_rates
 from wansim.sim.faults import FaultInjector, fault_seed
 from wansim.sim.host import SharedHost
@@ -442,6 +442,10 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
     record = None
     if not per_event and lone_ring.applies(pipe):
         record = lone_ring.run(pipe)  # None where its event-step check gives up: events then
+        if record is None:
+            pipe = build(scenario, timeline=timeline)
+    elif not per_event and lone_async.applies(pipe):
+        record = lone_async.run(pipe)  # None where two events tie beyond its order: events then
         if record is None:
             pipe = build(scenario, timeline=timeline)
     if record is None:

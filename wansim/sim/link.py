@@ -87,17 +87,25 @@ class Link:
     ) -> None:
         """Offer a message at ``offer_ms`` (default now; later for a closed-form stage, which
         offers a pass when its service ends); offers come in time order. ``decode_share`` of
-        its bytes counts as decode-phase traffic."""
+        its bytes counts as decode-phase traffic. One event: its delivery."""
         env = self.env
         now = env._now
-        if offer_ms is None:
-            offer_ms = now
+        delivery = self.transmit(
+            passes, n_bytes, decode_share, now if offer_ms is None else offer_ms
+        )
+        self.in_flight.append(passes)
+        env.call(delivery - now, self._arrive_cb)
+
+    def transmit(
+        self, passes: list[Pass], n_bytes: float, decode_share: float, offer_ms: float
+    ) -> float:
+        """The message's delivery instant by the shared rule (its draws, the sender's state),
+        counted in the hop's totals (and timeline); no event (:meth:`send` schedules one, the
+        lone async request (:mod:`wansim.sim.lone_async`) computes on from it)."""
         draws = self.draws
         g = draws.losses() if draws.has_loss else 0
         prop = draws.propagation_ms() if draws.has_jitter else draws.latency_ms
         start, free, delivery = self.sender.send(offer_ms, n_bytes, g, prop)
-        self.in_flight.append(passes)
-        env.call(delivery - now, self._arrive_cb)
         wire = self.sender.wire_bytes(n_bytes, g) if g else n_bytes
         self.messages += 1
         self.bytes_total += wire
@@ -111,6 +119,7 @@ class Link:
                     sw += sender.last_idle_extra_ms
                 if sw > 0:
                     self.software_log.append((self.index, start, start + sw))
+        return delivery
 
     def _arrive(self, _event: object) -> None:
         self.deliver(self.in_flight.popleft())

@@ -242,14 +242,16 @@ def scenario_fields(value, path: str = ""):
         yield path, value
 
 
-def unknown_fields(scenario) -> list[str]:
-    """Fields of ``scenario`` outside :data:`KNOWN_FIELDS` or with a value it does not list."""
+def unknown_fields(scenario, known: dict | None = None) -> list[str]:
+    """Fields of ``scenario`` outside ``known`` (default :data:`KNOWN_FIELDS`) or with a value
+    it does not list."""
+    known = KNOWN_FIELDS if known is None else known
     out = []
     for path, value in scenario_fields(scenario):
-        if path not in KNOWN_FIELDS:
+        if path not in known:
             out.append(path)
             continue
-        allowed = KNOWN_FIELDS[path]
+        allowed = known[path]
         if allowed is not ANY and not any(_same(value, a) for a in allowed):
             out.append(f"{path}={value!r}")
     return out

@@ -1,0 +1,367 @@
+"""A lone request under async in-pipe speculation, pass by pass instead of event by event.
+
+With one request in flight (``workload.concurrency: 1``, closed arrivals) under the async
+schedule with the drafter on S0 (:mod:`wansim.sim.async_speculation`), every stage after S0 and
+every hop serves the request's passes in the order S0 forwarded them (FIFO stages, FIFO hops
+that never overtake). So once S0 forwards a pass, its way round the ring is a chain of
+additions, computed then, with no event:
+
+    stage i:  start = max(arrival, end of its previous pass),  end = start + service
+    hop i:    the shared delivery rule (:meth:`wansim.sim.link.Link.transmit`); the pass
+              arrives at end + (delivery - end), the instant the events' loop computes
+    last stage: the verifier, the bet, the verdict onto the return hop (its arrival at S0 is
+              known then: the return hop carries only verdicts, in the order they are made)
+
+Verifying a block when S0 forwards it draws the same acceptance and bet values as at its
+verdict: each request draws from its own sequences, in verification order, which is the
+forwarding order. Two things are known only later and are computed when they are:
+
+- S0's next pass depends on the verdicts reaching it: S0 runs as a loop over its own pass ends
+  and the verdicts' arrivals, in time order, through its own methods (taking, drafting,
+  accounting, the block schedule's hooks).
+- A block forwarded behind a block that loses its bet is stale, and how far it goes depends
+  on when the cancellation catches it, which S0 sends when the lost verdict reaches it. Stale
+  blocks wait for it and then go round with it, stage by stage: a stale block still waiting
+  when the cancellation reaches the stage is dropped; one in service is computed and not
+  forwarded; one computed before goes on. The last stage drops whatever reaches it.
+
+Instants that tie are ordered as the events' loop orders them: events at one instant in the
+order they were scheduled, i.e. by the instants at which they were scheduled (a delivery when
+its message was sent, the end of a pass when it started). Where those tie too, the run is
+given to the events (:func:`run` returns None). The components' own code decides everything
+else (the verifier, the block schedule, the request source); their sends are caught
+(:class:`_Outbox`) and put on the real links. The record is the events' to the bit
+(``tests/engines/test_lone_async.py``), with no event scheduled.
+
+Eligibility is a whitelist (:func:`applies`), as in :mod:`wansim.sim.lone_ring`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from wansim.links.delivery import HopSender
+from wansim.links.draws import LinkDraws
+from wansim.sim import lone_ring
+from wansim.sim.async_speculation import Scheduler
+from wansim.sim.kernel import Kernel
+from wansim.sim.link import Link
+from wansim.sim.lone_ring import ANY
+from wansim.sim.messages import VERIFY
+from wansim.sim.record import RunRecord, build_record
+from wansim.sim.request import RequestSource
+from wansim.sim.stage import LastStage, RelayStage
+from wansim.sim.verifier import Verifier
+
+# scenario field path -> the values this module reproduces (the lone ring's, less a shared host
+# (an async ring builds one), for the async schedule with the drafter on S0, chains only)
+KNOWN_FIELDS: dict[str, tuple | None] = {
+    **lone_ring.KNOWN_FIELDS,
+    "model.host_cores": (None,),
+    "drafter.placement": ("first_stage",),
+    "speculation.policy": ("chain",),
+    "schedule.kind": ("async",),
+    "schedule.max_inflight_blocks": ANY,
+    "schedule.hedge_branches": (0,),
+    "schedule.batching": ("none",),
+}
+
+
+class _Tie(Exception):
+    """Two events at one instant, scheduled at one instant: their order is the loop's own."""
+
+
+def _scheduled_first(a_ms: float, b_ms: float) -> bool:
+    """Of two events at one instant, does the one scheduled at ``a_ms`` run first?"""
+    if a_ms == b_ms:
+        raise _Tie
+    return a_ms < b_ms
+
+
+class _Outbox:
+    """Stands in for a stage's link while the run is computed: keeps what the stage sends."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self):
+        self.sent: list[tuple] = []
+
+    def send(self, passes, n_bytes: float, decode_share: float, offer_ms=None) -> None:
+        self.sent.append((passes, n_bytes, decode_share))
+
+
+def applies(pipe) -> bool:
+    """Whether the built pipeline (``wansim.sim.engine.build``) is a lone request under the
+    async schedule with nothing this module does not reproduce (a whitelist)."""
+    sched = pipe.scheduler
+    if type(sched) is not Scheduler or not isinstance(pipe.env, Kernel):
+        return False
+    if lone_ring.unknown_fields(pipe.scenario, KNOWN_FIELDS):
+        return False
+    if pipe.timeline is not None or pipe.faults is not None or len(pipe.stages) < 2:
+        return False
+    if sched.overlap or not sched.first_stage or sched.flush or sched.batching:
+        return False
+    if sched.tree_rounds is not None or sched.faults:
+        return False
+    if type(pipe.verifier) is not Verifier or pipe.verifier.log is not None:
+        return False
+    if type(pipe.source) is not RequestSource:
+        return False
+    last = len(pipe.stages) - 1
+    for i, stage in enumerate(pipe.stages):
+        if type(stage) is not (LastStage if i == last else RelayStage) or stage.hooks is not sched:
+            return False
+        if stage.host is not None or stage.slowdown is not None or stage.idle_extra is not None:
+            return False
+        if stage.micro is not None or stage.batching or stage.tree_draft_ms is not None:
+            return False
+    for link in pipe.links:
+        if type(link) is not Link or type(link.draws) is not LinkDraws:
+            return False
+        sender = link.sender
+        if type(sender) is not HopSender or sender.tcp is not None or sender.drift is not None:
+            return False
+        if sender.idle_extra is not None or link.timeline is not None:
+            return False
+    return True
+
+
+def run(pipe) -> RunRecord | None:
+    """The record of the run, or None where two events tie beyond what this module orders
+    (the caller then runs the events on a fresh pipeline)."""
+    try:
+        return _Ring(pipe).run()
+    except _Tie:
+        return None
+
+
+class _Ring:
+    """One run: S0's loop, the passes' chains round the ring, the stale blocks' round."""
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+        self.env = pipe.env
+        self.stages = pipe.stages
+        self.links = pipe.links
+        self.sched = pipe.scheduler
+        self.source = pipe.source
+        self.last = len(self.stages) - 1
+        self.outboxes = [_Outbox() for _ in self.stages]
+        for stage, box in zip(self.stages, self.outboxes, strict=True):
+            stage.link_out = box
+        self.deliver_at_s0 = self.links[self.last].deliver  # the block schedule's, into S0
+        self.free_ms = [0.0] * len(self.stages)  # end of each stage's last pass
+        self.started_ms = [0.0] * len(self.stages)  # ... and its start (when that was scheduled)
+        self.delivered_ms = [0.0] * len(self.stages)  # each hop's latest delivery event
+        self.verdicts: deque = deque()  # (arrival, sent, message) on the return hop
+        self.stale: list = []  # (block, arrival at S1, sent) behind a lost bet, for its cancel
+        self.admit_ms: float | None = None  # the next request's prefill enters S0 then
+        self.block_service: list = [None] * len(self.stages)  # (compute, bytes, share) per stage
+
+    # ------------------------------------------------------------------------------- S0
+    def run(self) -> RunRecord:
+        env, s0 = self.env, self.stages[0]
+        env._now = 0.0
+        self.source.start()  # closed: the first request's prefill into S0's mailbox
+        self.admit_ms = 0.0
+        verdicts = self.verdicts
+        busy = None  # S0's pass: (batch, n, start, draft, compute, end)
+        while True:
+            if busy is not None:
+                end = busy[5]
+                if verdicts:
+                    at = verdicts[0][0]
+                    if at < end or (at == end and _scheduled_first(verdicts[0][1], busy[2])):
+                        self._verdict()
+                        continue
+                env._now = end
+                batch, n, start, draft, compute, _ = busy
+                s0._account(batch, start, draft, compute)
+                s0._after(batch, n)  # the block schedule's hooks (next block), the forward
+                self._forwarded(end)
+                busy = self._serve(end)
+                continue
+            if self.admit_ms is not None and (not verdicts or self.admit_ms <= verdicts[0][0]):
+                at, self.admit_ms = self.admit_ms, None
+                busy = self._serve(at)
+                continue
+            if not verdicts:
+                break
+            at = verdicts[0][0]
+            while verdicts and verdicts[0][0] == at:  # all before S0's wake-up at that instant
+                self._verdict()
+            busy = self._serve(at)
+        if self.stale:
+            raise RuntimeError("stale blocks left without a cancellation")
+        return build_record(
+            self.source.requests,
+            self.stages,
+            self.links,
+            self.pipe.verifier,
+            self.pipe.scenario.workload.concurrency,
+            0,
+            None,
+            self.sched,
+            None,
+        )
+
+    def _serve(self, now: float):
+        """S0 takes its next pass at ``now`` (as its ``_serve_next``), or idles."""
+        s0 = self.stages[0]
+        if self.admit_ms is not None:  # the next request's prefill waits for its admission
+            return None
+        self.env._now = now
+        while s0.mailbox:
+            batch, n = s0._next_batch()
+            if batch:
+                draft, compute = s0._service_ms(batch, n, now)
+                return (batch, n, now, draft, compute, now + (draft + compute))
+        return None
+
+    def _verdict(self) -> None:
+        """The oldest verdict on the return hop reaches S0 (a lost bet: its cancellation)."""
+        at, _, message = self.verdicts.popleft()
+        self.env._now = at
+        self.deliver_at_s0(message)
+        box = self.outboxes[0]
+        sent, box.sent = box.sent, []
+        for passes, n_bytes, share in sent:  # a cancellation down the forward hops
+            self._cancel_round(passes[0], self._deliver(0, passes, n_bytes, share, at), at)
+
+    def _forwarded(self, now: float) -> None:
+        """What S0 forwarded at ``now`` goes round the ring (a stale block: with its cancel)."""
+        box = self.outboxes[0]
+        sent, box.sent = box.sent, []
+        states = self.sched.states
+        for passes, n_bytes, share in sent:
+            arrival = self._deliver(0, passes, n_bytes, share, now)
+            p = passes[0]
+            if p.kind == VERIFY and p.epoch < states[p.request.rid].epoch:
+                if self.last == 1:  # the last stage drops it
+                    self.sched._cancelled(p)
+                else:
+                    self.stale.append((p, arrival, now))
+                continue
+            self._round(p, arrival, now)
+
+    def _deliver(self, hop: int, passes, n_bytes: float, share: float, now: float) -> float:
+        """Send a message on ``hop`` at ``now``: the instant the loop delivers it."""
+        delivery = self.links[hop].transmit(passes, n_bytes, share, now)
+        return self._arrival(hop, now + (delivery - now))
+
+    def _arrival(self, hop: int, at: float) -> float:
+        """A delivery event at ``at`` (scheduled as now + (delivery - now)) delivers the hop's
+        oldest message in flight; two messages clamped to one delivery can round to event
+        instants in the reverse order, and the loop then pairs them by order: to the events."""
+        if at < self.delivered_ms[hop]:
+            raise _Tie
+        self.delivered_ms[hop] = at
+        return at
+
+    # ------------------------------------------------------------------------------- the ring
+    def _service(self, i: int, p) -> tuple[float, float, float]:
+        """(compute, bytes, decode share) of pass ``p`` at stage ``i`` (blocks: once)."""
+        if p.kind == VERIFY:
+            got = self.block_service[i]
+            if got is not None:
+                return got
+        stage = self.stages[i]
+        draft, compute = stage._service_ms([p], p.n, 0.0)
+        if draft:
+            raise RuntimeError("drafting after S0 in the async schedule")
+        size, share = stage.message_bytes([p], p.n) if i < self.last else (0.0, 0.0)
+        got = (compute, size, share)
+        if p.kind == VERIFY:
+            self.block_service[i] = got
+        return got
+
+    def _round(self, p, arrival: float, sent: float) -> None:
+        """A live pass from S1 on: the stages in turn, then its verdict at the last stage."""
+        free, started, links, stages = self.free_ms, self.started_ms, self.links, self.stages
+        last = self.last
+        for i in range(1, last):
+            f = free[i]
+            start = arrival if arrival > f else f
+            compute, size, share = self._service(i, p)
+            end = start + compute
+            free[i] = end
+            started[i] = start
+            stage = stages[i]
+            stage.busy_ms += compute
+            stage.passes += 1
+            delivery = links[i].transmit([p], size, share, end)
+            arrival = self._arrival(i, end + (delivery - end))
+        f = free[last]
+        start = arrival if arrival > f else f
+        compute = self._service(last, p)[0]
+        end = start + compute
+        free[last] = end
+        started[last] = start
+        stage = stages[last]
+        self.env._now = end
+        admitted = len(self.source.requests)
+        stage._account([p], start, 0.0, compute)
+        stage._after([p], p.n)  # verifier, bet, verdict; a finished request admits the next
+        if len(self.source.requests) > admitted:
+            self.admit_ms = end
+        box = self.outboxes[last]
+        for passes, n_bytes, share in box.sent:
+            self.verdicts.append((self._deliver(last, passes, n_bytes, share, end), end, passes))
+        box.sent = []
+
+    def _cancel_round(self, cancel, arrival: float, sent: float) -> None:
+        """The cancellation and the stale blocks ahead of it, stage by stage (module
+        docstring); ``arrival``/``sent``: the cancellation's at S1, then at each next stage."""
+        group, self.stale = self.stale, []
+        sched, stages = self.sched, self.stages
+        free, started = self.free_ms, self.started_ms
+        for i in range(1, self.last):
+            stage = stages[i]
+            onward = []
+            for p, at, at_sent in group:
+                f = free[i]
+                start = at if at > f else f
+                if start == arrival:
+                    computed = self._starts_first(f, at, at_sent, started[i], sent)
+                else:
+                    computed = start < arrival
+                if not computed:  # waiting when the cancellation arrives
+                    sched._cancelled(p)
+                    continue
+                compute, size, share = self._service(i, p)
+                end = start + compute
+                free[i] = end
+                started[i] = start
+                stage.busy_ms += compute
+                stage.passes += 1
+                p.computed += 1
+                if end < arrival or (end == arrival and _scheduled_first(start, sent)):
+                    onward.append((p, self._deliver(i, [p], size, share, end), end))
+                else:  # the stage learned of the cancellation while computing it
+                    sched._cancelled(p)
+            group = onward
+            self.env._now = arrival
+            sched._cancel_at(i, cancel)  # what the stage knows; on to the next (caught)
+            box = self.outboxes[i]
+            sent_now, box.sent = box.sent, []
+            for passes, n_bytes, share in sent_now:
+                sent, arrival = arrival, self._deliver(i, passes, n_bytes, share, arrival)
+        for p, _, _ in group:  # the last stage drops what reaches it
+            sched._cancelled(p)
+
+    @staticmethod
+    def _starts_first(
+        free: float, at: float, at_sent: float, started: float, cancel_sent: float
+    ) -> bool:
+        """A stale block could start at the instant its cancellation arrives: does it start
+        first? ``free``/``started``: the stage's previous pass's end and start; ``at``/``at_sent``:
+        the block's arrival and when it was sent; ``cancel_sent``: when the cancellation was."""
+        if free > at:  # waiting: the stage's end of pass against the cancellation's delivery
+            return _scheduled_first(started, cancel_sent)
+        if free == at and _scheduled_first(at_sent, started):  # delivered, then the end of pass
+            return _scheduled_first(started, cancel_sent)
+        # the stage is idle when the block arrives: its wake-up is scheduled then, after the
+        # cancellation's delivery (scheduled when it was sent, before that instant)
+        _scheduled_first(cancel_sent, at)
+        return False

@@ -74,6 +74,7 @@ class HopSender:
     transport's ``(1 + G) * wire`` and ``G * rto`` (:mod:`wansim.links.tcp`)."""
 
     __slots__ = (
+        "_lossless_busy",
         "bandwidth_mbps",
         "codec_ms_per_mb",
         "drift",
@@ -118,6 +119,10 @@ class HopSender:
             from wansim.links.tcp import TcpSender
 
             self.tcp = TcpSender(tcp, bandwidth_mbps, latency_ms, retransmit_ms)
+        # n_bytes -> busy of a message without losses, where busy depends on nothing else (no
+        # idle cost, drift or tcp): messages repeat their sizes
+        plain = tcp is None and drift is None and idle_extra is None
+        self._lossless_busy: dict[float, float] | None = {} if plain else None
 
     def send(
         self, offer_ms: float, n_bytes: float, losses: int, propagation: float
@@ -127,6 +132,20 @@ class HopSender:
         adds L * (latency factor - 1) to it and scales the bandwidth, at the message's start
         (the TCP window keeps the bandwidth it was built with: with tcp they change latency)."""
         start = self.free_ms if self.free_ms > offer_ms else offer_ms
+        cache = self._lossless_busy
+        if cache is not None and not losses:  # the rule below, its busy memoised by size
+            busy = cache.get(n_bytes)
+            if busy is None:
+                busy = cache[n_bytes] = busy_ms(
+                    n_bytes, self.bandwidth_mbps, self.per_message_ms, self.codec_ms_per_mb, 0
+                )
+            free = start + busy
+            delivery = free + propagation
+            if delivery < self.last_delivery_ms:
+                delivery = self.last_delivery_ms
+            self.free_ms = free
+            self.last_delivery_ms = delivery
+            return start, free, delivery
         per_message = self.per_message_ms
         if self.idle_extra is not None:  # the sender idled since the previous message freed it
             self.last_idle_extra_ms = extra = self.idle_extra(start - self.free_ms)

@@ -279,19 +279,26 @@ class _Ring:
     def _round(self, p, arrival: float, sent: float) -> None:
         """A live pass from S1 on: the stages in turn, then its verdict at the last stage."""
         free, started, links, stages = self.free_ms, self.started_ms, self.links, self.stages
+        delivered, services = self.delivered_ms, self.block_service
         last = self.last
+        block = p.kind == VERIFY
+        passes = [p]
         for i in range(1, last):
             f = free[i]
             start = arrival if arrival > f else f
-            compute, size, share = self._service(i, p)
+            got = services[i] if block else None
+            compute, size, share = got if got is not None else self._service(i, p)
             end = start + compute
             free[i] = end
             started[i] = start
             stage = stages[i]
             stage.busy_ms += compute
             stage.passes += 1
-            delivery = links[i].transmit([p], size, share, end)
-            arrival = self._arrival(i, end + (delivery - end))
+            delivery = links[i].transmit(passes, size, share, end)
+            arrival = end + (delivery - end)
+            if arrival < delivered[i]:  # (as _arrival)
+                raise _Tie
+            delivered[i] = arrival
         f = free[last]
         start = arrival if arrival > f else f
         compute = self._service(last, p)[0]
@@ -314,10 +321,11 @@ class _Ring:
         """The cancellation and the stale blocks ahead of it, stage by stage (module
         docstring); ``arrival``/``sent``: the cancellation's at S1, then at each next stage."""
         group, self.stale = self.stale, []
-        sched, stages = self.sched, self.stages
-        free, started = self.free_ms, self.started_ms
+        sched, stages, links = self.sched, self.stages, self.links
+        free, started, delivered = self.free_ms, self.started_ms, self.delivered_ms
         for i in range(1, self.last):
             stage = stages[i]
+            link = links[i]
             onward = []
             for p, at, at_sent in group:
                 f = free[i]
@@ -329,7 +337,8 @@ class _Ring:
                 if not computed:  # waiting when the cancellation arrives
                     sched._cancelled(p)
                     continue
-                compute, size, share = self._service(i, p)
+                got = self.block_service[i]
+                compute, size, share = got if got is not None else self._service(i, p)
                 end = start + compute
                 free[i] = end
                 started[i] = start
@@ -337,7 +346,12 @@ class _Ring:
                 stage.passes += 1
                 p.computed += 1
                 if end < arrival or (end == arrival and _scheduled_first(start, sent)):
-                    onward.append((p, self._deliver(i, [p], size, share, end), end))
+                    delivery = link.transmit([p], size, share, end)
+                    on = end + (delivery - end)
+                    if on < delivered[i]:  # (as _arrival)
+                        raise _Tie
+                    delivered[i] = on
+                    onward.append((p, on, end))
                 else:  # the stage learned of the cancellation while computing it
                     sched._cancelled(p)
             group = onward

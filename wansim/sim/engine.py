@@ -433,7 +433,9 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
     A lone request in the sync ring (concurrency 1, closed arrivals, and only mechanisms on
     :mod:`wansim.sim.lone_ring`'s whitelist) is computed lap by lap in vectorised blocks: the
     same arithmetic as the events, the same record (and kept timeline) to the bit, no event
-    scheduled. Every other run goes event by event on :class:`~wansim.sim.kernel.Kernel`
+    scheduled. A lone request under async in-pipe speculation with the drafter on S0
+    (:mod:`wansim.sim.lone_async`'s whitelist) is computed pass by pass: the same record to
+    the bit, no event scheduled (a tie beyond its order hands the run to the events). Every other run goes event by event on :class:`~wansim.sim.kernel.Kernel`
     (SimPy's order of events in a lighter loop). ``per_event=True`` runs every scenario event by event on SimPy's own loop
     (the reference both are tested against).
     """

@@ -3,7 +3,8 @@
 (``simulate(..., per_event=True)``, SimPy's loop, kept as the reference).
 
 Equality is to the bit: every metric, every array of the run record and the block schedule's
-counters, over random scenarios: one to six stages, K 1-6, windows of 1-8 blocks, jitter of
+counters, over random scenarios: two to six stages, K 1-6, windows of 1-8 blocks, both async
+protocols (cancel on divergence, flush on full acceptance), jitter of
 every kind and none, zero latency (instants that tie: ordered as the loop orders them, or the
 run handed to the events), losses, per-hop links with per-message and codec costs, acceptance
 from near-certain to poor. Eligibility is a whitelist: anything else runs event by event.
@@ -136,6 +137,7 @@ scenarios = st.fixed_dictionaries(
         "model.overhead_ms": st.sampled_from([0.3, 2.0]),
         "payload.cancel_bytes": st.sampled_from([1, 5000]),
         "drafter.draft_ms": st.sampled_from([0.0, 9.0]),
+        "schedule.async_protocol": st.just("flush_on_full_acceptance"),
     },
 )
 
@@ -145,6 +147,8 @@ scenarios = st.fixed_dictionaries(
 def test_lone_async_equals_the_per_event_engine_to_the_bit(overrides):
     if "network.hops" in overrides:
         overrides["network.hops"] = overrides["network.hops"][: overrides["stages"]]
+    if "schedule.async_protocol" in overrides:  # (it commits K drafts or one token: K >= 2)
+        overrides["speculation.k"] = max(overrides["speculation.k"], 2)
     sc = load_scenario(data=BASE, overrides=overrides)
     assert lone_async.applies(build(sc))
     assert_same_run(sc)
@@ -285,7 +289,7 @@ def test_only_a_lone_async_request_with_the_drafter_on_s0_takes_the_path():
     assert not takes(**{"workload.arrival": "poisson", "workload.rate_per_s": 1.0})
     assert not takes(**{"stages": 1})
     assert not takes(**{"drafter.overlap": True})
-    assert not takes(**{"schedule.async_protocol": "flush_on_full_acceptance"})
+    assert takes(**{"schedule.async_protocol": "flush_on_full_acceptance"})
     assert not takes(**{"schedule.batching": "continuous"})
     assert not takes(**{"model.host_cores": 2})
     assert not takes(**{"network.transport": "tcp"})

@@ -24,6 +24,8 @@ forwarding order. Two things are known only later and are computed when they are
   blocks wait for it and then go round with it, stage by stage: a stale block still waiting
   when the cancellation reaches the stage is dropped; one in service is computed and not
   forwarded; one computed before goes on. The last stage drops whatever reaches it.
+  (``flush_on_full_acceptance`` sends no cancellation: stale blocks go round like the others
+  and the last stage computes them and drops them at their verdict.)
 
 Instants that tie are ordered as the events' loop orders them: events at one instant in the
 order they were scheduled, i.e. by the instants at which they were scheduled (a delivery when
@@ -64,6 +66,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "schedule.max_inflight_blocks": ANY,
     "schedule.hedge_branches": (0,),
     "schedule.batching": ("none",),
+    "schedule.async_protocol": ("cancel_on_divergence", "flush_on_full_acceptance"),
 }
 
 
@@ -100,7 +103,7 @@ def applies(pipe) -> bool:
         return False
     if pipe.timeline is not None or pipe.faults is not None or len(pipe.stages) < 2:
         return False
-    if sched.overlap or not sched.first_stage or sched.flush or sched.batching:
+    if sched.overlap or not sched.first_stage or sched.batching:
         return False
     if sched.tree_rounds is not None or sched.faults:
         return False
@@ -233,11 +236,11 @@ class _Ring:
         """What S0 forwarded at ``now`` goes round the ring (a stale block: with its cancel)."""
         box = self.outboxes[0]
         sent, box.sent = box.sent, []
-        states = self.sched.states
+        states, flush = self.sched.states, self.sched.flush
         for passes, n_bytes, share in sent:
             arrival = self._deliver(0, passes, n_bytes, share, now)
             p = passes[0]
-            if p.kind == VERIFY and p.epoch < states[p.request.rid].epoch:
+            if p.kind == VERIFY and not flush and p.epoch < states[p.request.rid].epoch:
                 if self.last == 1:  # the last stage drops it
                     self.sched._cancelled(p)
                 else:
@@ -294,6 +297,8 @@ class _Ring:
             stage = stages[i]
             stage.busy_ms += compute
             stage.passes += 1
+            if block:  # (stale under flush_on_full_acceptance: its work is counted)
+                p.computed += 1
             delivery = links[i].transmit(passes, size, share, end)
             arrival = end + (delivery - end)
             if arrival < delivered[i]:  # (as _arrival)

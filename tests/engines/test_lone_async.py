@@ -4,7 +4,8 @@
 
 Equality is to the bit: every metric, every array of the run record and the block schedule's
 counters, over random scenarios: two to six stages, K 1-6, windows of 1-8 blocks, both async
-protocols (cancel on divergence, flush on full acceptance), jitter of
+protocols (cancel on divergence, flush on full acceptance), the overlapped drafter (async, and
+sync: a window of one), jitter of
 every kind and none, zero latency (instants that tie: ordered as the loop orders them, or the
 run handed to the events), losses, per-hop links with per-message and codec costs, acceptance
 from near-certain to poor. Eligibility is a whitelist: anything else runs event by event.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -138,6 +140,8 @@ scenarios = st.fixed_dictionaries(
         "payload.cancel_bytes": st.sampled_from([1, 5000]),
         "drafter.draft_ms": st.sampled_from([0.0, 9.0]),
         "schedule.async_protocol": st.just("flush_on_full_acceptance"),
+        "drafter.overlap": st.just(True),
+        "schedule.kind": st.just("sync"),  # (with the overlapped drafter: a window of one)
     },
 )
 
@@ -149,6 +153,9 @@ def test_lone_async_equals_the_per_event_engine_to_the_bit(overrides):
         overrides["network.hops"] = overrides["network.hops"][: overrides["stages"]]
     if "schedule.async_protocol" in overrides:  # (it commits K drafts or one token: K >= 2)
         overrides["speculation.k"] = max(overrides["speculation.k"], 2)
+    if overrides.get("schedule.kind") == "sync":  # the block schedule of one block in flight
+        overrides.update({"drafter.overlap": True, "schedule.max_inflight_blocks": 1})
+        overrides.pop("schedule.async_protocol", None)
     sc = load_scenario(data=BASE, overrides=overrides)
     assert lone_async.applies(build(sc))
     assert_same_run(sc)
@@ -288,7 +295,10 @@ def test_only_a_lone_async_request_with_the_drafter_on_s0_takes_the_path():
     assert not takes(**{"workload.concurrency": 2})
     assert not takes(**{"workload.arrival": "poisson", "workload.rate_per_s": 1.0})
     assert not takes(**{"stages": 1})
-    assert not takes(**{"drafter.overlap": True})
+    assert takes(**{"drafter.overlap": True})
+    sync = {"schedule.kind": "sync", "schedule.max_inflight_blocks": 1}
+    assert takes(**sync, **{"drafter.overlap": True})
+    assert not takes(**sync, **{"drafter.overlap": True, "drafter.placement": "last_stage"})
     assert takes(**{"schedule.async_protocol": "flush_on_full_acceptance"})
     assert not takes(**{"schedule.batching": "continuous"})
     assert not takes(**{"model.host_cores": 2})
@@ -298,3 +308,20 @@ def test_only_a_lone_async_request_with_the_drafter_on_s0_takes_the_path():
     assert not takes(**{"schedule.kind": "sync", "schedule.max_inflight_blocks": 1})
     sc = load_scenario(data=BASE)
     assert not lone_async.applies(build(sc, timeline=True))
+
+
+def test_a_foreign_event_tied_on_both_instants_hands_the_run_to_the_events():
+    """An arrival computed ahead by the ring is pushed before its time, so its place among
+    events of the same instant scheduled at the same instant is unknown: the run goes to the
+    events. Otherwise the clock runs events by instant, then by when they were scheduled."""
+    ran = []
+    clock = lone_async._Clock(build(load_scenario(data=BASE)).env, None, None)
+    clock.push(5.0, 2.0, lambda _e: ran.append("b"), False)
+    clock.push(5.0, 1.0, lambda _e: ran.append("a"), True)
+    clock.push(4.0, 3.0, lambda _e: clock.call(1.0, lambda _e: ran.append("c")), False)
+    clock.run()
+    assert ran == ["a", "b", "c"] and clock.now == 5.0  # (c: scheduled at 4, after a and b)
+    clock.push(7.0, 6.0, lambda _e: ran.append("d"), False)
+    clock.push(7.0, 6.0, lambda _e: ran.append("e"), True)
+    with pytest.raises(lone_async._Tie):
+        clock.run()

@@ -1,7 +1,8 @@
 """A lone request under async in-pipe speculation, pass by pass instead of event by event.
 
-With one request in flight (``workload.concurrency: 1``, closed arrivals) under the async
-schedule with the drafter on S0 (:mod:`wansim.sim.async_speculation`), every stage after S0 and
+With one request in flight (``workload.concurrency: 1``, closed arrivals) under the block
+schedule with the drafter on S0 (:mod:`wansim.sim.async_speculation`: async, and the
+overlapped drafter in either schedule), every stage after S0 and
 every hop serves the request's passes in the order S0 forwarded them (FIFO stages, FIFO hops
 that never overtake). So once S0 forwards a pass, its way round the ring is a chain of
 additions, computed then, with no event:
@@ -16,9 +17,10 @@ Verifying a block when S0 forwards it draws the same acceptance and bet values a
 verdict: each request draws from its own sequences, in verification order, which is the
 forwarding order. Two things are known only later and are computed when they are:
 
-- S0's next pass depends on the verdicts reaching it: S0 runs as a loop over its own pass ends
-  and the verdicts' arrivals, in time order, through its own methods (taking, drafting,
-  accounting, the block schedule's hooks).
+- S0's next pass depends on the verdicts reaching it: S0's side runs as events of its own
+  (:class:`_Clock`: S0's pass ends and wake-ups, the overlapped drafter's passes, the
+  verdicts' arrivals, the next request's admission), through S0's and the block schedule's
+  own methods (taking, drafting, accounting, issuing, the drafter device).
 - A block forwarded behind a block that loses its bet is stale, and how far it goes depends
   on when the cancellation catches it, which S0 sends when the lost verdict reaches it. Stale
   blocks wait for it and then go round with it, stage by stage: a stale block still waiting
@@ -40,7 +42,7 @@ Eligibility is a whitelist (:func:`applies`), as in :mod:`wansim.sim.lone_ring`.
 
 from __future__ import annotations
 
-from collections import deque
+from heapq import heappop, heappush
 
 from wansim.links.delivery import HopSender
 from wansim.links.draws import LinkDraws
@@ -61,8 +63,9 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     **lone_ring.KNOWN_FIELDS,
     "model.host_cores": (None,),
     "drafter.placement": ("first_stage",),
+    "drafter.overlap": (False, True),
     "speculation.policy": ("chain",),
-    "schedule.kind": ("async",),
+    "schedule.kind": ("sync", "async"),  # (sync: with the overlapped drafter)
     "schedule.max_inflight_blocks": ANY,
     "schedule.hedge_branches": (0,),
     "schedule.batching": ("none",),
@@ -103,7 +106,7 @@ def applies(pipe) -> bool:
         return False
     if pipe.timeline is not None or pipe.faults is not None or len(pipe.stages) < 2:
         return False
-    if sched.overlap or not sched.first_stage or sched.batching:
+    if not sched.first_stage or sched.batching:
         return False
     if sched.tree_rounds is not None or sched.faults:
         return False
@@ -139,17 +142,70 @@ def run(pipe) -> RunRecord | None:
         return None
 
 
+class _Clock:
+    """S0's side of the run as events: S0's pass ends and wake-ups, the drafter device's
+    passes, the verdicts' arrivals and the next request's admission, in the loop's order: by
+    instant, then by the instant each was scheduled, then in the order they were scheduled
+    (faithful for what S0's side schedules as it runs; an arrival or admission computed ahead
+    by the ring is *foreign*, pushed before its time: one that ties another event on both
+    instants hands the run to the events). The block schedule and S0 schedule through
+    :meth:`call`, as on the Kernel."""
+
+    __slots__ = ("_now", "kernel", "queue", "seq", "served", "served_cb")
+
+    def __init__(self, kernel: Kernel, served_cb, served):
+        self._now = 0.0
+        self.kernel = kernel  # (the request source reads the Kernel's clock)
+        self.queue: list = []
+        self.seq = 0
+        self.served_cb = served_cb  # S0's end of pass on the Kernel ...
+        self.served = served  # ... stands for this (the ring's)
+
+    @property
+    def now(self) -> float:
+        return self._now
+
+    def at(self, now_ms: float) -> None:
+        self._now = now_ms
+        self.kernel._now = now_ms
+
+    def call(self, delay: float, callback) -> None:
+        if delay < 0:
+            raise ValueError(f"negative delay {delay}")
+        if callback is self.served_cb:
+            callback = self.served
+        self.push(self._now + delay, self._now, callback, False)
+
+    def push(self, at: float, scheduled: float, callback, foreign: bool) -> None:
+        self.seq += 1
+        heappush(self.queue, (at, scheduled, self.seq, foreign, callback))
+
+    def run(self) -> None:
+        queue = self.queue
+        while queue:
+            at, scheduled, _, foreign, callback = heappop(queue)
+            if queue:
+                head = queue[0]
+                if head[0] == at and head[1] == scheduled and (foreign or head[3]):
+                    raise _Tie
+            self.at(at)
+            callback(None)
+
+
 class _Ring:
-    """One run: S0's loop, the passes' chains round the ring, the stale blocks' round."""
+    """One run: S0's side as events (:class:`_Clock`), the passes' chains round the ring, the
+    stale blocks' round."""
 
     def __init__(self, pipe):
         self.pipe = pipe
-        self.env = pipe.env
         self.stages = pipe.stages
         self.links = pipe.links
         self.sched = pipe.scheduler
         self.source = pipe.source
         self.last = len(self.stages) - 1
+        s0 = self.stages[0]
+        self.clock = _Clock(pipe.env, s0._served_cb, self._s0_served)
+        s0.env = self.sched.env = self.clock
         self.outboxes = [_Outbox() for _ in self.stages]
         for stage, box in zip(self.stages, self.outboxes, strict=True):
             stage.link_out = box
@@ -157,44 +213,15 @@ class _Ring:
         self.free_ms = [0.0] * len(self.stages)  # end of each stage's last pass
         self.started_ms = [0.0] * len(self.stages)  # ... and its start (when that was scheduled)
         self.delivered_ms = [0.0] * len(self.stages)  # each hop's latest delivery event
-        self.verdicts: deque = deque()  # (arrival, sent, message) on the return hop
         self.stale: list = []  # (block, arrival at S1, sent) behind a lost bet, for its cancel
-        self.admit_ms: float | None = None  # the next request's prefill enters S0 then
         self.block_service: list = [None] * len(self.stages)  # (compute, bytes, share) per stage
 
     # ------------------------------------------------------------------------------- S0
     def run(self) -> RunRecord:
-        env, s0 = self.env, self.stages[0]
-        env._now = 0.0
+        self.clock.at(0.0)
         self.source.start()  # closed: the first request's prefill into S0's mailbox
-        self.admit_ms = 0.0
-        verdicts = self.verdicts
-        busy = None  # S0's pass: (batch, n, start, draft, compute, end)
-        while True:
-            if busy is not None:
-                end = busy[5]
-                if verdicts:
-                    at = verdicts[0][0]
-                    if at < end or (at == end and _scheduled_first(verdicts[0][1], busy[2])):
-                        self._verdict()
-                        continue
-                env._now = end
-                batch, n, start, draft, compute, _ = busy
-                s0._account(batch, start, draft, compute)
-                s0._after(batch, n)  # the block schedule's hooks (next block), the forward
-                self._forwarded(end)
-                busy = self._serve(end)
-                continue
-            if self.admit_ms is not None and (not verdicts or self.admit_ms <= verdicts[0][0]):
-                at, self.admit_ms = self.admit_ms, None
-                busy = self._serve(at)
-                continue
-            if not verdicts:
-                break
-            at = verdicts[0][0]
-            while verdicts and verdicts[0][0] == at:  # all before S0's wake-up at that instant
-                self._verdict()
-            busy = self._serve(at)
+        self.stages[0]._serve_next()  # S0's start, before the run's other events
+        self.clock.run()
         if self.stale:
             raise RuntimeError("stale blocks left without a cancellation")
         return build_record(
@@ -209,28 +236,29 @@ class _Ring:
             None,
         )
 
-    def _serve(self, now: float):
-        """S0 takes its next pass at ``now`` (as its ``_serve_next``), or idles."""
+    def _s0_served(self, _event) -> None:
+        """S0's pass ends (as its ``_served``): what it forwards goes round the ring."""
         s0 = self.stages[0]
-        if self.admit_ms is not None:  # the next request's prefill waits for its admission
-            return None
-        self.env._now = now
-        while s0.mailbox:
-            batch, n = s0._next_batch()
-            if batch:
-                draft, compute = s0._service_ms(batch, n, now)
-                return (batch, n, now, draft, compute, now + (draft + compute))
-        return None
+        batch, n, start, draft, compute = s0._in_service
+        s0._in_service = None
+        s0._account(batch, start, draft, compute)
+        if s0._after(batch, n):  # the block schedule's hooks (next block), the forward
+            self._forwarded(self.clock._now)
+            s0._serve_next()
 
-    def _verdict(self) -> None:
-        """The oldest verdict on the return hop reaches S0 (a lost bet: its cancellation)."""
-        at, _, message = self.verdicts.popleft()
-        self.env._now = at
+    def _verdict(self, message) -> None:
+        """A verdict reaches S0 (a lost bet: its cancellation goes round)."""
+        at = self.clock._now
         self.deliver_at_s0(message)
         box = self.outboxes[0]
         sent, box.sent = box.sent, []
         for passes, n_bytes, share in sent:  # a cancellation down the forward hops
             self._cancel_round(passes[0], self._deliver(0, passes, n_bytes, share, at), at)
+        self.clock.at(at)
+
+    def _admit(self, prefill) -> None:
+        """The next request's prefill enters S0's mailbox (at its admission's instant)."""
+        self.stages[0].receive([prefill])
 
     def _forwarded(self, now: float) -> None:
         """What S0 forwarded at ``now`` goes round the ring (a stale block: with its cancel)."""
@@ -247,6 +275,7 @@ class _Ring:
                     self.stale.append((p, arrival, now))
                 continue
             self._round(p, arrival, now)
+            self.clock.at(now)
 
     def _deliver(self, hop: int, passes, n_bytes: float, share: float, now: float) -> float:
         """Send a message on ``hop`` at ``now``: the instant the loop delivers it."""
@@ -311,16 +340,21 @@ class _Ring:
         free[last] = end
         started[last] = start
         stage = stages[last]
-        self.env._now = end
-        admitted = len(self.source.requests)
+        clock = self.clock
+        clock.at(end)
+        admitted, scheduled = len(self.source.requests), clock.seq
         stage._account([p], start, 0.0, compute)
         stage._after([p], p.n)  # verifier, bet, verdict; a finished request admits the next
-        if len(self.source.requests) > admitted:
-            self.admit_ms = end
+        if clock.seq != scheduled:  # (S0 is mid-pass here: nothing of S0's may be scheduled)
+            raise RuntimeError("the last stage scheduled an event of S0's side")
         box = self.outboxes[last]
         for passes, n_bytes, share in box.sent:
-            self.verdicts.append((self._deliver(last, passes, n_bytes, share, end), end, passes))
+            at = self._deliver(last, passes, n_bytes, share, end)
+            clock.push(at, end, lambda _e, m=passes: self._verdict(m), True)
         box.sent = []
+        if len(self.source.requests) > admitted:  # its prefill waits for that instant
+            prefill = self.stages[0].mailbox.pop()
+            clock.push(end, end, lambda _e, p=prefill: self._admit(p), True)
 
     def _cancel_round(self, cancel, arrival: float, sent: float) -> None:
         """The cancellation and the stale blocks ahead of it, stage by stage (module
@@ -360,7 +394,7 @@ class _Ring:
                 else:  # the stage learned of the cancellation while computing it
                     sched._cancelled(p)
             group = onward
-            self.env._now = arrival
+            self.clock.at(arrival)
             sched._cancel_at(i, cancel)  # what the stage knows; on to the next (caught)
             box = self.outboxes[i]
             sent_now, box.sent = box.sent, []

@@ -13,14 +13,12 @@ from near-certain to poor. Eligibility is a whitelist: anything else runs event 
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REFERENCE
+from tests.engines import same_run
 from wansim.config.scenario import load_scenario
 from wansim.sim import lone_async, simulate
 from wansim.sim.engine import build
@@ -41,23 +39,6 @@ BASE = {
     "schedule": {"kind": "async", "max_inflight_blocks": 4},
     "workload": {"prompt_tokens": 32},
 }
-RECORD_ARRAYS = (
-    "arrival_ms",
-    "admitted_ms",
-    "first_token_ms",
-    "finish_ms",
-    "decode_tokens",
-    "committed",
-    "passes",
-    "laps_ms",
-    "lap_request",
-    "lap_tokens",
-    "stage_busy_ms",
-    "link_messages",
-    "link_bytes",
-    "link_bytes_decode",
-    "failed",
-)
 COUNTERS = (
     "bets_won",
     "bets_lost",
@@ -65,24 +46,12 @@ COUNTERS = (
     "dropped_unstarted",
     "cancelled_stage_tokens",
     "cancel_messages",
+    "drafter_busy_ms",
+    "drafter_passes",
+    "drafter_wasted_blocks",
 )
-JITTERS = [
-    {"kind": "normal", "std_ms": 3.0},
-    {"kind": "lognormal", "std_ms": 2.0},
-    {"kind": "lognormal", "std_ms": 30.0},  # larger than most latencies: clamped deliveries
-    {"kind": "pareto", "shape": 2.5, "std_ms": 1.0},
-    {"kind": "empirical", "samples_ms": [0.0, 0.5, 4.0, 11.0]},
-]
-
-
-def identical(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(identical(a[k], b[k]) for k in a)
-    return a == b
+# (larger than most latencies: deliveries clamped to the one before, instants that tie)
+JITTERS = [*same_run.JITTERS, {"kind": "lognormal", "std_ms": 30.0}]
 
 
 def assert_same_run(scenario) -> bool:
@@ -91,33 +60,13 @@ def assert_same_run(scenario) -> bool:
     fast = simulate(scenario)
     slow = simulate(scenario, per_event=True)
     assert slow.details["events"] > 0
-    assert fast.metrics.keys() == slow.metrics.keys()
-    for name, value in slow.metrics.items():
-        assert identical(fast.metrics[name], value), (name, fast.metrics[name], value)
-    a, b = fast.details["record"], slow.details["record"]
-    for name in RECORD_ARRAYS:
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape, name
-        assert np.array_equal(x, y), name  # same values, exactly
-    for name in ("verify_passes", "tokens_verified", "tokens_committed", "target_exact"):
-        assert getattr(a, name) == getattr(b, name), name
-    assert a.cancelled_stage_tokens == b.cancelled_stage_tokens
+    same_run.assert_same_result(fast, slow)
     for name in COUNTERS:
         assert fast.details["blocks"][name] == slow.details["blocks"][name], name
     return fast.details["events"] == 0
 
 
-hop = st.fixed_dictionaries(
-    {},
-    optional={
-        "latency_ms": st.sampled_from([0.0, 2.5, 60.0]),
-        "bandwidth_mbps": st.sampled_from([2.0, 300.0]),
-        "loss_rate": st.sampled_from([0.0, 0.1]),
-        "per_message_ms": st.sampled_from([0.0, 0.7]),
-        "codec_ms_per_mb": st.sampled_from([0.0, 3.0]),
-        "jitter": st.sampled_from(JITTERS),
-    },
-)
+hop = same_run.hops(JITTERS)
 scenarios = st.fixed_dictionaries(
     {
         "stages": st.integers(2, 6),

@@ -11,7 +11,6 @@ a field the module does not know sends the run to the events.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REFERENCE
+from tests.engines.same_run import JITTERS, assert_same_result, hops, identical
 from wansim.config.scenario import Scenario, load_scenario
 from wansim.sim import lone_ring, simulate
 from wansim.sim.columnar_timeline import ColumnarTimeline
@@ -35,55 +35,13 @@ BASE = {
     "drafter": {"draft_ms": 1.5, "acceptance": {"alpha": 0.7}},
     "workload": {"prompt_tokens": 32},
 }
-RECORD_ARRAYS = (
-    "arrival_ms",
-    "admitted_ms",
-    "first_token_ms",
-    "finish_ms",
-    "decode_tokens",
-    "committed",
-    "passes",
-    "laps_ms",
-    "lap_request",
-    "lap_tokens",
-    "stage_busy_ms",
-    "link_messages",
-    "link_bytes",
-    "link_bytes_decode",
-)
-JITTERS = [
-    {"kind": "normal", "std_ms": 3.0},
-    {"kind": "lognormal", "std_ms": 2.0},
-    {"kind": "pareto", "shape": 2.5, "std_ms": 1.0},
-    {"kind": "empirical", "samples_ms": [0.0, 0.5, 4.0, 11.0]},
-]
-
-
-def identical(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(identical(a[k], b[k]) for k in a)
-    return a == b
 
 
 def assert_same_run(scenario, timeline: bool = False) -> None:
     fast = simulate(scenario, timeline=timeline)
     slow = simulate(scenario, timeline=timeline, per_event=True)
     assert fast.details["events"] == 0 < slow.details["events"]  # the lone-ring path ran
-    assert fast.metrics.keys() == slow.metrics.keys()
-    for name, value in slow.metrics.items():
-        assert identical(fast.metrics[name], value), (name, fast.metrics[name], value)
-    a, b = fast.details["record"], slow.details["record"]
-    for name in RECORD_ARRAYS:
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape, name
-        assert np.array_equal(x, y), name  # same values, exactly
-    for name in ("verify_passes", "tokens_verified", "tokens_committed", "target_exact"):
-        assert getattr(a, name) == getattr(b, name), name
-    assert fast.details["ci_method"] == slow.details["ci_method"]
+    assert_same_result(fast, slow)
     if timeline:
         assert_same_timeline(fast.details["timeline"], slow.details["timeline"])
 
@@ -109,17 +67,7 @@ def _labelled(rows: list[tuple]) -> list[tuple]:
     return [(*row[:-1], [(p.label(), p.n, p.request.rid) for p in row[-1]]) for row in rows]
 
 
-hop = st.fixed_dictionaries(
-    {},
-    optional={
-        "latency_ms": st.sampled_from([0.0, 2.5, 60.0]),
-        "bandwidth_mbps": st.sampled_from([2.0, 300.0]),
-        "loss_rate": st.sampled_from([0.0, 0.1]),
-        "per_message_ms": st.sampled_from([0.0, 0.7]),
-        "codec_ms_per_mb": st.sampled_from([0.0, 3.0]),
-        "jitter": st.sampled_from(JITTERS),
-    },
-)
+hop = hops(JITTERS)
 scenarios = st.fixed_dictionaries(
     {
         "stages": st.integers(1, 8),

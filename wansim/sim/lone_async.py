@@ -44,12 +44,9 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from wansim.links.delivery import HopSender
-from wansim.links.draws import LinkDraws
 from wansim.sim import lone_ring
 from wansim.sim.async_speculation import Scheduler
 from wansim.sim.kernel import Kernel
-from wansim.sim.link import Link
 from wansim.sim.lone_ring import ANY
 from wansim.sim.messages import VERIFY
 from wansim.sim.record import RunRecord, build_record
@@ -122,15 +119,7 @@ def applies(pipe) -> bool:
             return False
         if stage.micro is not None or stage.batching or stage.tree_draft_ms is not None:
             return False
-    for link in pipe.links:
-        if type(link) is not Link or type(link.draws) is not LinkDraws:
-            return False
-        sender = link.sender
-        if type(sender) is not HopSender or sender.tcp is not None or sender.drift is not None:
-            return False
-        if sender.idle_extra is not None or link.timeline is not None:
-            return False
-    return True
+    return lone_ring.plain_links(pipe.links) and all(lk.timeline is None for lk in pipe.links)
 
 
 def run(pipe) -> RunRecord | None:

@@ -278,11 +278,19 @@ def applies(pipe) -> bool:
     for stage in pipe.stages:
         if type(stage) not in (RelayStage, LastStage) or stage.hooks is not None:
             return False
-    for link in pipe.links:
+    return plain_links(pipe.links)
+
+
+def plain_links(links) -> bool:
+    """Every hop the DES's own link and sender, with the ideal transport's delivery rule: no
+    tcp window, drift or idle cost (what the event-free paths reproduce)."""
+    for link in links:
         if type(link) is not Link or type(link.draws) is not LinkDraws:
             return False
         sender = link.sender
         if type(sender) is not HopSender or sender.tcp is not None or sender.drift is not None:
+            return False
+        if sender.idle_extra is not None:
             return False
     return True
 
@@ -349,6 +357,7 @@ def run(pipe) -> RunRecord | None:
         events=0,
         timeline=timeline,
         lap_tokens=np.concatenate(lap_tokens),
+        failed=np.zeros(len(requests), dtype=bool),
     )
 
 

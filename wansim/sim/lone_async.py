@@ -29,6 +29,12 @@ forwarding order. Two things are known only later and are computed when they are
   (``flush_on_full_acceptance`` sends no cancellation: stale blocks go round like the others
   and the last stage computes them and drops them at their verdict.)
 
+Several requests in flight (closed arrivals) take this path too where no cancellation ever
+goes round (``flush_on_full_acceptance``; two stages, where the last stage drops stale blocks;
+the sync schedule's overlapped drafter, which never forwards one): every pass is then
+computed when S0 forwards it, whoever's it is. Elsewhere a stale block's fate would hold up
+the other requests' passes behind it, so those runs go event by event.
+
 Instants that tie are ordered as the events' loop orders them: events at one instant in the
 order they were scheduled, i.e. by the instants at which they were scheduled (a delivery when
 its message was sent, the end of a pass when it started). Where those tie too, the run is
@@ -67,6 +73,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "schedule.hedge_branches": (0,),
     "schedule.batching": ("none",),
     "schedule.async_protocol": ("cancel_on_divergence", "flush_on_full_acceptance"),
+    "workload.concurrency": ANY,  # several: only where no cancellation goes round (applies)
 }
 
 
@@ -94,8 +101,10 @@ class _Outbox:
 
 
 def applies(pipe) -> bool:
-    """Whether the built pipeline (``wansim.sim.engine.build``) is a lone request under the
-    async schedule with nothing this module does not reproduce (a whitelist)."""
+    """Whether the built pipeline (``wansim.sim.engine.build``) is a lone request (or several,
+    where no cancellation goes round: ``flush_on_full_acceptance``, two stages, or the sync
+    schedule's overlapped drafter) under the block schedule with nothing this module does not
+    reproduce (a whitelist)."""
     sched = pipe.scheduler
     if type(sched) is not Scheduler or not isinstance(pipe.env, Kernel):
         return False
@@ -105,6 +114,10 @@ def applies(pipe) -> bool:
         return False
     if not sched.first_stage or sched.batching:
         return False
+    if pipe.scenario.workload.concurrency > 1 and not (
+        sched.flush or len(pipe.stages) == 2 or pipe.scenario.schedule.kind == "sync"
+    ):
+        return False  # a stale block's cancellation would hold up the other requests' passes
     if sched.tree_rounds is not None or sched.faults:
         return False
     if type(pipe.verifier) is not Verifier or pipe.verifier.log is not None:
@@ -204,6 +217,7 @@ class _Ring:
         self.delivered_ms = [0.0] * len(self.stages)  # each hop's latest delivery event
         self.stale: list = []  # (block, arrival at S1, sent) behind a lost bet, for its cancel
         self.block_service: list = [None] * len(self.stages)  # (compute, bytes, share) per stage
+        self.lone = pipe.scenario.workload.concurrency == 1
 
     # ------------------------------------------------------------------------------- S0
     def run(self) -> RunRecord:
@@ -245,9 +259,11 @@ class _Ring:
             self._cancel_round(passes[0], self._deliver(0, passes, n_bytes, share, at), at)
         self.clock.at(at)
 
-    def _admit(self, prefill) -> None:
+    def _admit(self, prefills: list) -> None:
         """The next request's prefill enters S0's mailbox (at its admission's instant)."""
-        self.stages[0].receive([prefill])
+        s0 = self.stages[0]
+        for prefill in prefills:
+            s0.receive([prefill])
 
     def _forwarded(self, now: float) -> None:
         """What S0 forwarded at ``now`` goes round the ring (a stale block: with its cancel)."""
@@ -260,8 +276,10 @@ class _Ring:
             if p.kind == VERIFY and not flush and p.epoch < states[p.request.rid].epoch:
                 if self.last == 1:  # the last stage drops it
                     self.sched._cancelled(p)
-                else:
+                elif self.lone:
                     self.stale.append((p, arrival, now))
+                else:  # (its fate would hold up the other requests' passes behind it)
+                    raise _Tie
                 continue
             self._round(p, arrival, now)
             self.clock.at(now)
@@ -331,7 +349,8 @@ class _Ring:
         stage = stages[last]
         clock = self.clock
         clock.at(end)
-        admitted, scheduled = len(self.source.requests), clock.seq
+        s0_mailbox = self.stages[0].mailbox
+        waiting, scheduled = len(s0_mailbox), clock.seq
         stage._account([p], start, 0.0, compute)
         stage._after([p], p.n)  # verifier, bet, verdict; a finished request admits the next
         if clock.seq != scheduled:  # (S0 is mid-pass here: nothing of S0's may be scheduled)
@@ -341,9 +360,9 @@ class _Ring:
             at = self._deliver(last, passes, n_bytes, share, end)
             clock.push(at, end, lambda _e, m=passes: self._verdict(m), True)
         box.sent = []
-        if len(self.source.requests) > admitted:  # its prefill waits for that instant
-            prefill = self.stages[0].mailbox.pop()
-            clock.push(end, end, lambda _e, p=prefill: self._admit(p), True)
+        if len(s0_mailbox) > waiting:  # admitted: its prefill enters S0 at this pass's end
+            prefills = [s0_mailbox.pop() for _ in range(len(s0_mailbox) - waiting)][::-1]
+            clock.push(end, start, lambda _e, ps=prefills: self._admit(ps), True)
 
     def _cancel_round(self, cancel, arrival: float, sent: float) -> None:
         """The cancellation and the stale blocks ahead of it, stage by stage (module

@@ -678,6 +678,15 @@ EXPLAINED = {
     "given -18%). Saturated (16 requests on a 4 ms drafter, seed 297), its FIFO queue holds "
     "one draft per request, each waits (N - 1) d, longer than its pass's travel, and no draft "
     "is stale: -33% -> -3%.",
+    "transport tcp with one micro-batch": "(`validated: false`, not on the grid) the batch's "
+    "frame once a lap, followed from the run's start "
+    "(`wansim.analytical.transport.ring_start_costs_ms`: the first wave's prompts from cold "
+    "connections, then verify frames; a ring can settle warm or cold under restart-after-idle "
+    "and the DES picks by its start), a replacement's prompt frame's window in TTFT. Against "
+    "the DES on scenarios/tcp-ring-frame-per-lap.yaml (tests/physics/test_tcp_loaded.py): "
+    "tokens/s -3.5% to +2.1%, TTFT -8.7% to -0.8%. Several micro-batches, batching without "
+    "micro-batches and lossy batched rings are refused (several frames a lap travel as a "
+    "platoon whose window restarts by its history: +400% for the evenly spaced train).",
     "transport tcp with loss": "one request on a lossy tcp ring: a loss leaves ssthresh at "
     "half the flight and the windows after it never grow back within the run, so what a "
     "loss costs depends on where in the run it falls; the model runs each hop's train and "

@@ -133,19 +133,29 @@ class HopSender:
         (the TCP window keeps the bandwidth it was built with: with tcp they change latency)."""
         start = self.free_ms if self.free_ms > offer_ms else offer_ms
         cache = self._lossless_busy
-        if cache is not None and not losses:  # the rule below, its busy memoised by size
+        if cache is not None and not losses:  # (the rule below, its busy memoised by size)
             busy = cache.get(n_bytes)
             if busy is None:
                 busy = cache[n_bytes] = busy_ms(
                     n_bytes, self.bandwidth_mbps, self.per_message_ms, self.codec_ms_per_mb, 0
                 )
-            free = start + busy
-            delivery = free + propagation
-            if delivery < self.last_delivery_ms:
-                delivery = self.last_delivery_ms
-            self.free_ms = free
-            self.last_delivery_ms = delivery
-            return start, free, delivery
+            repair = 0.0
+        else:
+            busy, repair, propagation = self._busy_repair(start, n_bytes, losses, propagation)
+        free = start + busy
+        delivery = free + propagation + repair
+        if delivery < self.last_delivery_ms:
+            delivery = self.last_delivery_ms
+        self.free_ms = free
+        self.last_delivery_ms = delivery
+        return start, free, delivery
+
+    def _busy_repair(
+        self, start: float, n_bytes: float, losses: int, propagation: float
+    ) -> tuple[float, float, float]:
+        """(busy, repair, propagation) of a message starting at ``start``: the per-message cost
+        after an idle, a drift's latency and bandwidth then, the ideal transport's (1 + G)
+        transmissions and G retransmission waits, or the tcp window's."""
         per_message = self.per_message_ms
         if self.idle_extra is not None:  # the sender idled since the previous message freed it
             self.last_idle_extra_ms = extra = self.idle_extra(start - self.free_ms)
@@ -162,13 +172,7 @@ class HopSender:
             software = software_ms(n_bytes, per_message, self.codec_ms_per_mb)
             sent, repair = self.tcp.send(start + software, n_bytes, losses)
             busy = software + sent
-        free = start + busy
-        delivery = free + propagation + repair
-        if delivery < self.last_delivery_ms:
-            delivery = self.last_delivery_ms
-        self.free_ms = free
-        self.last_delivery_ms = delivery
-        return start, free, delivery
+        return busy, repair, propagation
 
     def wire_bytes(self, n_bytes: float, losses: int) -> float:
         """Bytes put on the wire: every transmission of the message (ideal), or the message and

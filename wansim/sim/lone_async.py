@@ -281,7 +281,7 @@ class _Ring:
                 else:  # (its fate would hold up the other requests' passes behind it)
                     raise _Tie
                 continue
-            self._round(p, arrival, now)
+            self._round(p, arrival)
             self.clock.at(now)
 
     def _deliver(self, hop: int, passes, n_bytes: float, share: float, now: float) -> float:
@@ -315,7 +315,7 @@ class _Ring:
             self.block_service[i] = got
         return got
 
-    def _round(self, p, arrival: float, sent: float) -> None:
+    def _round(self, p, arrival: float) -> None:
         """A live pass from S1 on: the stages in turn, then its verdict at the last stage."""
         free, started, links, stages = self.free_ms, self.started_ms, self.links, self.stages
         delivered, services = self.delivered_ms, self.block_service

@@ -469,3 +469,31 @@ def test_a_relay_asks_for_a_priority_that_takes_frames_as_they_are_sent():
             proc.join(10)
             conn.close()
             sink.close()
+
+
+def test_the_relay_event_loop_sleeps_in_microseconds_not_whole_milliseconds():
+    """A relay sleeps to ``busy_wait_ms`` (0.1 ms) before a due time and spins the rest, so its
+    event loop must wait for less than a millisecond when asked: asyncio's default epoll
+    selector rounds every timeout up to a whole millisecond (and was why the relay spun 1 ms a
+    frame at real-time priority). The loop's ``select(2)`` is replaced by a recorder: the
+    timeout it is handed for a 0.25 ms sleep is below 1 ms (an epoll loop never calls it)."""
+    import asyncio
+
+    from wansim.real.link import relay_event_loop
+
+    timeouts: list[float] = []
+
+    def recorder(r, w, x, timeout=None):
+        timeouts.append(timeout)
+        return [], [], []
+
+    loop = relay_event_loop()
+    try:
+        loop._selector._select = recorder  # (the selector's own call of select(2))
+        loop.run_until_complete(asyncio.sleep(0.00025))
+    finally:
+        loop.close()
+    waits = [t for t in timeouts if t]
+    assert waits, "the loop never waited in select(2)"
+    assert max(waits) < 0.001
+    assert LinkSpec().busy_wait_ms < 1.0

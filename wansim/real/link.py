@@ -16,13 +16,15 @@ of ``ring_stages`` stages run with scenario seed ``seed``. Jitter kinds and para
 Timing: ``asyncio.sleep`` until ``busy_wait_ms`` before delivery, then a busy-wait. The relay's
 event loop waits in ``select(2)`` (:func:`relay_event_loop`), whose timeout is in microseconds:
 asyncio's default epoll selector rounds every timeout up to a whole millisecond, so the relay
-had to sleep to 1 ms before and spun 0.87 ms a frame on average, at real-time priority, on a
-core the stage processes share. Now it spins 0.5 ms: 0.38 ms less CPU a frame (a 5 ms hop,
-4 KiB every 2 ms: 2.03 against 2.60 CPU-s for 1,500 frames, benchmarks/bench_link_accuracy.py),
-as punctual as before (lateness p50 0.03-0.09 ms, p99 0.05-0.15; with 0.1 ms of spin it was
-0.2 ms late at the median once 16 KiB frames queued: reading them delays the timer). uvloop's
-clock is cached to 1 ms, so it is not used. Frames arriving while the relay busy-waits are
-time-stamped late by at most ``busy_wait_ms``.
+had to sleep to 1 ms before and spun 0.87 ms a frame on average, at real-time priority, on the
+cores the stage processes share: in a 4-stage ring with 4 requests in flight on 5 ms links its
+4 relays took 0.46-0.48 of the host's 2 cores, nearly all of it spinning. Now it spins 0.1 ms:
+0.19-0.21 cores there, and that ring decodes 11% faster (benchmarks: BENCHMARKS.md, "The real
+path's link relay"); on time as often (lateness p50 0.02-0.04 ms, p99 0.03-0.15 ms for frames
+that do not queue; 0.2 ms at the median once 16 KiB frames queue at 20 Mbit/s, where reading
+them delays the timer, against 0.07 ms with 1 ms of spin). uvloop's clock is cached to 1 ms, so
+it is not used. Frames arriving while the relay busy-waits are time-stamped late by at most
+``busy_wait_ms``.
 Every frame's timings are appended to a CSV as it is delivered (a message's frames share its
 schedule). The loopback legs into and out of the relay and the wake-up error are the emulator's
 own error: :func:`measure_link_accuracy` measures it (achieved one-way delay minus the
@@ -143,7 +145,7 @@ class LinkSpec:
     seed: int = 0
     ring_stages: int = 1
     hop: int = 0
-    busy_wait_ms: float = 0.5  # (module docstring, "Timing")
+    busy_wait_ms: float = 0.1  # (module docstring, "Timing")
     # the relay's scheduling (module docstring, "Priority"): realtime | normal
     priority: str = "realtime"
     stall_after_frames: int | None = None

@@ -947,6 +947,29 @@ def test_load_factors_like_for_like(tmp_path):
     assert g.compute == pytest.approx(4.0) and g.forward == pytest.approx(3.0)
 
 
+def test_round_factors_average_the_round_and_read_old_records():
+    """A round's factors are the geometric mean of its re-profiles and the next one; a record
+    from before the slices (one re-profile per round, no ``round``) gives the bracket of two,
+    as it did; a stopped run's last round has no re-profile after it."""
+    from wansim.calibrate.predict import bracket, round_factors
+
+    def prof(x, **kw):
+        return {"factors": Factors(x, x, 2 * x, 2 * x).as_dict(), **kw}
+
+    new = [prof(1.0, round=0), prof(4.0, round=0), prof(2.0, round=1), prof(0.5, round=2)]
+    f0, used0 = round_factors(new, 0)
+    assert f0.compute == pytest.approx(2.0) and f0.forward == pytest.approx(4.0)  # (1*4*2)^(1/3)
+    assert used0 == new[:3]
+    f1, _ = round_factors(new, 1)
+    assert f1.compute == pytest.approx(1.0)
+    old = [prof(1.0, index=0), prof(4.0, index=1), prof(0.25, index=2)]
+    for r in (0, 1):
+        want = bracket(Factors(**old[r]["factors"]), Factors(**old[r + 1]["factors"]))
+        assert round_factors(old, r)[0].as_dict() == pytest.approx(want.as_dict())
+    stopped = [prof(3.0, round=0), prof(5.0, round=0)]
+    assert round_factors(stopped, 0)[0].compute == pytest.approx(math.sqrt(15.0))
+
+
 def test_lap_parts_name_the_largest_gap():
     """Hand-worked: 3 stages; real stages 10 ms (mean of 9 and 11), drafting 4, per message
     2 forward (x 2 forward hops) and 1 return; predicted stages 9, drafting 4, per message
@@ -1196,11 +1219,14 @@ def test_an_interrupted_predict_keeps_its_real_runs_for_reuse(tmp_path, monkeypa
     monkeypatch.setattr(
         predict, "run_real_cell", lambda c, *a, **k: _fake_real(c, int(a[3].name[-1]))
     )
-    monkeypatch.setattr(
-        predict,
-        "reprofile",
-        lambda *a: (Factors(), {"factors": Factors().as_dict(), "load_avg_1min": [0.5, 0.5]}),
-    )
+    calls = []
+
+    def fake_reprofile(*_a):  # the i-th re-profile measures the host at 1 + 0.1 i
+        f = Factors(*(1.0 + 0.1 * len(calls),) * 4)
+        calls.append(f)
+        return f, {"factors": f.as_dict(), "load_avg_1min": [0.5, 0.5]}
+
+    monkeypatch.setattr(predict, "reprofile", fake_reprofile)
     monkeypatch.setattr(predict, "workload_profiles", lambda *a, **k: {})
     monkeypatch.setattr(predict, "des_sample_band", lambda *a, **k: None)
 
@@ -1220,7 +1246,23 @@ def test_an_interrupted_predict_keeps_its_real_runs_for_reuse(tmp_path, monkeypa
     assert host["busy_cores"] == {"min": 0.5, "max": 0.75} and host["runs"] == 2
     assert whole["summary"]["host_cpu"]["others_cores_max"] == 0.35
     kept = json.loads((tmp_path / "whole" / RUNS_FILE).read_text())
-    assert len(kept["profiles"]) == 3 and all(len(r) == 2 for r in kept["runs"].values())
+    assert all(len(r) == 2 for r in kept["runs"].values())
+    # each round: its opening re-profile, a slice before each cell (the order reversed in
+    # round 2), then the closing one; a round's factors: its own and the next one's
+    labels = [c.label for c in load_matrix(str(matrix))]
+    assert [(p["round"], p["before"]) for p in kept["profiles"]] == [
+        (0, None),
+        (0, labels[0]),
+        (0, labels[1]),
+        (1, None),
+        (1, labels[1]),
+        (1, labels[0]),
+        (2, None),
+    ]
+    for r, rnd in enumerate(whole["summary"]["rounds"]):
+        by_hand = math.exp(np.mean(np.log([1.0 + 0.1 * i for i in range(3 * r, 3 * r + 4)])))
+        assert rnd["factors"]["compute"] == pytest.approx(by_hand, rel=1e-12)
+        assert [p["index"] for p in rnd["reprofiles"]] == list(range(3 * r, 3 * r + 4))
 
     engines = predict.engines
 
@@ -1228,6 +1270,7 @@ def test_an_interrupted_predict_keeps_its_real_runs_for_reuse(tmp_path, monkeypa
         raise KeyboardInterrupt
 
     monkeypatch.setattr(predict, "engines", interrupted)
+    calls.clear()  # the same host again
     with pytest.raises(KeyboardInterrupt):
         run_predict(settings("stopped"))
     assert not (tmp_path / "stopped" / "predict.json").exists()

@@ -15,10 +15,11 @@ and the cost of a pass and of a message after an idle (``model.stage_idle_cost``
 Nothing measured on the cell enters its prediction.
 
 Load matching (the machine is shared): every round starts with a short re-profile (2 stages,
-3+3 layers, K=4, three of the profile's prompts; one more closes the last round); its median
-stage + drafting time and median per-message cost over the same medians of the bundle's own
-passes of that configuration give two factors (:func:`load_factors`); a round's cells use the
-geometric mean of the re-profiles before and after the round (:func:`bracket`), which scale the
+3+3 layers, K=4, three of the profile's prompts, about a second), a slice of it runs before
+every cell, one more closes the last round; each one's median stage + drafting time and
+median per-message cost over the same medians of the bundle's own passes of that
+configuration give two factors (:func:`load_factors`); a round's cells use the geometric mean
+of the round's re-profiles and the next one after it (:func:`round_factors`), which scale the
 bundle's CPU and per-message costs. The bundle-only prediction (factors 1) is reported beside it.
 
 Rounds: every runnable cell runs once per round (``rounds`` >= 2), the cell order reversed in
@@ -589,11 +590,37 @@ def reprofile(
     return f, info
 
 
-def bracket(before: Factors, after: Factors) -> Factors:
-    """A round's factors: the geometric mean of the re-profiles before and after it."""
+def geometric_mean(factors: list[Factors]) -> Factors:
+    """The factors' geometric mean, key by key (ratios: a 0.8 and a 1.25 average to 1)."""
+    keys = Factors().as_dict()
     return Factors(
-        **{key: math.sqrt(getattr(before, key) * getattr(after, key)) for key in before.as_dict()}
+        **{key: math.exp(np.mean([math.log(getattr(f, key)) for f in factors])) for key in keys}
     )
+
+
+def bracket(before: Factors, after: Factors) -> Factors:
+    """The geometric mean of the re-profiles before and after a stretch of runs."""
+    return geometric_mean([before, after])
+
+
+def round_factors(profiles: list[dict], r: int) -> tuple[Factors, list[dict]]:
+    """Round ``r``'s factors and the re-profiles they come from: the geometric mean of every
+    re-profile taken in the round (its opening one and the slice before each of its cells)
+    and the first one after it (the next round's opening, or the closing re-profile; absent
+    in a stopped run). A re-profile without a ``round`` (runs recorded before the slices)
+    was the round's opening one, ``round`` = its index: the mean is then the bracket of two.
+
+    Why every cell gets a slice: on this shared host the CPU's speed moves ~16% between
+    5-second windows and still ~9% between 20-second ones, so the one-second re-profiles at a
+    round's two ends measured it to +-20% (back to back 0.67-1.09); slices spread over the
+    round's ~25 minutes average that noise down and follow what the round's cells met."""
+    at = [p.get("round", p.get("index", i)) for i, p in enumerate(profiles)]
+    inside = [p for p, a in zip(profiles, at, strict=True) if a == r]
+    after = next((p for p, a in zip(profiles, at, strict=True) if a > r), None)
+    used = inside + ([after] if after is not None else [])
+    if not used:
+        raise ValueError(f"no re-profile in or after round {r}")
+    return geometric_mean([Factors(**p["factors"]) for p in used]), used
 
 
 # ----------------------------------------------------------------------------- the command
@@ -667,16 +694,18 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
     def keep() -> None:  # every finished real run and re-profile, as they finish
         _write_atomic(out / RUNS_FILE, _dumps({"runs": runs, "profiles": profiles}))
 
-    def measure_load(i: int) -> None:
+    def measure_load(r: int, before: str | None = None) -> None:
+        i = len(profiles)
         factors, info = reprofile(
             bundle, s.target_dir, s.drafter_dir, out / "real" / f"reprofile{i}"
         )
-        info["index"] = i
+        info.update(index=i, round=r, before=before)
         profiles.append(info)
         keep()
         say(
-            f"  re-profile {i}: load factors CPU {factors.compute:.2f}, per-message "
-            f"{factors.forward:.2f} (load average {info['load_avg_1min'][0]:.1f})"
+            f"  re-profile {i}{f' (before {before})' if before else ''}: load factors CPU "
+            f"{factors.compute:.2f}, per-message {factors.forward:.2f} (load average "
+            f"{info['load_avg_1min'][0]:.1f})"
         )
 
     failed: BaseException | None = None
@@ -693,10 +722,14 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
         say(f"reusing the real runs of {s.reuse} ({sum(map(bool, runs.values()))} cells)")
     try:
         for r in range(0 if s.reuse else s.rounds):
-            say(f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4), then every cell")
+            say(
+                f"round {r + 1}/{s.rounds}: short re-profile (2 stages, K=4), then every cell, "
+                "each after a slice of it"
+            )
             measure_load(r)
             order = runnable if r % 2 == 0 else runnable[::-1]
             for c in order:
+                measure_load(r, before=c.label)
                 real = run_real_cell(
                     c,
                     s.target_dir,
@@ -716,7 +749,7 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                 checkpoint("predict-cell", sum(map(len, runs.values())))
         if not s.reuse:
             say("closing re-profile")
-            measure_load(s.rounds)
+            measure_load(s.rounds)  # after the last round: it closes that round
     except (PipelineError, KeyboardInterrupt) as err:
         failed = err  # keep the finished cells: predicted and reported below, then re-raised
         say(f"stopped: {err or type(err).__name__}; predicting the finished cells")
@@ -734,10 +767,12 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
             s.mtp_dir,
             workload_dir,
         )
-    for r in range(min(s.rounds, len(profiles))):
-        after = profiles[r + 1] if r + 1 < len(profiles) else profiles[r]  # stopped: no closing
-        f = bracket(Factors(**profiles[r]["factors"]), Factors(**after["factors"]))
-        rounds_info.append({"round": r, "factors": f.as_dict(), "reprofiles": profiles[r : r + 2]})
+    began = {p.get("round", p.get("index")) for p in profiles}
+    for r in range(s.rounds):
+        if r not in began:  # stopped before this round
+            break
+        f, used = round_factors(profiles, r)
+        rounds_info.append({"round": r, "factors": f.as_dict(), "reprofiles": used})
     say("predicting every cell (DES and analytical) ...")
     predictions = {}
     for c in cells:

@@ -367,6 +367,65 @@ def test_emulator_retransmission_pays_serialisation_again():
     assert before == pytest.approx(s2.free_ms - busy2)  # started when the link was free again
 
 
+@pytest.mark.parametrize("shape", ["chain", "tree", "batch", "lossless chain"])
+def test_a_pass_is_one_message_on_the_link_whatever_frames_it_has(shape, tmp_path):
+    """A pass's leading frames (drafts, draft distributions, a tree's shape, a batch's blocks)
+    wait for its activations and go as one message (one schedule from the last frame's
+    arrival, one set of bytes), as the engines send a pass; the verdict, a cancellation and a
+    job are messages of their own. Before the tree's shape and the batch's blocks were leading
+    kinds, a tree or batched pass went as two messages (shape first), so the middle hops'
+    per-message costs of a 6-stage tree were a third of the first hop's (docs/calibrate.md,
+    "Run V")."""
+    import asyncio
+
+    from wansim.real.frames import (
+        Kind,
+        array_frame,
+        batch_frame,
+        encode_header,
+        message_frame,
+        tree_frame,
+    )
+    from wansim.real.link import _Relay
+
+    def wire(f):
+        return encode_header(f.header) + f.payload
+
+    ids = array_frame(Kind.DRAFT_IDS, np.arange(4, dtype=np.int32), 1)
+    hidden = array_frame(Kind.HIDDEN, np.zeros((5, 8), np.float32), 1)
+    lead = {
+        "chain": [ids],
+        "tree": [ids, tree_frame([-1, 0, 0, 1], [], 1)],
+        "batch": [ids, batch_frame([(0, 3, 5, 4)], 1)],
+        "lossless chain": [ids, array_frame(Kind.DRAFT_PROBS, np.zeros((4, 6), np.float32), 1)],
+    }[shape]
+    frames = [
+        message_frame(Kind.JOB, "{}"),
+        *lead,
+        hidden,
+        array_frame(Kind.CANCEL, np.zeros(0, np.int32), 1),
+    ]
+    clock = iter(range(0, 10**9, 1000))
+    relay = _Relay(LinkSpec(latency_ms=1.0), 0, None, clock=lambda: next(clock))
+
+    async def read():
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"".join(wire(f) for f in frames))
+        reader.feed_eof()
+        await relay.read_loop(reader)
+        out = []
+        while (item := relay.queue.get_nowait()) is not None:
+            out.append(item)
+        return out
+
+    messages = asyncio.run(read())
+    kinds = [[h.kind for _, h, _, _ in m[1]] for m in messages]
+    assert kinds == [[Kind.JOB], [f.kind for f in lead] + [Kind.HIDDEN], [Kind.CANCEL]]
+    pass_message = messages[1][1]
+    assert sum(len(d) for _, _, d, _ in pass_message) == sum(len(wire(f)) for f in [*lead, hidden])
+    assert relay.error is None
+
+
 def test_relay_process_groups_frames_into_messages_and_matches_the_des():
     """Through a real relay process: a pass's draft-id frame and its activations are one message
     (one jitter and one loss draw), and the relay's schedule, given the arrival times it

@@ -1,8 +1,8 @@
 """User-space WAN link emulator: one asyncio relay process per hop (kernel netem is unavailable).
 
 Model: the one the engines use, by the same code. The relay groups frames into messages (a
-pass's draft ids and probabilities ride with the activations or verdict that end the message:
-:data:`LEADING_KINDS`) and schedules each message with :class:`wansim.links.delivery.HopSender`:
+pass's draft ids and probabilities, a tree pass's shape and a batched pass's blocks ride with
+the activations or verdict that end the message: :data:`LEADING_KINDS`) and schedules each message with :class:`wansim.links.delivery.HopSender`:
 it starts at ``max(arrival, link free)``, holds the link for ``busy = per_message_ms +
 codec_ms_per_mb * bytes / 1e6 + (1 + G) * bytes * 8 / bandwidth`` (the sender's software cost,
 paid once; a lost transmission is sent again and pays serialisation again), and is delivered
@@ -86,9 +86,11 @@ JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
 RELAY_PRIORITIES = ("realtime", "normal")
 REALTIME_PRIORITY = 1  # SCHED_FIFO's lowest: above every ordinary process, below the kernel's
 RAISED_NICE = -10  # the fallback where SCHED_FIFO is refused
-# frames that open a message and wait for the frame that ends it (a pass's drafts ride with its
-# activations forward and with its verdict on the return hop); every other kind ends a message
-LEADING_KINDS = frozenset({Kind.DRAFT_IDS, Kind.DRAFT_PROBS})
+# frames that open a message and wait for the frame that ends it: a pass's drafts, a tree
+# pass's shape and a batched pass's blocks ride with its activations forward (and drafts with
+# the verdict on the return hop), so a pass is one message on every hop, as the engines send
+# it; every other kind ends a message
+LEADING_KINDS = frozenset({Kind.DRAFT_IDS, Kind.DRAFT_PROBS, Kind.TREE, Kind.BATCH})
 RECORD_COLUMNS = (
     "frame",
     "message",

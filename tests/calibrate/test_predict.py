@@ -931,7 +931,7 @@ def test_load_factors_like_for_like(tmp_path):
     """A re-profile whose passes are the bundle's own 3+3 fp32 K=4 passes x 2 (stages and
     drafting) and whose messages cost x 3 gives factors 2 and 3; the bracket of two
     re-profiles is their geometric mean."""
-    from wansim.calibrate.predict import bracket, load_factors
+    from wansim.calibrate.predict import geometric_mean, load_factors
 
     b = load_bundle(make_bundle(tmp_path / "b"))
     ref = b.stage_passes
@@ -943,7 +943,7 @@ def test_load_factors_like_for_like(tmp_path):
     f = load_factors(b, stage, draft, hops, 4, ((0, 3), (3, 6)))
     assert f.compute == pytest.approx(2.0) and f.draft == pytest.approx(2.0)
     assert f.forward == pytest.approx(3.0) and f.back == pytest.approx(3.0)
-    g = bracket(f, Factors(compute=8.0, draft=8.0, forward=3.0, back=3.0))
+    g = geometric_mean([f, Factors(compute=8.0, draft=8.0, forward=3.0, back=3.0)])
     assert g.compute == pytest.approx(4.0) and g.forward == pytest.approx(3.0)
 
 
@@ -951,7 +951,7 @@ def test_round_factors_average_the_round_and_read_old_records():
     """A round's factors are the geometric mean of its re-profiles and the next one; a record
     from before the slices (one re-profile per round, no ``round``) gives the bracket of two,
     as it did; a stopped run's last round has no re-profile after it."""
-    from wansim.calibrate.predict import bracket, round_factors
+    from wansim.calibrate.predict import geometric_mean, round_factors
 
     def prof(x, **kw):
         return {"factors": Factors(x, x, 2 * x, 2 * x).as_dict(), **kw}
@@ -964,7 +964,7 @@ def test_round_factors_average_the_round_and_read_old_records():
     assert f1.compute == pytest.approx(1.0)
     old = [prof(1.0, index=0), prof(4.0, index=1), prof(0.25, index=2)]
     for r in (0, 1):
-        want = bracket(Factors(**old[r]["factors"]), Factors(**old[r + 1]["factors"]))
+        want = geometric_mean([Factors(**old[r]["factors"]), Factors(**old[r + 1]["factors"])])
         assert round_factors(old, r)[0].as_dict() == pytest.approx(want.as_dict())
     stopped = [prof(3.0, round=0), prof(5.0, round=0)]
     assert round_factors(stopped, 0)[0].compute == pytest.approx(math.sqrt(15.0))

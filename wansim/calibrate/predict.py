@@ -598,9 +598,9 @@ def geometric_mean(factors: list[Factors]) -> Factors:
     )
 
 
-def bracket(before: Factors, after: Factors) -> Factors:
-    """The geometric mean of the re-profiles before and after a stretch of runs."""
-    return geometric_mean([before, after])
+def reprofile_rounds(profiles: list[dict]) -> list[int]:
+    """The round each re-profile was taken in (``round``; before the slices, its ``index``)."""
+    return [p.get("round", p.get("index", i)) for i, p in enumerate(profiles)]
 
 
 def round_factors(profiles: list[dict], r: int) -> tuple[Factors, list[dict]]:
@@ -611,10 +611,11 @@ def round_factors(profiles: list[dict], r: int) -> tuple[Factors, list[dict]]:
     was the round's opening one, ``round`` = its index: the mean is then the bracket of two.
 
     Why every cell gets a slice: on this shared host the CPU's speed moves ~16% between
-    5-second windows and still ~9% between 20-second ones, so the one-second re-profiles at a
-    round's two ends measured it to +-20% (back to back 0.67-1.09); slices spread over the
+    5-second windows and still ~9% between 20-second ones, so each one-second re-profile
+    reads it to +-20% (back to back 0.67-1.09) and the two at a round's ends the round's host
+    to about +-15%; slices spread over the
     round's ~25 minutes average that noise down and follow what the round's cells met."""
-    at = [p.get("round", p.get("index", i)) for i, p in enumerate(profiles)]
+    at = reprofile_rounds(profiles)
     inside = [p for p, a in zip(profiles, at, strict=True) if a == r]
     after = next((p for p, a in zip(profiles, at, strict=True) if a > r), None)
     used = inside + ([after] if after is not None else [])
@@ -717,7 +718,7 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                 runs[label] = recorded
         if prior["rounds"] is not None:
             rounds_info = prior["rounds"]
-        else:  # an interrupted run's re-profiles: its rounds' factors are bracketed below
+        else:  # an interrupted run's re-profiles: its rounds' factors are averaged below
             profiles.extend(prior["profiles"])
         say(f"reusing the real runs of {s.reuse} ({sum(map(bool, runs.values()))} cells)")
     try:
@@ -767,7 +768,7 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
             s.mtp_dir,
             workload_dir,
         )
-    began = {p.get("round", p.get("index")) for p in profiles}
+    began = set(reprofile_rounds(profiles))
     for r in range(s.rounds):
         if r not in began:  # stopped before this round
             break

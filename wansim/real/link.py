@@ -2,7 +2,8 @@
 
 Model: the one the engines use, by the same code. The relay groups frames into messages (a
 pass's draft ids and probabilities, a tree pass's shape and a batched pass's blocks ride with
-the activations or verdict that end the message: :data:`LEADING_KINDS`) and schedules each message with :class:`wansim.links.delivery.HopSender`:
+the activations or verdict that end the message: :data:`LEADING_KINDS`) and schedules each
+message with :class:`wansim.links.delivery.HopSender`:
 it starts at ``max(arrival, link free)``, holds the link for ``busy = per_message_ms +
 codec_ms_per_mb * bytes / 1e6 + (1 + G) * bytes * 8 / bandwidth`` (the sender's software cost,
 paid once; a lost transmission is sent again and pays serialisation again), and is delivered

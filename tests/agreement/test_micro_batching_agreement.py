@@ -1,7 +1,7 @@
 """Agreement of the DES and the closed form over micro-batched rings (hypothesis).
 
 - exact: on random deterministic rings (no jitter, no loss, no speculation, one wave of users,
-  heterogeneous stage overheads and hops), the DES's steady lap (the median over every lap)
+  heterogeneous stage overheads, per-sequence costs of a batched pass and hops), the DES's steady lap (the median over every lap)
   equals the max-plus cycle max(L, N s_max) of :mod:`wansim.analytical.micro_batched` for the
   decode pass, to floating point, in both the latency-bound and the bottleneck-bound regime;
 - within the band: on random speculative rings with chunked prefill, where the analytical
@@ -52,6 +52,10 @@ def deterministic_rings(draw) -> dict:
     }
     if draw(st.booleans()):  # heterogeneous stages
         model["stage_overhead_ms"] = draw(st.lists(ms(0, 10), min_size=stages, max_size=stages))
+    if draw(st.booleans()):  # a batched pass's cost per sequence beyond the first
+        model["sequence_ms"] = draw(ms(0, 3))
+        if draw(st.booleans()):
+            model["stage_sequence_ms"] = draw(st.lists(ms(0, 3), min_size=stages, max_size=stages))
     network = {
         "latency_ms": draw(ms(0, 60)),
         "bandwidth_mbps": round(10 ** draw(st.floats(1, 5)), 3),
@@ -89,7 +93,12 @@ def test_des_steady_lap_is_the_max_plus_cycle(data):
     sc = load_scenario(data=data)
     b = sc.workload.concurrency // sc.schedule.micro_batches
     decode = ring(
-        sc, np.asarray(float(b)), np.asarray(float(b)), np.asarray(float(b)), lap_parts(sc)
+        sc,
+        np.asarray(float(b)),
+        np.asarray(float(b)),
+        np.asarray(float(b)),
+        lap_parts(sc),
+        np.asarray(float(b)),
     )
     expected = float(cycle_ms(decode.lone_lap_ms, decode.bottleneck_ms, sc.schedule.micro_batches))
     laps = simulate(sc).details["record"].laps_ms

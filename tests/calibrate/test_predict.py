@@ -37,7 +37,7 @@ from wansim.calibrate.matrix import (
     shipped_matrix,
 )
 from wansim.calibrate.predict import Factors, cell_scenario, check_cells, even_split
-from wansim.calibrate.profiling import fit_drafter, fit_messages, fit_stage_cost
+from wansim.calibrate.profiling import fit_batch, fit_drafter, fit_messages, fit_stage_cost
 from wansim.calibrate.report import dumps, spread, strict, summarize
 from wansim.errors import WansimInputError
 
@@ -150,9 +150,10 @@ def make_bundle(
     max_k: int = 7,
     mtp: bool = False,
     idle: dict | None = None,
+    batch: dict | None = None,
 ) -> Path:
     """A synthetic bundle with the fits of :func:`synthetic_rows` (and a fitted profile);
-    ``idle``: its ``idle_cost`` entry (none by default)."""
+    ``idle``: its ``idle_cost`` entry, ``batch`` its ``batch`` entry (none by default)."""
     from wansim.acceptance.profile import profile_to_mapping
     from wansim.acceptance.trace import fit_profile
 
@@ -212,6 +213,8 @@ def make_bundle(
     }
     if idle is not None:
         manifest["idle_cost"] = idle
+    if batch is not None:
+        manifest["batch"] = batch
 
     def profile_text(p) -> str:
         mapping = profile_to_mapping(p)
@@ -1281,3 +1284,84 @@ def test_an_interrupted_predict_keeps_its_real_runs_for_reuse(tmp_path, monkeypa
     again = run_predict(settings("again", reuse=str(tmp_path / "stopped")))
     assert dumps(again["cells"]) == dumps(whole["cells"])
     assert again["summary"]["rounds"] == whole["summary"]["rounds"]
+
+
+# a batched pass: 0.3 ms (first), 0.5 ms (last) + 0.08 ms a layer per request beyond the first;
+# 0.6 ms per drafter pass and request beyond the first
+SEQ_FIXED, SEQ_PER_LAYER, DRAFT_SEQ = {"first": 0.3, "last": 0.5}, 0.08, 0.6
+
+
+def synthetic_batch_rows(cost: dict, draft: dict) -> pd.DataFrame:
+    """Batched passes on the 1+5 and 5+1 pipelines, 1-4 blocks, K 2/4/7, exactly the model."""
+    from wansim.stages.profiled_cost import verify_ms
+
+    rows = []
+    for split in ((1, 5), (5, 1)):
+        for blocks in (1, 2, 3, 4):
+            for k in (2, 4, 7):
+                n = blocks * (k + 1)
+                d = draft["intercept_ms"] + draft["per_draft_ms"] * k + DRAFT_SEQ * k * (blocks - 1)
+                for stage, (role, layers) in enumerate(zip(("first", "last"), split, strict=True)):
+                    extra = (blocks - 1) * (SEQ_FIXED[role] + SEQ_PER_LAYER * layers)
+                    rows.append(
+                        {
+                            "pass": len(rows),
+                            "stage": stage,
+                            "role": role,
+                            "layers": layers,
+                            "blocks": blocks,
+                            "n_tokens": n,
+                            "k": k,
+                            "bits": 32,
+                            "service_ms": verify_ms(cost, role, layers, n) + extra,
+                            "draft_ms": d,
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def test_batch_fit_recovers_the_synthetic_cost_per_request():
+    cost = fit_stage_cost(synthetic_rows())
+    draft = fit_drafter(pd.DataFrame({"k": [2, 4, 7], "draft_ms": [2.9, 5.3, 8.9]}))
+    got = fit_batch(synthetic_batch_rows(cost, draft), cost, draft)
+    assert got["sequence_ms"]["first"] == pytest.approx(0.3, abs=1e-9)
+    assert got["sequence_ms"]["last"] == pytest.approx(0.5, abs=1e-9)
+    assert got["sequence_ms"]["middle"] == got["sequence_ms"]["first"]
+    assert got["sequence_per_layer_ms"] == pytest.approx(0.08, abs=1e-9)
+    assert got["drafter_sequence_ms"] == pytest.approx(0.6, abs=1e-9)
+    assert got["fit_rmse_ms"] < 1e-9 and got["blocks"] == [1, 2, 3, 4]
+
+
+def test_batched_cells_carry_the_bundles_cost_per_request(tmp_path):
+    batch = {
+        "sequence_ms": {"first": 0.3, "middle": 0.3, "last": 0.5},
+        "sequence_per_layer_ms": 0.08,
+        "drafter_sequence_ms": 0.6,
+    }
+    b = load_bundle(make_bundle(tmp_path / "b", batch=batch))
+    assert b.sequence_ms("last", 2) == pytest.approx(0.5 + 0.16)
+    cell = Cell(4, 50, 2, concurrency=4, batching="continuous")
+    f = Factors(compute=1.2, draft=1.5)
+    raw = cell_scenario(cell, b, tmp_path / "c", f, des_requests=40)
+    # 6 layers on 4 stages: 2, 2, 1, 1 (the runner's even split)
+    want = [0.3 + 0.16, 0.3 + 0.16, 0.3 + 0.08, 0.5 + 0.08]
+    assert raw["model"]["stage_sequence_ms"] == pytest.approx(want)
+    assert raw["model"]["host_cpu_factor"] == 1.2  # which scales them in the engines
+    assert raw["drafter"]["sequence_ms"] == pytest.approx(0.6 * 1.5)
+    one = cell_scenario(Cell(4, 50, 2, concurrency=4), b, tmp_path / "d", f, des_requests=40)
+    assert "stage_sequence_ms" not in one["model"]  # no batched pass: nothing to pay
+    old = load_bundle(make_bundle(tmp_path / "old"))  # a bundle without ``batch``: 0
+    raw = cell_scenario(cell, old, tmp_path / "e", f, des_requests=40)
+    assert raw["model"]["stage_sequence_ms"] == [0.0] * 4 and raw["drafter"]["sequence_ms"] == 0
+
+
+def test_a_damaged_batch_entry_is_one_input_error(tmp_path):
+    batch = {
+        "sequence_ms": {"first": 0.3, "middle": "x", "last": 0.5},
+        "sequence_per_layer_ms": 0.08,
+        "drafter_sequence_ms": 0.6,
+    }
+    with pytest.raises(WansimInputError) as err:
+        load_bundle(make_bundle(tmp_path / "b", batch=batch))
+    assert "batch.sequence_ms.middle: must be a finite number" in str(err.value)
+    assert "\n" not in str(err.value)

@@ -89,6 +89,12 @@ def test_held_out_cells_within_loose_bounds(held_out):
     bundle = load_bundle(root / "bundle")
     assert len(bundle.idle_points) == 2 and bundle.idle_points[1][0] > 50.0
     assert len(bundle.idle_message[0]) == 2 and set(bundle.idle_roles) == {"drafting", "pass"}
+    # the batched jobs on both pipelines (2 and 4 requests a pass): a cost per request beyond
+    # the first, >= 0 (non-negative fit), in the engines' fields of a batched cell
+    assert bundle.has_batch and bundle.manifest["batch"]["passes"] > 0
+    assert bundle.manifest["batch"]["blocks"][-1] == 4
+    assert all(v >= 0 for v in bundle.manifest["batch"]["sequence_ms"].values())
+    assert (root / "bundle" / "batch_passes.csv").stat().st_size > 100
     json.loads((root / "out" / "predict.json").read_text())  # strict JSON on disk
     assert (root / "out" / "predict_scatter.png").stat().st_size > 1000
     assert (root / "out" / "predict_errors_by_mechanism.png").stat().st_size > 1000

@@ -65,7 +65,7 @@ def async_batched(scenario: Scenario, parts: dict, one: Answer) -> Answer:
     pre = [float(x) for x in stage_ms_each(scenario, wl.prompt_tokens)]
     n_tok = float(np.asarray(parts["tokens"]))
     one_block = [float(x) for x in stage_ms_each(scenario, n_tok)]
-    full = [float(x) for x in stage_ms_each(scenario, slots * n_tok)]
+    full = [float(x) for x in stage_ms_each(scenario, slots * n_tok, sequences=slots)]
     passes = means["passes_per_request"]
     s0 = means["stale_blocks_s0_per_request"]
     fwd = means["stale_blocks_forwarded_per_request"]

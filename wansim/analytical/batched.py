@@ -79,7 +79,12 @@ from wansim.analytical.slots import (
 )
 from wansim.analytical.sync import forward_sizes, prefill_sizes
 from wansim.links.expected_delay import hop_mean
-from wansim.stages.compute import mean_stage_ms, stage_overheads_ms, stage_pass_ms
+from wansim.stages.compute import (
+    mean_stage_ms,
+    stage_overheads_ms,
+    stage_pass_ms,
+    stage_sequence_costs_ms,
+)
 from wansim.stages.slowdown import mean_factors
 
 
@@ -90,9 +95,10 @@ def batched(scenario) -> bool:
     )
 
 
-def _path(scenario, n_tokens, n_bytes, pmax: int, live_stages) -> tuple[list, list]:
-    """Services (list over S0, hop 0, ..., S(pmax-1)) and their live masks."""
-    compute = stage_services_ms(scenario, n_tokens, pmax)
+def _path(scenario, n_tokens, n_bytes, pmax: int, live_stages, sequences=1) -> tuple[list, list]:
+    """Services (list over S0, hop 0, ..., S(pmax-1)) of a pass of ``n_tokens`` over
+    ``sequences`` sequences, and their live masks."""
+    compute = stage_services_ms(scenario, n_tokens, pmax, sequences)
     services, live = [], []
     for i in range(pmax):
         services.append(compute[i])
@@ -152,14 +158,17 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None
     first = scenario.drafter.placement == "first_stage"
     draft = np.asarray(parts["draft_ms"], dtype=float)
 
-    batch_services, live = _path(scenario, b * parts["tokens"], forward_sizes(parts), pmax, stages)
+    batch_services, live = _path(
+        scenario, b * parts["tokens"], forward_sizes(parts), pmax, stages, b
+    )
     if first:
         batch_services[0] = batch_services[0] + draft
     gap = np.asarray(lockstep["return_hop_ms"], dtype=float) + (0.0 if first else draft)
 
-    def prefill(tokens):
+    def prefill(prompts):
+        tokens = prompts * prompt
         n_bytes = prefill_sizes(scenario, tokens)
-        return n_bytes, stages * mean_stage_ms(scenario, tokens) + _forward_hops_ms(
+        return n_bytes, stages * mean_stage_ms(scenario, tokens, prompts) + _forward_hops_ms(
             scenario, n_bytes
         )
 
@@ -174,14 +183,14 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None
         pj_wave = sum((w * stats.binom.pmf(j, b - 1.0, h) for w, h in waves), start=np.zeros(()))
         late = np.zeros(())
         if j and j <= j_lap:
-            n_bytes, _ = prefill(j * prompt)
-            ahead, _ = _path(scenario, j * prompt, n_bytes, pmax, stages)
+            n_bytes, _ = prefill(j)
+            ahead, _ = _path(scenario, j * prompt, n_bytes, pmax, stages, j)
             late = convoy_delay_ms(ahead, batch_services, live, gap)
         if j <= j_lap:
             pj = exposure[..., j]
             delay = delay + pj * late
             others.append((j, pj, late))
-        ttft = ttft + pj_wave * prefill((1 + j) * prompt)[1]
+        ttft = ttft + pj_wave * prefill(1 + j)[1]
         shared.append((j, pj_wave))
     return Admissions(delay_ms=delay, ttft_ms=ttft, others=tuple(others), shared=tuple(shared))
 
@@ -317,7 +326,8 @@ def batched_run(scenario, lockstep: dict, parts: dict) -> BatchedRun:
 
 
 def busy_ms(scenario, lockstep: dict, adm: Admissions, stage_t, draft_ms) -> np.ndarray:
-    """Busy ms over the run of a stage whose pass of n tokens takes ``stage_t(n)``: the cold
+    """Busy ms over the run of a stage whose pass of n tokens over s sequences takes
+    ``stage_t(n, s)``: the cold
     prefill, the R - b replacements' prefills (each shares one with j others) and the batch's
     R E[N] / b passes, each with ``draft_ms`` of drafting."""
     wl = scenario.workload
@@ -327,12 +337,14 @@ def busy_ms(scenario, lockstep: dict, adm: Admissions, stage_t, draft_ms) -> np.
     # each of the R - b replacements shares its prefill with j others: t((1 + j) prompt) / (1 + j)
     prompt = np.asarray(wl.prompt_tokens, dtype=float)
     per_request = sum(
-        (pj * stage_t((1 + j) * prompt) / (1 + j) for j, pj in adm.shared),
+        (pj * stage_t((1 + j) * prompt, 1 + j) / (1 + j) for j, pj in adm.shared),
         start=np.zeros(()),
     )
     admitted = np.maximum(requests - b, 0.0)
-    verify = stage_t(b * np.asarray(lockstep["tokens_per_pass"]))
-    return stage_t(b * wl.prompt_tokens) + admitted * per_request + verdicts * (verify + draft_ms)
+    verify = stage_t(b * np.asarray(lockstep["tokens_per_pass"]), b)
+    return (
+        stage_t(b * wl.prompt_tokens, b) + admitted * per_request + verdicts * (verify + draft_ms)
+    )
 
 
 def stage_busy_ms(scenario, run: BatchedRun) -> tuple[list[float], float]:
@@ -343,12 +355,14 @@ def stage_busy_ms(scenario, run: BatchedRun) -> tuple[list[float], float]:
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
     models = scenario.stage_compute_models()
     overheads = stage_overheads_ms(scenario)
+    sequence_costs = stage_sequence_costs_ms(scenario)
     factors = mean_factors(scenario.model, p)  # compute noise and stragglers: E[XY]
     util = []
     for i in range(p):
 
-        def stage_t(n, i=i):  # stage i's own model only (all P of them per stage was O(P^2))
-            return np.asarray(stage_pass_ms(models[i], overheads[i], n)) * factors[i]
+        def stage_t(n, s, i=i):  # stage i's own model only (all P of them per stage: O(P^2))
+            cost = stage_pass_ms(models[i], overheads[i], n, sequence_costs[i], s)
+            return np.asarray(cost) * factors[i]
 
         draft = float(np.asarray(means["draft_ms"])) if i == draft_stage else 0.0
         util.append(float(np.asarray(busy_ms(scenario, means, adm, stage_t, draft))))
@@ -374,7 +388,7 @@ def split_gain(scenario) -> float:
         parts = lap_parts(sc)
         stages = np.asarray(sc.stages)
         services, live = _path(
-            sc, n * parts["tokens"], forward_sizes(parts), int(np.max(stages)), stages
+            sc, n * parts["tokens"], forward_sizes(parts), int(np.max(stages)), stages, n
         )
         busiest = max(
             float(np.max(np.where(on, s, 0.0))) for s, on in zip(services, live, strict=True)

@@ -307,7 +307,10 @@ def block_metrics(
     d = np.asarray(parts["draft_ms"], dtype=float)
     d_bet = np.asarray(parts["bet_draft_ms"], dtype=float)
     mean_stage = np.asarray(parts["stage_ms"], dtype=float)
-    c_first = np.asarray(stage_ms_each(scenario, n)[0] if stages_differ(scenario) else mean_stage)
+    b = parts["batch"]  # S0's own pass (its stage may differ): the batch's, as stage_ms
+    c_first = np.asarray(
+        stage_ms_each(scenario, b * n, sequences=b)[0] if stages_differ(scenario) else mean_stage
+    )
     first_stage = scenario.drafter.placement == "first_stage"
     overlap = bool(scenario.drafter.overlap)
     window = np.asarray(

@@ -304,8 +304,8 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
         *link_shapes,
     )
     pmax = int(np.max(stages))
-    dec_c = stage_services_ms(scenario, b * n, pmax)
-    pre_c = stage_services_ms(scenario, b * prompt, pmax)
+    dec_c = stage_services_ms(scenario, b * n, pmax, b)
+    pre_c = stage_services_ms(scenario, b * prompt, pmax, b)
     hop_ser = functools.partial(hop_service_ms, scenario)
     cols = 2 * pmax + 1
     atoms: list = [None] * cols

@@ -62,7 +62,7 @@ def busy_per_pass_ms(scenario: Scenario, parts: dict | None = None) -> np.ndarra
     scenario's :func:`lap_parts`, where already at hand."""
     parts = lap_parts(scenario) if parts is None else parts
     b, n = float(np.asarray(parts["batch"])), float(np.asarray(parts["tokens"]))
-    busy = np.array([float(np.asarray(c)) for c in stage_ms_each(scenario, b * n)])
+    busy = np.array([float(np.asarray(c)) for c in stage_ms_each(scenario, b * n, sequences=b)])
     if not (uses_blocks(scenario) and scenario.drafter.overlap):
         at = 0 if scenario.drafter.placement == "first_stage" else len(busy) - 1
         busy[at] += float(np.asarray(parts["draft_ms"]))

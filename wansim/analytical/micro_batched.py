@@ -14,7 +14,8 @@ Model and assumptions:
   the budget: saturated prefill), a share q = E[N] / Y of them verifying.
 - **The mean pass.** A micro-batch's pass carries n = b (q v + prompt / Y) tokens
   (v tokens per verify pass and sequence); b q sequences are verified and drafted for; the
-  return message holds one verdict record per sequence that stays, b (Y - 1) / Y. Stage services are taken at the mean pass (exact for linear compute models, whose
+  return message holds one verdict record per sequence that stays, b (Y - 1) / Y; the pass
+  holds b q + b c / Y sequences (each beyond the first: ``model.sequence_ms``). Stage services are taken at the mean pass (exact for linear compute models, whose
   mean service is the service of the mean pass); prompts of replacements admitted together
   are taken to spread out (no bunching).
 - **The lap (max-plus).** The micro-batches circulate a ring of single servers (each stage's
@@ -87,9 +88,11 @@ class Ring:
     return_bytes: np.ndarray
 
 
-def ring(scenario, tokens, verified, records, terms) -> Ring:
-    """A pass of ``tokens`` tokens holding ``verified`` verified sequences (drafted for; tree
-    masks) and ``records`` verdict records on the return hop (arrays broadcast)."""
+def ring(scenario, tokens, verified, records, terms, sequences) -> Ring:
+    """A pass of ``tokens`` tokens over ``sequences`` sequences (verify passes and prompt
+    chunks: ``model.sequence_ms`` each beyond the first) holding ``verified`` verified
+    sequences (drafted for; tree masks) and ``records`` verdict records on the return hop
+    (arrays broadcast)."""
     stages = np.asarray(scenario.stages)
     pmax = int(np.max(stages))
     tree = terms["tree_nodes"]
@@ -101,10 +104,13 @@ def ring(scenario, tokens, verified, records, terms) -> Ring:
         tree_mask_bytes(tree)
     )
     ret = np.maximum(records, 1.0) * verdict_bytes(scenario.payload, tree, not first)
-    if scenario.model.stage_compute or scenario.model.stage_overhead_ms:
-        each = [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, tokens)]
+    m = scenario.model
+    if m.stage_compute or m.stage_overhead_ms or m.stage_sequence_ms:
+        each = [
+            np.asarray(x, dtype=float) for x in stage_ms_each(scenario, tokens, sequences=sequences)
+        ]
     else:
-        each = [np.asarray(mean_stage_ms(scenario, tokens), dtype=float)] * pmax
+        each = [np.asarray(mean_stage_ms(scenario, tokens, sequences), dtype=float)] * pmax
     live = [stages > i for i in range(pmax)]
     where = [(stages - 1 == i) if not first else np.asarray(i == 0) for i in range(pmax)]
     each = [s + np.where(w, draft, 0.0) for s, w in zip(each, where, strict=True)]
@@ -220,7 +226,7 @@ def cold_wave_ttft_ms(scenario, prompt_tokens, terms: dict, member: float = 0.5)
     c_cold = np.asarray(
         prefill_chunks(b * prompt, scenario.schedule.prefill_chunk_tokens), dtype=float
     )
-    cold = ring(scenario, b * prompt / c_cold, np.zeros(()), b, terms)
+    cold = ring(scenario, b * prompt / c_cold, np.zeros(()), b, terms, b)
     cold_cycle = cycle_ms(cold.lone_lap_ms, cold.bottleneck_ms, batches)
     return (
         cold.lone_lap_ms
@@ -242,9 +248,18 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
     slots, b, c, cycle = mean["slots"], mean["b"], mean["c"], mean["cycle"]
     verified, tokens, heavy_tokens = mean["verified"], mean["tokens"], mean["chunk_pass_tokens"]
     records = b * (cycle - 1.0) / cycle
-    steady = ring(scenario, tokens, verified, records, parts)
+    # its sequences: the verify passes and the c prompt chunks per request and cycle
+    sequences = verified + b * c / cycle
+    steady = ring(scenario, tokens, verified, records, parts, sequences)
     # a pass carrying one request's prompt chunk: that chunk beside the others' mean share
-    heavy = ring(scenario, heavy_tokens, verified * (b - 1.0) / b, records, parts)
+    heavy = ring(
+        scenario,
+        heavy_tokens,
+        verified * (b - 1.0) / b,
+        records,
+        parts,
+        1.0 + sequences * (b - 1.0) / b,
+    )
     hol = hol_wait_ms(scenario, steady, batches)
     lap = cycle_ms(steady.lone_lap_ms + hol, steady.bottleneck_ms, batches)
     # the passes carrying the request's own chunks: their lap, beside N - 1 mean passes
@@ -267,7 +282,7 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
     acc = acceptance_nodes(scenario, m)
     rounds = np.maximum(requests / slots, 1.0)
     excess = slowest_excess(acc["w"], acc["n_mean"], acc["n_var"], slots, rounds)
-    one = ring(scenario, v, np.ones(()), np.ones(()), parts)
+    one = ring(scenario, v, np.ones(()), np.ones(()), parts, 1.0)
     makespan = ttft_cold + passes * lap + (rounds - 1.0) * cycle * lap + excess * one.lone_lap_ms
     total_passes = requests * cycle / b
     busy = [total_passes * s for s in steady.stage_ms]

@@ -15,13 +15,16 @@ from wansim.links.expected_delay import expected_losses
 from wansim.stages.compute import mean_stage_ms, stage_ms_each, stages_differ
 
 
-def stage_services_ms(scenario, n_tokens, n_stations: int) -> list[np.ndarray]:
-    """Compute ms of a pass of ``n_tokens`` at stages 0 .. n_stations - 1 (each stage's own
-    model with ``model.stage_compute``, else the one model; ``stages`` may then be an array
-    and ``n_stations`` its maximum)."""
+def stage_services_ms(scenario, n_tokens, n_stations: int, sequences=1) -> list[np.ndarray]:
+    """Compute ms of a pass of ``n_tokens`` over ``sequences`` sequences at stages 0 ..
+    n_stations - 1 (each stage's own model with ``model.stage_compute``, else the one model;
+    ``stages`` may then be an array and ``n_stations`` its maximum)."""
     if stages_differ(scenario):
-        return [np.asarray(x, dtype=float) for x in stage_ms_each(scenario, n_tokens)]
-    one = np.asarray(mean_stage_ms(scenario, n_tokens), dtype=float)  # every stage the same
+        return [
+            np.asarray(x, dtype=float)
+            for x in stage_ms_each(scenario, n_tokens, sequences=sequences)
+        ]
+    one = np.asarray(mean_stage_ms(scenario, n_tokens, sequences), dtype=float)  # all alike
     return [one] * n_stations
 
 

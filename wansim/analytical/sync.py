@@ -159,7 +159,7 @@ def lap_parts(scenario: Scenario) -> dict[str, np.ndarray]:
         "draft_ms": speculation.drafter_ms(scenario, terms, b),
         # a block schedule's block drafted on a bet (the guess first)
         "bet_draft_ms": bet_draft_ms(scenario, terms["depth"], terms["nodes"], b),
-        "stage_ms": mean_stage_ms(scenario, b * n),  # mean over stages (they may differ)
+        "stage_ms": mean_stage_ms(scenario, b * n, b),  # mean over stages (they may differ)
         "forward_bytes": speculation.forward_message_bytes(scenario, n, terms["tree_nodes"], b),
         # per forward hop when payload.extra_tensors make them differ, else None
         "forward_bytes_hops": speculation.forward_message_bytes_hops(
@@ -213,7 +213,9 @@ def lap_constant(scenario: Scenario, parts: dict) -> tuple[float, list]:
     draft = float(parts["draft_ms"])
     if not slowdown.active(scenario.model):
         return draft + scenario.stages * float(parts["stage_ms"]), []
-    each = stage_ms_each(scenario, parts["batch"] * parts["tokens"], mean=False)
+    each = stage_ms_each(
+        scenario, parts["batch"] * parts["tokens"], mean=False, sequences=parts["batch"]
+    )
     fixed, terms = slowdown.lap_terms(scenario.model, each)
     return draft + fixed, terms
 
@@ -235,7 +237,7 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
     m, b, n, passes = parts["m"], parts["batch"], parts["tokens"], parts["passes"]
 
     stage = parts["stage_ms"]
-    stage_prefill = mean_stage_ms(scenario, b * np.asarray(wl.prompt_tokens))
+    stage_prefill = mean_stage_ms(scenario, b * np.asarray(wl.prompt_tokens), b)
     draft = parts["draft_ms"]
     ret_bytes = parts["return_bytes"]
     fwd, ret, wire, lap_var = _hop_sums(scenario, forward_sizes(parts), ret_bytes)
@@ -245,7 +247,7 @@ def sync_metrics(scenario: Scenario) -> dict[str, np.ndarray]:
 
     lap = draft + stages * stage + fwd + ret
     if slowdown.active(scenario.model):  # compute noise, stragglers: per stage c^2 Var(XY)
-        each = stage_ms_each(scenario, b * n, mean=False)
+        each = stage_ms_each(scenario, b * n, mean=False, sequences=b)
         lap_var = lap_var + slowdown.lap_variance_ms2(scenario.model, each)
     prefill = stages * stage_prefill + pre_fwd
     duration = prefill + passes * lap
@@ -280,8 +282,8 @@ def stage_busy_ms(scenario: Scenario, means: dict) -> tuple[list[float], float]:
     passes = float(means["passes_per_request"])
     duration = float(means["prefill_ms"] + passes * means["lap_ms_mean"])
     b = float(speculation.batch_size(scenario))
-    prefill = stage_ms_each(scenario, b * scenario.workload.prompt_tokens)
-    verify = stage_ms_each(scenario, b * float(means["tokens_per_pass"]))
+    prefill = stage_ms_each(scenario, b * scenario.workload.prompt_tokens, sequences=b)
+    verify = stage_ms_each(scenario, b * float(means["tokens_per_pass"]), sequences=b)
     busy = [float(pre) + passes * float(ver) for pre, ver in zip(prefill, verify, strict=True)]
     draft_stage = 0 if scenario.drafter.placement == "first_stage" else stages - 1
     busy[draft_stage] += passes * float(means["draft_ms"])

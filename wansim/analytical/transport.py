@@ -215,8 +215,10 @@ def ring_start_costs_ms(
     wave_tokens = batch * prompt_chunk_tokens(scenario)
     wave = prefill_sizes(scenario, wave_tokens)
     first = [float(hop_bytes(wave, h)) for h in range(p - 1)] + [verify[-1]]
-    verify_ms = [float(x) for x in stage_ms_each(scenario, batch * float(parts["tokens"]))]
-    prefill_ms = [float(x) for x in stage_ms_each(scenario, wave_tokens)]
+    verify_ms = [
+        float(x) for x in stage_ms_each(scenario, batch * float(parts["tokens"]), sequences=batch)
+    ]
+    prefill_ms = [float(x) for x in stage_ms_each(scenario, wave_tokens, sequences=batch)]
     if scenario.speculation.policy != "none":  # the drafter's passes, where it is hosted
         draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
         verify_ms[draft_stage] += float(np.asarray(parts["draft_ms"]))
@@ -312,8 +314,10 @@ def prefill_extra_ms(scenario: Scenario, equivalent: Scenario, lap_ms: float) ->
     prompt = batch * scenario.workload.prompt_tokens
     pre = prefill_sizes(scenario, prompt)
     hops, eq_hops = scenario.resolved_hops(), equivalent.resolved_hops()
-    verify_stage = [float(x) for x in stage_ms_each(scenario, batch * float(parts["tokens"]))]
-    prefill_stage = [float(x) for x in stage_ms_each(scenario, prompt)]
+    verify_stage = [
+        float(x) for x in stage_ms_each(scenario, batch * float(parts["tokens"]), sequences=batch)
+    ]
+    prefill_stage = [float(x) for x in stage_ms_each(scenario, prompt, sequences=batch)]
     drafting = scenario.drafter.placement == "first_stage" and scenario.speculation.policy != "none"
     at_verify = float(np.asarray(parts["draft_ms"])) if drafting else 0.0  # pass start -> hop h
     at_prefill = 0.0

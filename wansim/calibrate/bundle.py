@@ -31,7 +31,11 @@ every field with its unit):
     (``acceptance_profile_mtp.yaml``, in-process decoding of the head);
   * ``drafter.width_ms``: each tree candidate beyond one per depth (the engines'
     ``drafter.width_ms``); ``dimensions``: what the bundle covers and what it does not
-    (concurrency, batches, the MTP head).
+    (concurrency, batches, the MTP head);
+  * ``batch`` (optional): a batched pass's cost per sequence beyond the first,
+    ``sequence_ms[role] + sequence_per_layer_ms * layers`` per stage and
+    ``drafter_sequence_ms`` per drafter pass (the engines' ``model.stage_sequence_ms`` and
+    ``drafter.sequence_ms``), fitted from ``batch_passes.csv``.
 
 - ``stage_passes.csv``: the verify and prefill passes the costs were fitted from (one row per
   stage per pass: role, layers, n, bits, service, compute, codec and verify ms);
@@ -83,6 +87,9 @@ TRACE_FILE = "acceptance_traces.csv"
 # optional: the per-pass rows the idle cost was fitted from (wansim.calibrate.idle_profile)
 IDLE_FILE = "idle_passes.csv"
 IDLE_MESSAGES_FILE = "idle_messages.csv"
+# optional (bundles profiled before it have none): the batched jobs' passes ``batch`` was
+# fitted from (wansim.calibrate.profiling.batched_pass_rows)
+BATCH_FILE = "batch_passes.csv"
 
 
 def config_sha256(checkpoint_dir: str | Path) -> str:
@@ -151,6 +158,11 @@ class Bundle:
     idle_roles: dict = dataclasses.field(default_factory=dict)
     # a message after its hop's sender idled: (points, reference extra ms), None without
     idle_message: tuple | None = None
+    # a batched pass: per role the fixed cost of each sequence beyond the first, its part
+    # per layer, and each drafter pass's per sequence (``batch``); None in bundles without
+    sequence_fixed_ms: dict | None = None
+    sequence_per_layer_ms: float = 0.0
+    draft_sequence_ms: float = 0.0
 
     @property
     def model(self) -> dict:
@@ -210,6 +222,17 @@ class Bundle:
         """K drafts' total ms at stage 0 (0 for K = 0)."""
         return 0.0 if k == 0 else max(0.0, self.draft_intercept_ms + self.draft_per_draft_ms * k)
 
+    @property
+    def has_batch(self) -> bool:
+        return self.sequence_fixed_ms is not None
+
+    def sequence_ms(self, role: str, layers: int) -> float:
+        """What each sequence beyond the first adds to a batched pass of a stage of ``role``
+        and ``layers`` (0 without ``batch``)."""
+        if not self.has_batch:
+            return 0.0
+        return self.sequence_fixed_ms[role] + self.sequence_per_layer_ms * layers
+
     def error_samples(self, role: str) -> np.ndarray:
         e = self.emulator_error
         return e.loc[e["role"] == role, "error_ms"].to_numpy(float)
@@ -228,6 +251,7 @@ def write_bundle(
     per_k: dict[str, str] | None = None,
     idle_rows: pd.DataFrame | None = None,
     idle_messages: pd.DataFrame | None = None,
+    batch_rows: pd.DataFrame | None = None,
 ):
     """``mtp``: the MTP head's drafting rows and its acceptance profile text, if profiled;
     ``traces``: the per-prompt acceptance traces (``TRACE_FILE``); ``per_k``: file name ->
@@ -243,6 +267,9 @@ def write_bundle(
     if idle_messages is not None:
         files["idle_messages"] = IDLE_MESSAGES_FILE
         idle_messages.to_csv(out / IDLE_MESSAGES_FILE, index=False)
+    if batch_rows is not None:
+        files["batch_passes"] = BATCH_FILE
+        batch_rows.to_csv(out / BATCH_FILE, index=False)
     if mtp is not None:
         files.update(MTP_FILES)
         mtp[0].to_csv(out / MTP_FILES["mtp_drafter"], index=False)
@@ -436,8 +463,16 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
             role: _idle_cost({"idle_cost": t}, f"{where}: idle_cost.stages.{role}")
             for role, t in roles.items()
         }
+    batch = {}
+    if "batch" in man:
+        batch = {
+            "sequence_fixed_ms": {r: _num(man, f"batch.sequence_ms.{r}", where) for r in ROLES},
+            "sequence_per_layer_ms": _num(man, "batch.sequence_per_layer_ms", where),
+            "draft_sequence_ms": _num(man, "batch.drafter_sequence_ms", where),
+        }
     return Bundle(
         path=p,
+        **batch,
         idle_points=idle_points,
         idle_reference_extra_ms=idle_ref,
         idle_roles=idle_roles,

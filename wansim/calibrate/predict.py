@@ -7,7 +7,9 @@ the bundle only hardware/software properties, each through the scenario field th
 a stage's fixed cost per pass as ``model.stage_overhead_ms`` (the load factor as
 ``model.host_cpu_factor``), the rest of its service time (role, layers of the runner's even
 split, tokens per pass, codec) as its ``table``, the drafting time at K (+ ``width_ms`` for a
-tree; the MTP head's at the last stage), a hop's mean per-message cost as its
+tree; the MTP head's at the last stage), a batched pass's cost per request beyond the first
+(``model.stage_sequence_ms``, ``drafter.sequence_ms``; bundles with ``batch``), a hop's mean
+per-message cost as its
 ``per_message_ms`` with the rest of the bundle's distribution as zero-mean empirical jitter, the
 chain / tree / MTP acceptance profile fitted across K with the bundle's wire-quality table,
 and the cost of a pass and of a message after an idle (``model.stage_idle_cost``,
@@ -223,6 +225,11 @@ def cell_scenario(
         raw["schedule"]["max_inflight_blocks"] = cell.max_inflight_blocks
     if cell.batching == "continuous":  # prompts ride the micro-batch's passes, as in the real run
         raw["schedule"]["micro_batches"] = cell.micro_batches
+        # each request beyond the first in a batched pass (host_cpu_factor scales it)
+        raw["model"]["stage_sequence_ms"] = [
+            max(0.0, bundle.sequence_ms(stage_role(i, cell.stages), layers))
+            for i, layers in enumerate(per_stage)
+        ]
     if cell.k > 0 and cell.drafter == "mtp":
         raw["drafter"] = {
             "kind": "mtp",
@@ -248,6 +255,7 @@ def cell_scenario(
             "parallel": False,
             "draft_ms": bundle.draft_ms(cell.k) * factors.draft / cell.k,
             "width_ms": max(0.0, bundle.draft_width_ms * factors.draft),
+            "sequence_ms": max(0.0, bundle.draft_sequence_ms * factors.draft),
             "acceptance": {
                 "profile": str(
                     (

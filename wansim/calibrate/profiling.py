@@ -84,6 +84,11 @@ SIZES = {
     },
 }
 QUALITY_K = 4  # the drafts per pass at which the wire-quality acceptance ratios are measured
+# batched jobs (several requests' blocks in one pass, DecodeSpec(batching="continuous")) on
+# the 1+5 and 5+1 pipelines, a batch size per prompt in turn: the cost per sequence beyond the
+# first (``batch`` in the bundle)
+BATCH_BLOCKS = (2, 4)
+BATCH_SPLITS = (((0, 1), (1, 6)), ((0, 5), (5, 6)))
 REFERENCE_SPLIT = ((0, 3), (3, 6))  # the acceptance traces and the short re-profile
 
 
@@ -136,6 +141,32 @@ def hop_error_rows(passes: pd.DataFrame, stages: int) -> pd.DataFrame:
         for b, e in zip(v[f"hop{h}_bytes"], v[f"hop{h}_error_ms"], strict=True):
             if np.isfinite(e):
                 rows.append({"role": role, "bytes": float(b), "error_ms": float(e)})
+    return pd.DataFrame(rows)
+
+
+def batched_pass_rows(passes: pd.DataFrame, splits, bits: int) -> pd.DataFrame:
+    """One row per stage per batched verify pass (the blocks of one pass share its ``pass``):
+    role, layers, blocks (requests in the pass), n_tokens (their K + 1 summed), k, bits,
+    service_ms and the pass's drafting ms."""
+    v = passes[passes["kind"] == "verify"]
+    stages = len(splits)
+    rows = []
+    for p, g in v.groupby("pass"):
+        for i, (lo, hi) in enumerate(splits):
+            rows.append(
+                {
+                    "pass": int(p),
+                    "stage": i,
+                    "role": stage_role(i, stages),
+                    "layers": hi - lo,
+                    "blocks": len(g),
+                    "n_tokens": int(g["n_tokens"].sum()),
+                    "k": int(g["k"].max()),
+                    "bits": int(bits),
+                    "service_ms": float(g[f"service{i}_ms"].median()),
+                    "draft_ms": float(g["draft_ms"].median()),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -269,6 +300,46 @@ def fit_drafter(draft: pd.DataFrame) -> dict:
             int(kk): float(v) for kk, v in tree.groupby("k")["draft_ms"].mean().items()
         }
     return out
+
+
+def fit_batch(rows: pd.DataFrame, cost: dict, drafter: dict) -> dict:
+    """A batched pass's cost per sequence beyond the first (the engines' ``model.sequence_ms``
+    and ``drafter.sequence_ms``), from the batched jobs' passes (:func:`batched_pass_rows`) of
+    two or more blocks: a stage's service less the bundle's formula at the pass's total tokens
+    (``cost``: ``stage_cost``, fitted on one-request passes), by non-negative least squares on
+    (b - 1) per role (first, last) and (b - 1) x layers; the middle role takes the first's
+    fixed part (neither verifies). The drafting less the one-request fit (``drafter``) on
+    K (b - 1): the autoregressive drafter's K passes each over b sequences."""
+    from wansim.stages.profiled_cost import verify_ms
+
+    r = rows[(rows["blocks"] > 1) & rows["role"].isin(("first", "last"))]
+    extra = (r["blocks"] - 1).to_numpy(float)
+    first = (r["role"] == "first").to_numpy(float)
+    base = np.array(
+        [
+            verify_ms(cost, role, int(lay), int(n), int(b))
+            for role, lay, n, b in zip(
+                r["role"], r["layers"], r["n_tokens"], r["bits"], strict=True
+            )
+        ]
+    )
+    y = r["service_ms"].to_numpy(float) - base
+    x = np.column_stack([extra * first, extra * (1 - first), extra * r["layers"].to_numpy(float)])
+    coef = nonnegative_least_squares(x, y)
+    d = r[r["stage"] == 0]
+    dk = d["k"].to_numpy(float)
+    dy = d["draft_ms"].to_numpy(float) - (drafter["intercept_ms"] + drafter["per_draft_ms"] * dk)
+    dx = (dk * (d["blocks"] - 1).to_numpy(float))[:, None]
+    dcoef = nonnegative_least_squares(dx, dy)
+    fixed = {"first": float(coef[0]), "middle": float(coef[0]), "last": float(coef[1])}
+    return {
+        "sequence_ms": fixed,
+        "sequence_per_layer_ms": float(coef[2]),
+        "drafter_sequence_ms": float(dcoef[0]),
+        "fit_rmse_ms": float(np.sqrt(np.mean((x @ coef - y) ** 2))) if len(y) else 0.0,
+        "passes": len(d),
+        "blocks": sorted(int(b) for b in rows["blocks"].unique()),
+    }
 
 
 def fit_messages(errors: pd.DataFrame) -> dict:
@@ -520,6 +591,21 @@ def measure_job(
     }
 
 
+def measure_batched_job(
+    pipe, splits, bits: int, k: int, prompts, tokens: int, name: str = ""
+) -> pd.DataFrame:
+    """One batched job: every prompt of ``prompts`` in one batch (continuous batching), its
+    passes as :func:`batched_pass_rows`."""
+    from wansim.calibrate.measure import decompose
+    from wansim.real.config import DecodeSpec
+    from wansim.real.recording import read_raw
+
+    spec = DecodeSpec(k=k, max_new_tokens=tokens, concurrency=len(prompts), batching="continuous")
+    res = pipe.generate(prompts, spec, name=f"batch{len(prompts)}-k{k}{name}")
+    raw = read_raw(pipe.run_dir / "raw", len(splits))
+    return batched_pass_rows(decompose(res.steps, raw, len(splits)), splits, bits)
+
+
 def run_idle_sweep(
     target_dir: str, drafter_dir: str, run_dir: Path, prompts, tokens: int, latencies_ms
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -638,6 +724,8 @@ def run_profile(
     pipes = []
     jobs: list[list[dict]] = [[] for _ in plans]
     tree_plan = next(j for j, (_, b) in enumerate(plans) if b == 32)
+    batch_plans = [j for j, (s_, b) in enumerate(plans) if b == 32 and tuple(s_) in BATCH_SPLITS]
+    batch_jobs: list[pd.DataFrame] = []
     mtp_draft: list[pd.DataFrame] = []
     mtp_stage: list[pd.DataFrame] = []
     try:
@@ -686,9 +774,20 @@ def run_profile(
                     )
                     mtp_draft.append(job["draft"][["k", "draft_ms"]])
                     mtp_stage.append(job["stage"].assign(drafter_kind="mtp"))
+            # a batched job on the 1+5 and 5+1 pipelines: 2 or 4 requests (in turn), a K in turn
+            blocks = BATCH_BLOCKS[c % len(BATCH_BLOCKS)]
+            batch = [prompts[(c + x) % len(prompts)] for x in range(blocks)]
+            for j in batch_plans:
+                splits, bits = plans[j]
+                rows = measure_batched_job(
+                    pipes[j], splits, bits, ks[c % len(ks)], batch, size["tokens"], f"-p{c}"
+                )
+                batch_jobs.append(rows.assign(job=len(batch_jobs)))
             say(
                 f"  prompt {c + 1}/{len(prompts)} done at every K on every pipeline, + trees"
-                f"{' + the MTP head' if mtp_dir else ''} ({time.perf_counter() - t0:.0f} s)"
+                f"{' + the MTP head' if mtp_dir else ''}"
+                f"{f' + a batch of {blocks}' if batch_plans else ''}"
+                f" ({time.perf_counter() - t0:.0f} s)"
             )
     finally:
         for pipe in pipes:
@@ -856,7 +955,10 @@ def run_profile(
             "concurrency": "not profiled: the engines queue the profiled per-pass and "
             "per-message costs of several requests (the real path keeps one KV cache per "
             "request and serves passes one at a time)",
-            "batch": "not profiled: the real path has no batched mode yet",
+            "batch": f"profiled: batched passes of {', '.join(map(str, BATCH_BLOCKS))} "
+            "requests on the 1+5 and 5+1 pipelines (batch)"
+            if batch_jobs
+            else "not profiled (no 1+5 or 5+1 fp32 plan)",
             "mtp": "profiled: the MTP head's drafting per K and acceptance (mtp)"
             if mtp_dir
             else "not profiled (profile with --mtp)",
@@ -864,6 +966,9 @@ def run_profile(
     }
     if idle_fit is not None:
         manifest["idle_cost"] = idle_fit
+    batch_rows = pd.concat(batch_jobs, ignore_index=True) if batch_jobs else None
+    if batch_rows is not None:
+        manifest["batch"] = fit_batch(batch_rows, manifest["stage_cost"], manifest["drafter"])
     if mtp_dir:
         import hashlib
 
@@ -918,6 +1023,7 @@ def run_profile(
         per_k=per_k,
         idle_rows=idle_rows,
         idle_messages=idle_messages,
+        batch_rows=batch_rows,
     )
     say(f"profile written to {out} in {time.perf_counter() - t0:.0f} s")
     return manifest

@@ -215,7 +215,10 @@ class Model:
     whose stages differ (``wansim calibrate`` writes measured ``table`` entries here).
     ``overhead_ms`` (or ``stage_overhead_ms``, P entries): a fixed cost per pass per stage on top
     of the compute model (a roofline's own ``overhead_ms`` included), times ``host_cpu_factor``
-    (:func:`wansim.stages.compute.stage_overheads_ms`). ``host_cores``: every stage on one host
+    (:func:`wansim.stages.compute.stage_overheads_ms`). ``sequence_ms`` (or
+    ``stage_sequence_ms``): what each sequence beyond the first adds to a batched pass (several
+    requests' blocks in one pass), times ``host_cpu_factor``
+    (:func:`wansim.stages.compute.stage_sequence_costs_ms`). ``host_cores``: every stage on one host
     of that many cores, passes computing at once sharing them (:mod:`wansim.stages.host_cpu`)."""
 
     hidden_size: int = spec(7168, ge=1)
@@ -229,8 +232,20 @@ class Model:
     stage_overhead_ms: tuple[float, ...] = spec(
         (), ge=0, max_items=MAX_STAGES, doc="per stage, replaces overhead_ms"
     )
+    sequence_ms: float = spec(
+        0.0,
+        ge=0,
+        doc="each sequence beyond the first in a batched pass adds this to every stage's pass"
+        " (the requests' caches laid side by side and split back)",
+    )
+    stage_sequence_ms: tuple[float, ...] = spec(
+        (), ge=0, max_items=MAX_STAGES, doc="per stage, replaces sequence_ms"
+    )
     host_cpu_factor: float = spec(
-        1.0, gt=0, doc="multiplies the overhead: a loaded host CPU (>1) slows the host-side work"
+        1.0,
+        gt=0,
+        doc="multiplies the overhead and the per-sequence cost: a loaded host CPU (>1) slows"
+        " the host-side work",
     )
     host_cores: int | None = spec(
         None,
@@ -464,7 +479,8 @@ class AcceptanceSpec:
 class Drafter:
     """One drafter pass costs ``draft_ms``; ``parallel`` (block) drafters draft K tokens in one
     pass, autoregressive ones pay K passes. A tree's candidates beyond one per depth cost
-    ``width_ms`` each (``compute.drafter_tree_ms``). ``preset`` names a catalog entry
+    ``width_ms`` each (``compute.drafter_tree_ms``); a pass drafting for several sequences (a
+    batch) costs ``sequence_ms`` more per sequence beyond the first. ``preset`` names a catalog entry
     (``wansim drafters``) whose values fill the fields this mapping omits (at load time).
 
     ``overlap: true`` puts the drafter on its own device (another GPU or node beside its
@@ -479,6 +495,9 @@ class Drafter:
     parallel: bool = spec(True)
     draft_ms: float = spec(4.0, ge=0)
     width_ms: float = spec(0.05, ge=0, doc="per extra tree candidate beyond one per depth")
+    sequence_ms: float = spec(
+        0.0, ge=0, doc="per drafter pass, each sequence beyond the first of a batched pass"
+    )
     acceptance: AcceptanceSpec = spec(factory=AcceptanceSpec)
     preset: str | None = spec(None)
     overlap: bool = spec(
@@ -757,6 +776,11 @@ class Scenario:
                 "model.stage_overhead_ms",
                 m.stage_overhead_ms,
                 "one per stage; or use model.overhead_ms",
+            ),
+            (
+                "model.stage_sequence_ms",
+                m.stage_sequence_ms,
+                "one per stage; or use model.sequence_ms",
             ),
         ):
             if entries and len(entries) != self.stages:

@@ -67,7 +67,12 @@ from wansim.speculation.hybrid_rounds import (
     tree_scenario,
 )
 from wansim.stages import idle_cost
-from wansim.stages.compute import drafter_tree_ms, stage_overheads_ms, stage_pass_ms
+from wansim.stages.compute import (
+    drafter_tree_ms,
+    stage_overheads_ms,
+    stage_pass_ms,
+    stage_sequence_costs_ms,
+)
 from wansim.stages.slowdown import StageSlowdown, stage_rng
 
 # bounded work: a run simulates requests x output_tokens tokens (~1e5-1e6 a second)
@@ -192,11 +197,20 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
     tree_nodes = pol.nodes if pol.kind == "tree" else 0
     draft = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 0))
     draft_per_sequence = float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 1)) - draft
+    # a batched drafter pass: each sequence beyond the first (drafter.sequence_ms per pass)
+    draft_sequence = (
+        float(drafter_tree_ms(scenario.drafter, pol.depth, pol.nodes, 2)) - draft
+    ) - 2 * draft_per_sequence
     first_stage = scenario.drafter.placement == "first_stage"
     overlap = blocks and scenario.drafter.overlap  # drafting on its own device
-    computes = [
-        functools.partial(stage_pass_ms, m, o)
-        for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
+    computes = [  # (n tokens, sequences=) -> ms
+        functools.partial(stage_pass_ms, m, o, sequence_ms=c)
+        for m, o, c in zip(
+            scenario.stage_compute_models(),
+            stage_overheads_ms(scenario),
+            stage_sequence_costs_ms(scenario),
+            strict=True,
+        )
     ]
     # hop i's forward message of n tokens (per hop with payload.extra_tensors) and the return
     # message per sequence (wansim.links.wire_bytes)
@@ -270,6 +284,8 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
             **shared(last),
         )
     )
+    if not overlap:
+        stages[0 if first_stage else last].draft_sequence_ms = draft_sequence
     micro = None
     if micro_batched(scenario):  # several batches in flight (wansim.serving.micro_batching)
         micro = MicroBatcher(

@@ -107,6 +107,8 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "model.hidden_size": ANY,
     "model.overhead_ms": ANY,
     "model.stage_overhead_ms": ANY,
+    "model.sequence_ms": ANY,  # one request: never a batch of two sequences
+    "model.stage_sequence_ms": ANY,
     "model.host_cpu_factor": ANY,
     "model.host_cores": ANY,  # one request in flight never overlaps: no shared host is built
     "model.noise.kind": ("none",),  # compute noise and stragglers: off
@@ -169,6 +171,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "drafter.parallel": ANY,
     "drafter.draft_ms": ANY,
     "drafter.width_ms": ANY,
+    "drafter.sequence_ms": ANY,
     "drafter.preset": ANY,
     "drafter.overlap": (False,),
     **{

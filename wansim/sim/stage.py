@@ -90,6 +90,7 @@ class Stage:
         "draft_before_ms",
         "draft_before_per_sequence_ms",
         "draft_bet_extra_ms",
+        "draft_sequence_ms",
         "env",
         "free_ms",
         "hooks",
@@ -134,6 +135,9 @@ class Stage:
         # (trees, wansim.speculation) the drafter's width cost per sequence
         self.draft_before_ms = draft_before_ms
         self.draft_before_per_sequence_ms = draft_before_per_sequence_ms
+        # the drafting stage (either placement): a drafter pass over a batch costs this more per
+        # sequence beyond the first (drafter.sequence_ms per pass; 0 elsewhere)
+        self.draft_sequence_ms = 0.0
         # the per-round hybrid (wansim.speculation.hybrid_rounds): S0 drafts a tree round's block at
         # this cost instead (None: no tree rounds)
         self.tree_draft_ms: float | None = None
@@ -162,7 +166,8 @@ class Stage:
         self.busy_ms = 0.0
         self.passes = 0
         self.free_ms = 0.0  # closed form: when the pass now in service ends
-        self._compute_cache: dict[int, float] = {}  # n tokens -> ms (sizes repeat)
+        # n tokens (or (n, sequences) for a batched pass) -> ms (sizes repeat)
+        self._compute_cache: dict = {}
         self.closed_form = False
         self.process: simpy.Process | None = None
         self._in_service: tuple | None = None  # (batch, n, start, draft, compute) on the Kernel
@@ -293,13 +298,16 @@ class Stage:
             verifies = sum(p.kind == VERIFY for p in batch)
             if verifies:
                 draft = self.draft_before_ms + self.draft_before_per_sequence_ms * verifies
+                if verifies > 1:  # a batched drafter pass: each sequence beyond the first
+                    draft += self.draft_sequence_ms * (verifies - 1)
                 if self.tree_draft_ms is not None and batch[0].tree:  # (hybrid: one a batch)
                     draft = self.tree_draft_ms
                 elif self.draft_bet_extra_ms and any(p.bet for p in batch):
                     draft += self.draft_bet_extra_ms
-        compute = self._compute_cache.get(n)
+        key = n if len(batch) == 1 else (n, len(batch))  # a batched pass: its sequences too
+        compute = self._compute_cache.get(key)
         if compute is None:
-            compute = self._compute_cache[n] = float(self.compute_ms(n))
+            compute = self._compute_cache[key] = float(self.compute_ms(n, sequences=len(batch)))
         if self.idle_extra is not None:  # the cold start after the stage's idle
             compute += self.idle_extra(start - self.idle_since)
         if self.slowdown is not None:
@@ -431,7 +439,10 @@ class LastStage(Stage):
         """Drafting after the verdicts for ``sequences`` continuing requests (0 when the
         drafter is not here: then no drafting timeout at all)."""
         if self.draft_after_ms or self.draft_after_per_sequence_ms:
-            return self.draft_after_ms + self.draft_after_per_sequence_ms * sequences
+            draft = self.draft_after_ms + self.draft_after_per_sequence_ms * sequences
+            if sequences > 1:  # a batched drafter pass: each sequence beyond the first
+                draft += self.draft_sequence_ms * (sequences - 1)
+            return draft
         return 0.0
 
     def run(self):

@@ -15,12 +15,16 @@ analytical engine evaluates whole grids with them and the simulator calls them p
             (and the first value held below the first point)
 
 Stages may differ (``model.stage_compute``: one model per stage); :func:`stage_ms_each` gives
-each stage's time and :func:`mean_stage_ms` their mean (both engines sum the stages).
+each stage's time and :func:`mean_stage_ms` their mean (both engines sum the stages). A
+batched pass of b sequences (several requests' blocks in one pass) adds ``sequence_ms`` per
+sequence beyond the first: t(n, b) = t(n) + overhead + sequence_ms * (b - 1) (the requests'
+caches laid side by side and split back, measured on the real path: ``docs/calibrate.md``).
 
 Drafter: one pass costs ``draft_ms``; a parallel (block) drafter drafts K tokens in one pass, an
 autoregressive drafter pays K passes. A tree of N nodes and depth D drafted for b sequences:
 
-    t_draft = passes * draft_ms + width_ms * b * (N - D),   passes = 1 (parallel) or D
+    t_draft = passes * (draft_ms + sequence_ms * (b - 1)) + width_ms * b * (N - D),
+    passes = 1 (parallel) or D
 
 the passes draft the depth-D spine as for a chain of D (an autoregressive drafter runs once per
 level, EAGLE-2 style); every candidate beyond one per depth (N - D of them per sequence) costs
@@ -76,18 +80,40 @@ def stage_overheads_ms(scenario) -> tuple:
     return tuple(o * m.host_cpu_factor for o in each)
 
 
-def stage_pass_ms(model: ComputeModel, overhead_ms: float, n_tokens) -> np.ndarray:
-    """One stage's pass: its compute model for ``n_tokens`` plus its fixed overhead (ms)."""
-    return stage_ms(model, n_tokens) + overhead_ms
+def stage_sequence_costs_ms(scenario) -> tuple:
+    """Per stage: what each sequence beyond the first adds to a batched pass,
+    ``model.stage_sequence_ms[i]`` (else ``model.sequence_ms``) times ``model.host_cpu_factor``
+    (ms)."""
+    m = scenario.model
+    each = m.stage_sequence_ms or (m.sequence_ms,) * int(np.max(scenario.stages))
+    return tuple(c * m.host_cpu_factor for c in each)
 
 
-def stage_ms_each(scenario, n_tokens, *, mean=True) -> list[np.ndarray]:
-    """Per stage (``Scenario.stage_compute_models``, :func:`stage_overheads_ms`): ms for a pass
-    of ``n_tokens`` tokens; its mean under compute noise and stragglers (times E[XY],
+def stage_pass_ms(
+    model: ComputeModel, overhead_ms: float, n_tokens, sequence_ms: float = 0.0, sequences=1
+) -> np.ndarray:
+    """One stage's pass of ``n_tokens`` tokens over ``sequences`` sequences (a batched pass
+    holds several requests' blocks): its compute model for the tokens, its fixed overhead, and
+    ``sequence_ms`` for each sequence beyond the first (ms)."""
+    out = stage_ms(model, n_tokens) + overhead_ms
+    if sequence_ms:
+        out = out + sequence_ms * np.maximum(np.asarray(sequences, dtype=float) - 1.0, 0.0)
+    return out
+
+
+def stage_ms_each(scenario, n_tokens, *, mean=True, sequences=1) -> list[np.ndarray]:
+    """Per stage (``Scenario.stage_compute_models``, :func:`stage_overheads_ms`,
+    :func:`stage_sequence_costs_ms`): ms for a pass of ``n_tokens`` tokens over ``sequences``
+    sequences; its mean under compute noise and stragglers (times E[XY],
     :mod:`wansim.stages.slowdown`) unless ``mean=False`` (the deterministic time)."""
     each = [
-        stage_pass_ms(m, o, n_tokens)
-        for m, o in zip(scenario.stage_compute_models(), stage_overheads_ms(scenario), strict=True)
+        stage_pass_ms(m, o, n_tokens, c, sequences)
+        for m, o, c in zip(
+            scenario.stage_compute_models(),
+            stage_overheads_ms(scenario),
+            stage_sequence_costs_ms(scenario),
+            strict=True,
+        )
     ]
     if mean and slowdown.active(scenario.model):
         each = [
@@ -101,17 +127,19 @@ def stages_differ(scenario) -> bool:
     """Whether stages may cost different times per pass (per-stage models, overheads or
     slowdowns): then ``stages`` is a scalar and :func:`stage_ms_each` gives each one."""
     m = scenario.model
-    return bool(m.stage_compute or m.stage_overhead_ms or slowdown.active(m))
+    return bool(m.stage_compute or m.stage_overhead_ms or m.stage_sequence_ms or slowdown.active(m))
 
 
-def mean_stage_ms(scenario, n_tokens) -> np.ndarray:
+def mean_stage_ms(scenario, n_tokens, sequences=1) -> np.ndarray:
     """Mean over the stages of :func:`stage_pass_ms` (times ``stages`` = the pipeline's compute
-    per pass); with neither ``model.stage_compute`` nor ``model.stage_overhead_ms`` every stage
-    is the same and ``stages`` may be an array (grids)."""
+    per pass); with none of ``model.stage_compute``, ``model.stage_overhead_ms`` and
+    ``model.stage_sequence_ms`` every stage is the same and ``stages`` may be an array
+    (grids)."""
     m = scenario.model
     if not stages_differ(scenario):
-        return stage_pass_ms(m.compute, m.overhead_ms * m.host_cpu_factor, n_tokens)
-    each = stage_ms_each(scenario, n_tokens)
+        f = m.host_cpu_factor
+        return stage_pass_ms(m.compute, m.overhead_ms * f, n_tokens, m.sequence_ms * f, sequences)
+    each = stage_ms_each(scenario, n_tokens, sequences=sequences)
     return sum(each[1:], start=each[0]) / len(each)
 
 
@@ -147,11 +175,15 @@ def drafter_ms(drafter: Drafter, k: np.ndarray | int) -> np.ndarray:
 
 def drafter_tree_ms(drafter: Drafter, depth, nodes, batch=1) -> np.ndarray:
     """Milliseconds to draft a tree of ``nodes`` candidates and depth ``depth`` for ``batch``
-    sequences (module docstring); 0 when nothing is drafted."""
+    sequences (module docstring; each pass costs ``sequence_ms`` more per sequence beyond the
+    first); 0 when nothing is drafted."""
     depth = np.asarray(depth)
     nodes = np.asarray(nodes)
     passes = np.where(nodes > 0, 1, 0) if drafter.parallel else depth
     extra = np.maximum(nodes - depth, 0) * np.asarray(batch)
-    return passes * np.asarray(drafter.draft_ms, dtype=float) + extra * np.asarray(
-        drafter.width_ms, dtype=float
-    )
+    per_pass = np.asarray(drafter.draft_ms, dtype=float)
+    if drafter.sequence_ms:
+        per_pass = per_pass + drafter.sequence_ms * np.maximum(
+            np.asarray(batch, dtype=float) - 1.0, 0.0
+        )
+    return passes * per_pass + extra * np.asarray(drafter.width_ms, dtype=float)

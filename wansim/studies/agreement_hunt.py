@@ -34,7 +34,7 @@ JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
 def draw_scenario(seed: int) -> dict:
     """One random valid scenario (a plain mapping for ``load_scenario(data=...)``): the base
     draw with issue 13's mechanisms on top (:func:`wan_physics`)."""
-    return wan_physics(base_scenario(seed), seed)
+    return batch_costs(wan_physics(base_scenario(seed), seed), seed)
 
 
 def base_scenario(seed: int, serving: bool = True) -> dict:
@@ -313,6 +313,18 @@ def wan_physics(data: dict, seed: int) -> dict:
     return data
 
 
+def batch_costs(data: dict, seed: int) -> dict:
+    """A batched pass's cost per sequence beyond the first (``model.sequence_ms``,
+    ``drafter.sequence_ms``) where several requests share passes (continuous batching), from
+    a stream of its own (seed, 18): the other draws of every seed stay what they were."""
+    rng = np.random.default_rng([int(seed), 18])
+    batched = data["schedule"]["batching"] == "continuous"
+    if batched and data["workload"]["concurrency"] > 1 and rng.random() < 0.5:
+        data["model"]["sequence_ms"] = float(rng.choice([0.5, 2.0]))
+        data["drafter"]["sequence_ms"] = float(rng.choice([0.2, 1.0]))
+    return data
+
+
 def mechanisms(data: dict) -> str:
     """The mechanisms a drawn scenario exercises, joined by '+' (for grouping the table)."""
     tags = []
@@ -354,6 +366,8 @@ def mechanisms(data: dict) -> str:
         tags.append("flush")
     if s.get("hybrid_confident_fraction") is not None:
         tags.append("hybrid")
+    if model.get("sequence_ms"):
+        tags.append("sequence-cost")
     return "+".join(tags) or "sync"
 
 

@@ -6,7 +6,9 @@ split x activation bits in :data:`FULL_PLANS` (1+5, 3+3, 5+1 layers at fp32 and 
 bits), all up at once, decoding the same prompts at every K of ``KS`` (2, 4, 7), one prompt at a
 time at every K on every pipeline (orders rotating), so that load drift does not align with a
 split or a K; at every K the first fp32 pipeline also decodes a static tree of 2K nodes, and
-with ``mtp_dir`` a 3+3 pipeline drafts with the MTP head at the last stage. The prompts are
+with ``mtp_dir`` a 3+3 pipeline drafts with the MTP head at the last stage; after every prompt
+the 1+5 and 5+1 fp32 pipelines decode one batched job (2, then 4 requests a pass: the cost of
+a batched pass per request beyond the first, :func:`fit_batch`). The prompts are
 drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no cell's acceptance sample
 is in the bundle.
 

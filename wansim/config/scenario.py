@@ -480,7 +480,8 @@ class Drafter:
     """One drafter pass costs ``draft_ms``; ``parallel`` (block) drafters draft K tokens in one
     pass, autoregressive ones pay K passes. A tree's candidates beyond one per depth cost
     ``width_ms`` each (``compute.drafter_tree_ms``); a pass drafting for several sequences (a
-    batch) costs ``sequence_ms`` more per sequence beyond the first. ``preset`` names a catalog entry
+    batch) costs ``sequence_ms`` more per sequence beyond the first (on the stage it drafts
+    on; an overlapped drafter's own device drafts at ``draft_ms`` a pass). ``preset`` names a catalog entry
     (``wansim drafters``) whose values fill the fields this mapping omits (at load time).
 
     ``overlap: true`` puts the drafter on its own device (another GPU or node beside its

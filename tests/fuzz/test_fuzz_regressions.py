@@ -288,7 +288,7 @@ def test_batched_utilisation_evaluates_each_stage_once(monkeypatch):
 
     calls = []
     real = batched.stage_pass_ms
-    monkeypatch.setattr(batched, "stage_pass_ms", lambda m, o, n: calls.append(1) or real(m, o, n))
+    monkeypatch.setattr(batched, "stage_pass_ms", lambda *args: calls.append(1) or real(*args))
     p = 64
     data = with_(
         SMALL,

@@ -172,6 +172,22 @@ def _flat(data: dict, prefix: str = "") -> dict:
     return out
 
 
+@example(  # the last wave: half the measured requests drain the ring (steady rate alone -20%)
+    {
+        "seed": 3,
+        "stages": 10,
+        "network": {"latency_ms": 3.0},
+        "speculation": {"policy": "chain", "k": 3},
+        "drafter": {"acceptance": {"workload": "math"}},
+        "schedule": {"batching": "continuous", "micro_batches": 2, "prefill_chunk_tokens": 229},
+        "workload": {
+            "requests": 213,
+            "concurrency": 71,
+            "prompt_tokens": 274,
+            "output_tokens": 143,
+        },
+    }
+)
 @settings(
     max_examples=6,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -895,6 +895,7 @@ def _micro_batched(scenario: Scenario, parts: dict, alone: Answer) -> Answer:
         "chunk_pass_tokens": means["chunk_pass_tokens"],
         "lone_lap_ms": means["lone_lap_ms"],
         "bottleneck_ms": means["bottleneck_ms"],
+        "convoy_wait_ms": means["convoy_wait_ms"],
         "bound": "bottleneck"
         if scenario.schedule.micro_batches * means["bottleneck_ms"] >= lap * (1.0 - 1e-12)
         else "latency",

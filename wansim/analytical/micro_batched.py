@@ -39,19 +39,38 @@ Model and assumptions:
   fixed point (:func:`hol_wait_ms`). The offers are taken as Poisson; a long hold releases
   the held batches together (bunches) and the next loss then holds them all, which the
   Poisson law understates (hunt seeds 32, 62, 285: +190%, +150%, +134% -> +14%, +12%, -23%). Whole prompts (no chunk budget) make rare passes far heavier
-  than the mean; the passes behind them queue (convoys on FIFO links) and refills bunch in
-  waves: not modelled, so such points are not validated (measured: -20% to +36% on tokens/s,
+  than the mean (their convoys, below, are long) and refills bunch in waves (not modelled),
+  so such points are not validated (measured: -20% to +36% on tokens/s,
   :mod:`wansim.analytical.regime`).
+- **Convoys.** Passes that carry prompt chunks are heavier than passes that do not, and
+  stations and links serve FIFO: a lighter pass catches up with the nearest heavier one ahead
+  and follows it (:func:`convoy_wait_ms`, :func:`chunk_convoy`: the share of passes with
+  chunks is the chunk budget's busy share, or the chance that one of the b sequences is in
+  its c chunk passes where prompts fit a pass together). The wait joins the head-of-line wait
+  in the fixed point; a pass carrying the request's own chunk leads its convoy (TTFT).
+  Measured on the approximation grid: 1 ms hops, 4 micro-batches of 4 (point 69 of
+  docs/approximations.md's grid): the DES's steady lap 267 ms, the cycle 224 ms, with
+  convoys 251 ms.
 - **Per request.** Every decode lap takes T: tokens_per_s = E_w[M / N] / T, TPOT = E[N] T / M,
   TTFT = (Y - E[N] - c) T + c T_c for a replacement (T_c: the lap of a pass carrying its
   chunk, prompt / c tokens beside the others' mean share, next to N' - 1 mean passes), plus (U / B - 1) Y T waiting for a slot when more
   users U than slots B take turns (Little's law) (the first wave: its micro-batches' first passes, queued at S0,
   then its prompt chunks at the cold cycle).
+- **The last wave.** With a steady state (R >= 2 U: the DES measures the requests past the
+  first U), the B requests in flight at the last admission, at phases uniform over their
+  cycle, decode through a ring that nobody refills: its passes lose the prompts first, then
+  the sequences that finish (:func:`last_wave`: the passes' contents as the phases run out,
+  their laps by :func:`ring` at the steady waits, every batch kept until fewer requests than
+  batches are left). They are B of the R - U measured requests: tokens/s and the mean TPOT
+  mix their decode times with the steady ones (10 stages, 2 micro-batches of 35, 3 ms hops:
+  the last wave's requests 7.5-14 tokens/s against 6.2 steady; the mean +23% over the
+  steady rate, the model +26%). Synchronised waves (no speculation, no chunk budget: every
+  phase alike) are not modelled.
 - **Throughput** of R requests through B slots: makespan = TTFT_cold + E[N] T +
   (R / B - 1) Y T + X L_1 (X: the slowest slot's passes beyond the mean,
   :func:`wansim.analytical.concurrent.slowest_excess`; the drain's passes at the lap L_1 of a
   micro-batch of one sequence).
-- **Utilisation** of a stage: R Y / b passes of its service over the makespan.
+- **Utilisation** of a stage: R Y / b + X passes of its service over the makespan.
 """
 
 from __future__ import annotations
@@ -70,6 +89,7 @@ from wansim.serving.micro_batching import active_batches, prefill_chunks, servin
 from wansim.stages.compute import mean_stage_ms, stage_ms_each
 
 HOL_STEPS = 10  # regula falsi steps of the head-of-line fixed point (8: 4e-7 relative)
+DRAIN_STEPS = 32  # quadrature steps over the last wave's passes and phases
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,18 +161,52 @@ def cycle_ms(lone_lap_ms, bottleneck_ms, batches) -> np.ndarray:
     return np.maximum(lone_lap_ms, batches * bottleneck_ms)
 
 
-def hol_wait_ms(scenario, steady: Ring, batches, steps: int = HOL_STEPS) -> np.ndarray:
-    """A pass's head-of-line wait per lap: the resequencing wait of
-    :mod:`wansim.analytical.resequencing` summed over the ring's hops, the other N' - 1
-    micro-batches' messages offered to each hop at (N' - 1) / T per ms. T = max(L + W(T),
-    N' s_max) (:func:`cycle_ms`), W falling in T: the fixed point by the Illinois variant of
-    regula falsi on T between the lone cycle and the cycle with the wait at the lone cycle's
-    rate (``steps`` evaluations of W). Zero without loss and jitter, or with one micro-batch."""
+@dataclasses.dataclass(frozen=True)
+class Convoy:
+    """Passes that carry prompt chunks and passes that do not: the share of passes with a
+    chunk and how much longer such a pass's lone lap is (ms)."""
+
+    share: np.ndarray
+    slower_ms: np.ndarray
+
+
+def convoy_wait_ms(convoy: Convoy | None, batches, lap) -> np.ndarray:
+    """A pass's wait per lap behind heavier passes (FIFO stations and links): the N'
+    micro-batches rotate T / N' apart; a pass with a chunk is ``slower_ms`` longer around the
+    ring, so a pass without one catches up with the nearest chunk pass ahead of it, k spacings
+    ahead with probability share (1 - share)^(k - 1), and loses max(slower - k T / N', 0)
+    (passes between them bunch behind it too). Per pass and lap: (1 - share) times that mean
+    over k = 1 .. N' - 1."""
+    if convoy is None:
+        return np.zeros(np.shape(lap))
+    n = np.asarray(batches, dtype=float)
+    spacing = lap / n
+    share = convoy.share
+    total = np.zeros(np.broadcast_shapes(np.shape(lap), np.shape(share)))
+    for k in range(1, int(np.max(n))):
+        ahead = share * (1.0 - share) ** (k - 1) * (k < n)
+        total = total + ahead * np.maximum(convoy.slower_ms - k * spacing, 0.0)
+    return (1.0 - share) * total
+
+
+def hol_wait_ms(
+    scenario, steady: Ring, batches, steps: int = HOL_STEPS, convoy: Convoy | None = None
+) -> np.ndarray:
+    """A pass's head-of-line waits per lap: the resequencing wait of
+    :mod:`wansim.analytical.resequencing` summed over the ring's hops (the other N' - 1
+    micro-batches' messages offered to each hop at (N' - 1) / T per ms) and, with ``convoy``,
+    the wait behind heavier passes (:func:`convoy_wait_ms`). T = max(L + W(T), N' s_max)
+    (:func:`cycle_ms`), W falling in T: the fixed point by the Illinois variant of regula
+    falsi on T between the lone cycle and the cycle with the wait at the lone cycle's rate
+    (``steps`` evaluations of W). Zero without loss, jitter and convoys, or with one
+    micro-batch."""
     lone = cycle_ms(steady.lone_lap_ms, steady.bottleneck_ms, batches)
     others = np.maximum(np.asarray(batches, dtype=float) - 1.0, 0.0)
 
     def wait(lap):
-        return ring_hol_ms(scenario, others / lap, steady.forward_bytes, steady.return_bytes)
+        return ring_hol_ms(
+            scenario, others / lap, steady.forward_bytes, steady.return_bytes
+        ) + convoy_wait_ms(convoy, batches, lap)
 
     def excess(lap, w):  # the cycle the wait gives, less the lap assumed (falls in lap)
         return cycle_ms(steady.lone_lap_ms + w, steady.bottleneck_ms, batches) - lap
@@ -235,6 +289,97 @@ def cold_wave_ttft_ms(scenario, prompt_tokens, terms: dict, member: float = 0.5)
     )
 
 
+def _at(cum: np.ndarray, x: np.ndarray, steps: int) -> np.ndarray:
+    """Linear interpolation along axis 0 of ``cum`` (values at ``steps`` + 1 equal steps over
+    [0, 1]) at the points ``x`` in [0, 1] (axis 0: the queries; the other axes broadcast)."""
+    pos = np.clip(x, 0.0, 1.0) * steps
+    lo = np.minimum(np.floor(pos), steps - 1).astype(int)
+    shape = np.broadcast_shapes(cum.shape[1:], lo.shape[1:])
+    cum = np.broadcast_to(cum, cum.shape[:1] + shape)
+    lo = np.broadcast_to(lo, lo.shape[:1] + shape)
+    pos = np.broadcast_to(pos, lo.shape)
+    left = np.take_along_axis(cum, lo, axis=0)
+    right = np.take_along_axis(cum, lo + 1, axis=0)
+    return left + (pos - lo) * (right - left)
+
+
+def last_wave(scenario, parts: dict, mean: dict, lap, hol, steps: int = DRAIN_STEPS) -> dict:
+    """The last wave (module docstring): the B requests in flight when the last request is
+    admitted, at phases u uniform over their cycle of Y passes (u Y passes done), decode
+    through a ring that nobody refills. s passes after the last admission the requests with
+    (1 - u) Y in (s, s + E[N]] decode, those with it in (s + E[N], s + E[N] + c] ride prompt
+    chunks, those with it beyond s are left, spread over min(N', left) micro-batches; the lap
+    of that pass (:func:`ring`, :func:`cycle_ms`, ``hol`` added) on ``steps`` + 1 points of
+    [0, Y], integrated by the trapezoid rule. A request decodes its last E[N] passes: those
+    before the last admission at ``lap``, the rest at the drain's laps. Returns the mean over
+    the phases (``steps`` midpoints) of 1 / decode time (``inverse_ms``) and of the decode
+    time (``decode_ms``)."""
+    batches = np.asarray(active_batches(scenario), dtype=float)
+    slots, c, cycle = mean["slots"], mean["c"], mean["cycle"]
+    passes = np.asarray(parts["passes"], dtype=float)
+    v = np.asarray(parts["tokens"], dtype=float)
+    prompt = np.asarray(scenario.workload.prompt_tokens, dtype=float)
+    lead = (slice(None),) + (None,) * np.ndim(cycle)
+    s = (np.arange(steps + 1, dtype=float) / steps)[lead] * cycle  # passes since then
+    decoding = slots * np.minimum(passes, cycle - s) / cycle
+    prefilling = slots * (np.minimum(s + passes + c, cycle) - np.minimum(s + passes, cycle)) / cycle
+    left = slots * (cycle - s) / cycle
+    active = np.clip(left, 1.0, batches)
+    dec, pre, stay = decoding / active, prefilling / active, left / active
+    pass_ring = ring(
+        scenario,
+        dec * v + pre * prompt / c,
+        dec,
+        stay * (cycle - 1.0) / cycle,
+        parts,
+        np.maximum(dec + pre, 1.0),
+    )
+    laps = cycle_ms(pass_ring.lone_lap_ms + hol, pass_ring.bottleneck_ms, active)
+    cum = np.concatenate(
+        [np.zeros((1, *np.shape(laps)[1:])), np.cumsum(0.5 * (laps[1:] + laps[:-1]), axis=0)]
+    ) * (cycle / steps)
+    u = ((np.arange(steps, dtype=float) + 0.5) / steps)[lead]
+    end = 1.0 - u  # in cycles after the last admission
+    start = end - passes / cycle
+    decode_ms = (
+        lap * np.maximum(-start, 0.0) * cycle
+        + _at(cum, end, steps)
+        - _at(cum, np.maximum(start, 0.0), steps)
+    )
+    return {
+        "inverse_ms": np.mean(1.0 / decode_ms, axis=0),
+        "decode_ms": np.mean(decode_ms, axis=0),
+    }
+
+
+def chunk_convoy(scenario, parts: dict, mean: dict, records) -> Convoy:
+    """Passes with and without prompt chunks (:func:`convoy_wait_ms`). Each of the b
+    sequences rides its c chunks in a cycle of Y passes: where prompts fit a pass together, a
+    share 1 - (1 - c / Y)^b of the passes carry chunks; where they queue for the chunk budget
+    C, its busy share b prompt / (C Y) (all passes when saturated); the larger of the two.
+    The b prompt / Y prompt tokens of the mean pass ride in those passes, the verify tokens in
+    every pass; the heavier pass's lone lap less the lighter's is ``slower_ms``."""
+    b, c, cycle, verified = mean["b"], mean["c"], mean["cycle"], mean["verified"]
+    prompt = np.asarray(scenario.workload.prompt_tokens, dtype=float)
+    share = 1.0 - (1.0 - np.minimum(c / cycle, 1.0)) ** b
+    chunk = scenario.schedule.prefill_chunk_tokens
+    if chunk is not None:  # prompts that do not fit a pass together queue for the budget
+        share = np.maximum(share, b * prompt / (np.asarray(chunk, dtype=float) * cycle))
+    share = np.clip(share, 1e-12, 1.0)
+    verify = verified * np.asarray(parts["tokens"], dtype=float)
+    sequences = verified + b * c / cycle
+    light = ring(scenario, verify, verified, records, parts, np.maximum(verified, 1.0))
+    heavy = ring(
+        scenario,
+        verify + b * prompt / (cycle * share),
+        verified,
+        records,
+        parts,
+        verified + (sequences - verified) / share,
+    )
+    return Convoy(share, np.maximum(heavy.lone_lap_ms - light.lone_lap_ms, 0.0))
+
+
 def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
     """Mean metrics (the keys of :func:`wansim.analytical.sync.sync_metrics`) in steady state
     (module docstring), with per-stage busy time and the mean pass's ring."""
@@ -260,11 +405,15 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
         parts,
         1.0 + sequences * (b - 1.0) / b,
     )
-    hol = hol_wait_ms(scenario, steady, batches)
+    convoy = chunk_convoy(scenario, parts, mean, records)
+    hol = hol_wait_ms(scenario, steady, batches, convoy=convoy)
     lap = cycle_ms(steady.lone_lap_ms + hol, steady.bottleneck_ms, batches)
     # the passes carrying the request's own chunks: their lap, beside N - 1 mean passes
+    # (it leads its convoy: it waits behind no lighter pass)
+    behind = convoy_wait_ms(convoy, batches, lap)
     heavy_lap = np.maximum(
-        heavy.lone_lap_ms + hol, (batches - 1.0) * steady.bottleneck_ms + heavy.bottleneck_ms
+        heavy.lone_lap_ms + hol - behind,
+        (batches - 1.0) * steady.bottleneck_ms + heavy.bottleneck_ms,
     )
 
     ttft_cold = cold_wave_ttft_ms(scenario, prompt, parts)
@@ -283,8 +432,15 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
     rounds = np.maximum(requests / slots, 1.0)
     excess = slowest_excess(acc["w"], acc["n_mean"], acc["n_var"], slots, rounds)
     one = ring(scenario, v, np.ones(()), np.ones(()), parts, 1.0)
+    # with a steady state (past the warm-up, the first U requests, as the DES's
+    # wansim.sim.metrics.warmup_requests) the last wave's B requests drain the ring: their
+    # own decode times in the per-request means
+    steady_run = (users > 1) & (requests >= 2 * users)
+    wave = last_wave(scenario, parts, mean, lap, hol)
+    last = np.where(steady_run, slots / np.where(steady_run, requests - users, requests), 0.0)
     makespan = ttft_cold + passes * lap + (rounds - 1.0) * cycle * lap + excess * one.lone_lap_ms
-    total_passes = requests * cycle / b
+    # a cycle per request, and the slowest slot's passes beyond the mean (as in the makespan)
+    total_passes = requests * cycle / b + excess
     busy = [total_passes * s for s in steady.stage_ms]
     stages = np.asarray(scenario.stages)
     live = [stages > i for i in range(len(busy))]
@@ -310,11 +466,13 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
     )
     ones = np.ones_like(lap)
     means = {
-        "tokens_per_s": 1e3 * np.asarray(parts["rate_factor"]) / lap,
+        "tokens_per_s": 1e3
+        * np.asarray(parts["rate_factor"])
+        * ((1.0 - last) / lap + last * passes * wave["inverse_ms"]),
         "throughput_tokens_per_s": 1e3 * requests * (m + 1) / makespan,
         "tau": parts["tau"],
         "lap_ms_mean": lap,
-        "tpot_ms_mean": passes * lap / m,
+        "tpot_ms_mean": ((1.0 - last) * passes * lap + last * wave["decode_ms"]) / m,
         "ttft_ms_mean": measured,
         "bubble_fraction": 1.0 - util,
         "bytes_per_token": cycle * wire / (b * m),
@@ -330,6 +488,7 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
         "lap_ms_var": steady.hop_var_ms2 * ones,
         "lone_lap_ms": steady.lone_lap_ms * ones,
         "bottleneck_ms": steady.bottleneck_ms * ones,
+        "convoy_wait_ms": behind * ones,
         "micro_batch_size": b * ones,
         "pass_tokens": tokens * ones,
         "chunk_pass_tokens": heavy_tokens * ones,

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from wansim.analytical import analyze
 from wansim.analytical.micro_batched import cycle_ms, ring
+from wansim.analytical.path import hop_service_ms
 from wansim.analytical.regime import REGIMES
 from wansim.analytical.sync import lap_parts
 from wansim.config.scenario import load_scenario
@@ -87,9 +88,22 @@ def deterministic_rings(draw) -> dict:
     }
 
 
+def station_services_ms(sc, decode) -> list[float]:
+    """Every station's service for the decode pass: the stages, each hop's sender."""
+    p = sc.stages
+    out = [float(s) for s in decode.stage_ms[:p]]
+    hop = (lambda i: i) if sc.network.hops else (lambda i: 0)
+    out += [float(hop_service_ms(sc, hop(i), decode.forward_bytes)) for i in range(p - 1)]
+    return [*out, float(hop_service_ms(sc, hop(p - 1), decode.return_bytes))]
+
+
 @settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow])
 @given(deterministic_rings())
 def test_des_steady_lap_is_the_max_plus_cycle(data):
+    """Near a tie the run never reaches the periodic regime: the first passes leave a backlog
+    at a station a fraction slower or faster than the cycle needs, and it drains by that
+    fraction a pass (a stage 0.6% faster than the bottleneck kept the laps at its pace for the
+    whole 40-pass run: 42.0 against the cycle's 42.252 ms). Ties within 2% are left out."""
     sc = load_scenario(data=data)
     b = sc.workload.concurrency // sc.schedule.micro_batches
     decode = ring(
@@ -100,6 +114,12 @@ def test_des_steady_lap_is_the_max_plus_cycle(data):
         lap_parts(sc),
         np.asarray(float(b)),
     )
+    n = sc.schedule.micro_batches
+    lone, slowest = float(decode.lone_lap_ms), float(decode.bottleneck_ms)
+    assume(abs(lone - n * slowest) > 0.02 * max(lone, n * slowest))
+    if n > 1 and n * slowest > lone:  # bottleneck-bound: the runner-up station paces nothing
+        services = sorted(station_services_ms(sc, decode))
+        assume(services[-2] < 0.98 * services[-1])
     expected = float(cycle_ms(decode.lone_lap_ms, decode.bottleneck_ms, sc.schedule.micro_batches))
     laps = simulate(sc).details["record"].laps_ms
     assert float(np.median(laps)) == pytest.approx(expected, rel=1e-9, abs=1e-9)

@@ -32,6 +32,26 @@ def pytest_configure(config):
     markexpr = (config.getoption("markexpr", "") or "").replace("not slow", "")
     name = os.environ.get("HYPOTHESIS_PROFILE") or ("slow" if "slow" in markexpr else "default")
     settings.load_profile(name)
+    import_every_module()
+
+
+def import_every_module() -> None:
+    """Import every module of the package before any test runs. Hypothesis mixes the literal
+    constants of the project's loaded modules into what it draws, so a derandomised test's
+    examples would otherwise depend on which modules earlier tests happened to import lazily
+    in the same worker (pytest-xdist hands tests out as workers free up): the same commit
+    could draw different examples from run to run."""
+    import contextlib
+    import importlib
+    import pkgutil
+
+    import wansim
+
+    for module in pkgutil.walk_packages(wansim.__path__, "wansim."):
+        if module.name.rsplit(".", 1)[-1] != "__main__":
+            # an optional extra not installed: the module is absent in every worker alike
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module.name)
 
 
 def _reject_constant(name: str):

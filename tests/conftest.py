@@ -32,15 +32,16 @@ def pytest_configure(config):
     markexpr = (config.getoption("markexpr", "") or "").replace("not slow", "")
     name = os.environ.get("HYPOTHESIS_PROFILE") or ("slow" if "slow" in markexpr else "default")
     settings.load_profile(name)
-    import_every_module()
 
 
-def import_every_module() -> None:
-    """Import every module of the package before any test runs. Hypothesis mixes the literal
-    constants of the project's loaded modules into what it draws, so a derandomised test's
-    examples would otherwise depend on which modules earlier tests happened to import lazily
-    in the same worker (pytest-xdist hands tests out as workers free up): the same commit
-    could draw different examples from run to run."""
+@pytest.fixture(autouse=True, scope="session")
+def every_module_imported() -> None:
+    """Every module of the package imported before the first test of each process that runs
+    tests (not pytest-xdist's controller). Hypothesis mixes the literal constants of the
+    project's loaded modules into what it draws, so a derandomised test's examples would
+    otherwise depend on which modules earlier tests happened to import lazily in the same
+    worker (pytest-xdist hands tests out as workers free up): the same commit could draw
+    different examples from run to run."""
     import contextlib
     import importlib
     import pkgutil

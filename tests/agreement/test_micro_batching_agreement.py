@@ -153,6 +153,17 @@ def speculative_rings(draw) -> dict:
 
 RETRY_SEEDS = 3
 
+# the last wave (wansim/analytical/micro_batched.py): 71 users in 2 micro-batches, 213 requests
+LAST_WAVE = {
+    "seed": 3,
+    "stages": 10,
+    "network": {"latency_ms": 3.0},
+    "speculation": {"policy": "chain", "k": 3},
+    "drafter": {"acceptance": {"workload": "math"}},
+    "schedule": {"batching": "continuous", "micro_batches": 2, "prefill_chunk_tokens": 229},
+    "workload": {"requests": 213, "concurrency": 71, "prompt_tokens": 274, "output_tokens": 143},
+}
+
 
 def check_band(data: dict) -> None:
     from tests.conftest import REFERENCE
@@ -192,22 +203,7 @@ def _flat(data: dict, prefix: str = "") -> dict:
     return out
 
 
-@example(  # the last wave: half the measured requests drain the ring (steady rate alone -20%)
-    {
-        "seed": 3,
-        "stages": 10,
-        "network": {"latency_ms": 3.0},
-        "speculation": {"policy": "chain", "k": 3},
-        "drafter": {"acceptance": {"workload": "math"}},
-        "schedule": {"batching": "continuous", "micro_batches": 2, "prefill_chunk_tokens": 229},
-        "workload": {
-            "requests": 213,
-            "concurrency": 71,
-            "prompt_tokens": 274,
-            "output_tokens": 143,
-        },
-    }
-)
+@example(LAST_WAVE)  # half the measured requests drain the ring (steady rate alone -20%)
 @settings(
     max_examples=6,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.agreement.test_micro_batching_agreement import _flat
+from tests.agreement.test_micro_batching_agreement import LAST_WAVE, _flat
 from tests.conftest import REFERENCE
 from wansim.analytical import analyze
 from wansim.analytical.micro_batched import cycle_ms, last_wave, pass_tokens, ring
@@ -16,15 +16,7 @@ from wansim.config.scenario import load_scenario
 from wansim.serving.micro_batching import active_batches
 from wansim.sim import simulate
 
-SATURATED = {  # the chunk budget saturated: every pass rides 229 prompt tokens
-    "seed": 3,
-    "stages": 10,
-    "network": {"latency_ms": 3.0},
-    "speculation": {"policy": "chain", "k": 3},
-    "drafter": {"acceptance": {"workload": "math"}},
-    "schedule": {"batching": "continuous", "micro_batches": 2, "prefill_chunk_tokens": 229},
-    "workload": {"requests": 213, "concurrency": 71, "prompt_tokens": 274, "output_tokens": 143},
-}
+SATURATED = LAST_WAVE  # the chunk budget saturated: every pass rides 229 prompt tokens
 UNSATURATED = {  # 4 micro-batches of 4, 512-token prompts in 4 chunks each
     "stages": 10,
     "network": {"latency_ms": 1.0},

@@ -352,7 +352,7 @@ def last_wave(scenario, parts: dict, mean: dict, lap, hol, steps: int = DRAIN_ST
     }
 
 
-def chunk_convoy(scenario, parts: dict, mean: dict, records) -> Convoy:
+def chunk_convoy(scenario, parts: dict, mean: dict, records, sequences) -> Convoy:
     """Passes with and without prompt chunks (:func:`convoy_wait_ms`). Each of the b
     sequences rides its c chunks in a cycle of Y passes: where prompts fit a pass together, a
     share 1 - (1 - c / Y)^b of the passes carry chunks; where they queue for the chunk budget
@@ -367,7 +367,6 @@ def chunk_convoy(scenario, parts: dict, mean: dict, records) -> Convoy:
         share = np.maximum(share, b * prompt / (np.asarray(chunk, dtype=float) * cycle))
     share = np.clip(share, 1e-12, 1.0)
     verify = verified * np.asarray(parts["tokens"], dtype=float)
-    sequences = verified + b * c / cycle
     light = ring(scenario, verify, verified, records, parts, np.maximum(verified, 1.0))
     heavy = ring(
         scenario,
@@ -405,7 +404,7 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
         parts,
         1.0 + sequences * (b - 1.0) / b,
     )
-    convoy = chunk_convoy(scenario, parts, mean, records)
+    convoy = chunk_convoy(scenario, parts, mean, records, sequences)
     hol = hol_wait_ms(scenario, steady, batches, convoy=convoy)
     lap = cycle_ms(steady.lone_lap_ms + hol, steady.bottleneck_ms, batches)
     # the passes carrying the request's own chunks: their lap, beside N - 1 mean passes
@@ -437,7 +436,7 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
     # own decode times in the per-request means
     steady_run = (users > 1) & (requests >= 2 * users)
     wave = last_wave(scenario, parts, mean, lap, hol)
-    last = np.where(steady_run, slots / np.where(steady_run, requests - users, requests), 0.0)
+    last = np.where(steady_run, slots / np.maximum(requests - users, 1.0), 0.0)
     makespan = ttft_cold + passes * lap + (rounds - 1.0) * cycle * lap + excess * one.lone_lap_ms
     # a cycle per request, and the slowest slot's passes beyond the mean (as in the makespan)
     total_passes = requests * cycle / b + excess

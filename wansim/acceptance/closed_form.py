@@ -148,15 +148,40 @@ def passes_moments(surv: np.ndarray, m_tokens: float) -> tuple[np.ndarray, np.nd
     m = round(float(m_tokens))
     if m > EXACT_PASSES_MAX_TOKENS or depth == 0:
         return expected_passes(m, tau_, ex2), variance_passes(m, tau_, ex2)
-    rows = surv.reshape(-1, depth)
-    ones = np.ones((len(rows), 1))
-    pmf_x = -np.diff(np.concatenate([ones, rows, 0.0 * ones], axis=1), axis=1)  # P(X = 1..D+1)
-    a = np.concatenate([ones, -pmf_x], axis=1)
-    e = all_pole_filter(a, np.ones((len(rows), m)))
-    s2 = all_pole_filter(a, 2.0 * e - 1.0)
-    mean = e[:, -1].copy()  # contiguous, as callers' reductions expect (summation order)
-    var = np.maximum(s2[:, -1] - mean**2, 0.0)
-    return mean.reshape(lead), var.reshape(lead)
+    rows = np.ascontiguousarray(surv.reshape(-1, depth))
+    key = _memo_key(rows, m)
+    got = _EXACT_MEMO.get(key) if key is not None else None
+    if got is None:
+        ones = np.ones((len(rows), 1))
+        pmf_x = -np.diff(np.concatenate([ones, rows, 0.0 * ones], axis=1), axis=1)  # P(X = 1..D+1)
+        a = np.concatenate([ones, -pmf_x], axis=1)
+        e = all_pole_filter(a, np.ones((len(rows), m)))
+        s2 = all_pole_filter(a, 2.0 * e - 1.0)
+        mean = e[:, -1].copy()  # contiguous, as callers' reductions expect (summation order)
+        got = _remember(key, mean, np.maximum(s2[:, -1] - mean**2, 0.0))
+    mean, var = got
+    return mean.copy().reshape(lead), var.copy().reshape(lead)
+
+
+# (rows' shape, rows' bytes, M) -> (mean, var) of the exact recurrences: one scenario asks for
+# the same tables again (a drifting ring's pieces, the workload's nodes, the engines' parts),
+# and each costs M numpy steps; answers are returned as copies (the values to the bit)
+_EXACT_MEMO: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+EXACT_MEMO_ENTRIES = 512
+EXACT_MEMO_MAX_VALUES = 4096  # larger tables (a vectorised grid's) are not kept
+
+
+def _memo_key(rows: np.ndarray, m: int) -> tuple | None:
+    return (rows.shape, rows.tobytes(), m) if rows.size <= EXACT_MEMO_MAX_VALUES else None
+
+
+def _remember(key, mean: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if key is None:
+        return mean, var
+    if len(_EXACT_MEMO) >= EXACT_MEMO_ENTRIES:
+        _EXACT_MEMO.pop(next(iter(_EXACT_MEMO)))  # the oldest
+    _EXACT_MEMO[key] = (mean, var)
+    return mean, var
 
 
 def passes_moments_many(
@@ -186,23 +211,31 @@ def passes_moments_many(
             surv = np.asarray(survs[i], dtype=float)
             first.setdefault((surv.shape, surv.tobytes()), i)
         unique = list(dict.fromkeys(first.values()))
+        done = {}
+        for i in unique:  # tables answered before
+            key = _memo_key(np.ascontiguousarray(np.asarray(survs[i], dtype=float)), m)
+            got = _EXACT_MEMO.get(key) if key is not None else None
+            if got is not None:
+                done[i] = got
+        unique = [i for i in unique if i not in done]
         tables = [np.asarray(survs[i], dtype=float) for i in unique]
-        depth = max(t.shape[1] for t in tables)
-        rows = np.zeros((sum(len(t) for t in tables), depth))
+        if tables:
+            depth = max(t.shape[1] for t in tables)
+            rows = np.zeros((sum(len(t) for t in tables), depth))
+            at = 0
+            for t in tables:
+                rows[at : at + len(t), : t.shape[1]] = t
+                at += len(t)
+            ones = np.ones((len(rows), 1))
+            pmf_x = -np.diff(np.concatenate([ones, rows, 0.0 * ones], axis=1), axis=1)
+            a = np.concatenate([ones, -pmf_x], axis=1)
+            e = all_pole_filter(a, np.ones((len(rows), m)))
+            s2 = all_pole_filter(a, 2.0 * e - 1.0)
         at = 0
-        for t in tables:
-            rows[at : at + len(t), : t.shape[1]] = t
-            at += len(t)
-        ones = np.ones((len(rows), 1))
-        pmf_x = -np.diff(np.concatenate([ones, rows, 0.0 * ones], axis=1), axis=1)
-        a = np.concatenate([ones, -pmf_x], axis=1)
-        e = all_pole_filter(a, np.ones((len(rows), m)))
-        s2 = all_pole_filter(a, 2.0 * e - 1.0)
-        at, done = 0, {}
         for i, t in zip(unique, tables, strict=True):
             mean = e[at : at + len(t), -1].copy()  # contiguous, as passes_moments returns it
             var = np.maximum(s2[at : at + len(t), -1] - mean**2, 0.0)
-            done[i] = (mean, var)
+            done[i] = _remember(_memo_key(np.ascontiguousarray(t), m), mean, var)
             at += len(t)
         for i in members:
             surv = np.asarray(survs[i], dtype=float)

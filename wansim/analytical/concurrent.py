@@ -40,7 +40,7 @@ import functools
 
 import numpy as np
 
-from wansim.analytical.resequencing import delay_atoms, resequencing_wait_ms
+from wansim.analytical.resequencing import Resequencing, delay_atoms
 from wansim.numerics import normal_functions as nf
 from wansim.speculation.block_schedule import flushes
 
@@ -131,6 +131,12 @@ def convoy_wait(n, lap, slower, passes):
     return (n - 1.0) * (slower * m - 0.5 * m**2) / (lap * passes)
 
 
+def _settled(now: np.ndarray, before: np.ndarray) -> bool:
+    """An iteration (a deterministic function of its state) whose state did not move by a
+    bit: every further step repeats it, so stopping gives the full count's answer exactly."""
+    return np.array_equal(now, before)
+
+
 def _hol_groups(atoms, visits) -> list:
     """The hops with a resequencing wait, grouped by identical delay atoms and visit counts:
     a homogeneous ring's hops share one evaluation (the same numbers, computed once)."""
@@ -180,7 +186,10 @@ def solve(
     # other requests' (its own in flight: one under sync; under the block schedule its own
     # blocks' holds are the stalls of the schedule alone, wansim.analytical.blocks.loss_stalls)
     own = (n - 1.0) / n
-    hol = _hol_groups(stations.get("delay_atoms", ()), v_d + v_p)
+    hol = [
+        (cols, Resequencing(values, weights))
+        for cols, (values, weights) in _hol_groups(stations.get("delay_atoms", ()), v_d + v_p)
+    ]
 
     # a prefill enters in the phase its predecessor leaves: only the links' randomness mixes
     # it with the others (prefill_scv), not the requests' lengths
@@ -191,27 +200,30 @@ def solve(
     )
     ratio = np.broadcast_to(ratio, n.shape)[:, None]
 
-    def waits(x, prefill=False):
+    def waits(x):
+        """(a verify pass's wait, a prefill's, rho) per station at throughput x."""
         wait, rho = ring_waits(x, n, s_d, s_p, v_d, v_p, scv)
-        if prefill:
-            wait = wait * ratio
-        for cols, (values, weights) in hol:
+        pre_wait = wait * ratio
+        for cols, resequencing in hol:
             offered = x * (v_d[:, cols[0]] + v_p[:, cols[0]]) * own
-            extra = resequencing_wait_ms(offered, values, weights)
-            wait[:, cols] = wait[:, cols] + extra[:, None]
-        return wait, rho
+            extra = resequencing(offered)[:, None]
+            wait[:, cols] = wait[:, cols] + extra
+            pre_wait[:, cols] = pre_wait[:, cols] + extra
+        return wait, pre_wait, rho
 
     def loaded(x, parts=False):
         # the prefill's own variability is the convoy's; the queues see verify passes only
-        wait, rho = waits(x)
+        wait, pre_wait, rho = waits(x)
         lap_wait = (wait * dpath).sum(axis=1)
         if eg is not None:
             lap_wait = lap_wait / eg + wait[:, 0] * (1.0 - 1.0 / eg)
         lap = decode / passes + lap_wait
         for _ in range(CONVOY_SWEEPS):  # the convoy delay depends on the lap it lengthens
             conv = convoy_wait(n, lap, slower, messages) * messages / passes * convoy_share
-            lap = decode / passes + lap_wait + conv
-        pre = prefill + (waits(x, prefill=True)[0] * ppath).sum(axis=1)
+            lap, before = decode / passes + lap_wait + conv, lap
+            if _settled(lap, before):  # a fixed point to the bit: the sweeps left repeat it
+                break
+        pre = prefill + (pre_wait * ppath).sum(axis=1)
         if parts:
             return lap_wait, conv, lap
         return pre, passes * lap, rho
@@ -220,8 +232,9 @@ def solve(
         mid = 0.5 * (lo + hi)
         pre, dec, _ = loaded(mid)
         too_fast = mid * (pre + dec) > n
-        hi = np.where(too_fast, mid, hi)
-        lo = np.where(too_fast, lo, mid)
+        hi, lo, before = np.where(too_fast, mid, hi), np.where(too_fast, lo, mid), (lo, hi)
+        if _settled(lo, before[0]) and _settled(hi, before[1]):
+            break  # no bound moved: every step left would repeat this one
     x = 0.5 * (lo + hi)
     pre, dec, rho = loaded(x)
     # Little: N requests in residence; at the bottleneck's capacity the waits the formulas
@@ -230,7 +243,7 @@ def solve(
     excess = np.maximum(residence - pre - dec, 0.0)
     # that excess queues at the bottleneck (a saturated closed network parks its customers
     # there): it is the wait per visit there, the prefill's visit included
-    wait, _ = waits(x)
+    wait = waits(x)[0]
     neck = np.argmax(demand, axis=1)
     rows = np.arange(len(neck))
     visits = np.maximum(v_d[rows, neck] + v_p[rows, neck], 1e-300)

@@ -14,6 +14,7 @@ the difficulty quadrature.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import numpy as np
@@ -88,8 +89,10 @@ def _stage_pmf(term, dt: float, size: int) -> np.ndarray:
     return np.diff(cdf)
 
 
+@functools.lru_cache(maxsize=64)
 def noise_dist(kind: str, cv: float):
-    """X of :mod:`wansim.stages.slowdown` as a frozen scipy distribution (mean 1, CV ``cv``)."""
+    """X of :mod:`wansim.stages.slowdown` as a frozen scipy distribution (mean 1, CV ``cv``),
+    built once per (kind, cv): freezing costs ~1 ms, and only its cdf and ppf are used."""
     from scipy import stats
 
     if kind == "lognormal":

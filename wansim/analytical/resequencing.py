@@ -7,7 +7,10 @@ i.i.d. (propagation plus jitter plus retransmissions; serialisation queues separ
 message of delay x is held R = max(0, max_j (a_j + X_j) - (a_i + x)) over the earlier ones,
 
     P(R <= t | x) = exp(-lambda E[(X - x - t)^+])     (the M/G/inf resequencing law)
-    E[R] = E_x int_x^inf (1 - exp(-lambda psi(y))) dy,   psi(y) = E[(X - y)^+].
+    E[R] = E_x int_x^inf (1 - exp(-lambda psi(y))) dy,   psi(y) = E[(X - y)^+],
+
+X a set of atoms (:func:`delay_atoms`), over which psi is piecewise linear and the integral
+exact (:class:`Resequencing`).
 
 One loss (probability q, RTO c) at rate lambda q blocks the link ~c; every message offered
 meanwhile waits ~c / 2: E[R] ~ lambda q c^2 / 2 while that is small, which the M/D/1 queue of
@@ -22,7 +25,6 @@ from wansim.links.expected_delay import jitter_dist
 
 JITTER_ATOMS = 8  # quantile midpoints of the jitter
 MAX_LOSSES = 3  # retransmissions per message followed one by one (the rest folded into 3)
-GRID = 96
 
 
 def delay_atoms(latency_ms, jitter, loss_rate, retransmit_ms, ser_ms) -> tuple:
@@ -52,33 +54,51 @@ def delay_atoms(latency_ms, jitter, loss_rate, retransmit_ms, ser_ms) -> tuple:
 def resequencing_wait_ms(rate_per_ms, values, weights) -> np.ndarray:
     """E[R] (module docstring) for Poisson offers at ``rate_per_ms`` (...) and delay atoms
     ``values``/``weights`` (..., A)."""
-    values = np.asarray(values, dtype=float)
-    weights = np.asarray(weights, dtype=float)
-    rate = np.asarray(rate_per_ms, dtype=float)
-    lead = np.broadcast_shapes(rate.shape, values.shape[:-1], weights.shape[:-1])
-    values = np.broadcast_to(values, (*lead, values.shape[-1]))
-    weights = np.broadcast_to(weights, (*lead, weights.shape[-1]))
-    rate = np.broadcast_to(rate, lead)
-    lo, hi = values.min(axis=-1), values.max(axis=-1)
-    span = hi - lo
-    if not np.any(span > 0) or not np.any(rate > 0):
-        return np.zeros(np.broadcast_shapes(rate.shape, lo.shape))
-    t = np.linspace(0.0, 1.0, GRID)
-    y = lo[..., None] + span[..., None] * t  # (..., G)
-    psi = (weights[..., None, :] * np.maximum(values[..., None, :] - y[..., :, None], 0.0)).sum(-1)
-    f = 1.0 - np.exp(-rate[..., None] * psi)
-    dy = span[..., None] / (GRID - 1)
-    seg = 0.5 * (f[..., 1:] + f[..., :-1]) * dy
-    tail = np.concatenate([np.cumsum(seg[..., ::-1], axis=-1)[..., ::-1], 0.0 * seg[..., :1]], -1)
-    # F(x) = int_x^hi f: linear interpolation on the uniform grid at each atom
-    pos = np.where(
-        span[..., None] > 0, (values - lo[..., None]) / np.maximum(span, 1e-300)[..., None], 0.0
-    )
-    pos = pos * (GRID - 1)
-    i = np.clip(np.floor(pos).astype(np.int64), 0, GRID - 2)
-    frac = pos - i
-    at = np.take_along_axis(tail, i, -1) * (1 - frac) + np.take_along_axis(tail, i + 1, -1) * frac
-    return (weights * at).sum(axis=-1)
+    return Resequencing(values, weights)(rate_per_ms)
+
+
+class Resequencing:
+    """E[R] of one set of delay atoms as a function of the offered rate, exactly: psi is
+    piecewise linear between the sorted atoms u_1 <= ... <= u_A (slope -S_k on [u_k, u_k+1],
+    S_k the weight above u_k), so each segment integrates in closed form,
+
+        int_{u_k}^{u_k+1} (1 - exp(-lambda psi)) dy
+            = D_k - exp(-lambda psi(u_k+1)) (1 - exp(-lambda S_k D_k)) / (lambda S_k),
+
+    D_k = u_k+1 - u_k, and E[R] = sum_k w_(k) F(u_k) with F(u_k) the segments above u_k.
+    What does not depend on the rate (the order, psi at the atoms) is computed once, for the
+    fixed points that call it at many rates (:mod:`wansim.analytical.concurrent`)."""
+
+    def __init__(self, values, weights):
+        values = np.asarray(values, dtype=float)
+        weights = np.asarray(weights, dtype=float)
+        lead = np.broadcast_shapes(values.shape[:-1], weights.shape[:-1])
+        values = np.broadcast_to(values, (*lead, values.shape[-1]))
+        weights = np.broadcast_to(weights, (*lead, weights.shape[-1]))
+        order = np.argsort(values, axis=-1, kind="stable")
+        u = np.take_along_axis(values, order, -1)
+        self.w = np.take_along_axis(weights, order, -1)
+        self.lead = lead
+        above = np.cumsum(self.w[..., ::-1], axis=-1)[..., ::-1]  # weight at or above u_k
+        self.slope = above[..., 1:]  # S_k: the weight above u_k on (u_k, u_k+1)
+        self.gap = np.diff(u, axis=-1)  # D_k
+        # psi(u_k) = sum_{j > k} w_j (u_j - u_k) = sum over the segments above of S_j D_j
+        tail = np.cumsum((self.slope * self.gap)[..., ::-1], axis=-1)[..., ::-1]
+        self.psi_next = np.concatenate([tail[..., 1:], np.zeros((*lead, 1))], -1)  # psi(u_k+1)
+        self.flat = not np.any(self.gap > 0)
+
+    def __call__(self, rate_per_ms) -> np.ndarray:
+        rate = np.asarray(rate_per_ms, dtype=float)
+        lead = np.broadcast_shapes(rate.shape, self.lead)
+        if self.flat or not np.any(rate > 0):
+            return np.zeros(lead)
+        lam = np.broadcast_to(rate, lead)[..., None]
+        x = lam * self.slope
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(x > 0, -np.expm1(-x * self.gap) / np.where(x > 0, x, 1.0), self.gap)
+        seg = self.gap - np.exp(-lam * self.psi_next) * ratio
+        above = np.cumsum(seg[..., ::-1], axis=-1)[..., ::-1]  # F(u_k), k < A; F(u_A) = 0
+        return (self.w[..., :-1] * above).sum(axis=-1)
 
 
 def ring_hol_ms(scenario, rate_per_ms, fwd_bytes, ret_bytes, *, lossy_only=False) -> np.ndarray:

@@ -213,3 +213,33 @@ def test_the_hunts_text_names_only_the_mechanisms_its_table_has():
     text = hunt.drawn_in(newer)
     assert "tcp (1)" in text and "the flush protocol (1)" in text and "hybrid (1)" in text
     assert "per-message" not in text and "drift" not in text
+
+
+def test_reanswered_keeps_the_des_and_repeats_an_unchanged_engine():
+    """``reanswered`` (``--reanswer CSV``) answers a table's points again with the analytical
+    engine and keeps the DES's columns: on an unchanged engine the table comes back as it
+    was, a stale analytical column is replaced (its error and verdict with it), a refused
+    point passes through."""
+    rows = [hunt.evaluate(seed) for seed in (20, 24)]
+    five = hunt.mechanisms(hunt.draw_scenario(5))
+    rows.append({"seed": 5, "mechanisms": five, "refused": "network.transport: ..."})
+    table = pd.DataFrame(rows)
+    table["refused"] = table["refused"].fillna("")
+    again = hunt.reanswered(table)
+    pd.testing.assert_frame_equal(again, table)
+    stale = table.copy()
+    stale.loc[0, "ana tokens_per_s"] *= 2.0
+    stale.loc[0, "err tokens_per_s"] = 1.0
+    stale.loc[1, "des tokens_per_s"] *= 2.0  # the DES's columns are the table's
+    fixed = hunt.reanswered(stale)
+    assert fixed.loc[0, "ana tokens_per_s"] == table.loc[0, "ana tokens_per_s"]
+    assert fixed.loc[0, "err tokens_per_s"] == table.loc[0, "err tokens_per_s"]
+    d, a = stale.loc[1, "des tokens_per_s"], table.loc[1, "ana tokens_per_s"]
+    assert fixed.loc[1, "err tokens_per_s"] == (a - d) / d
+    # a point drawn differently now (its mechanisms differ) is another scenario: both engines
+    moved = table.copy()
+    moved.loc[0, "mechanisms"] = "sync"
+    moved.loc[0, "des tokens_per_s"] *= 2.0
+    rerun = hunt.reanswered(moved)
+    assert rerun.loc[0, "mechanisms"] == table.loc[0, "mechanisms"]
+    assert rerun.loc[0, "des tokens_per_s"] == table.loc[0, "des tokens_per_s"]

@@ -395,31 +395,67 @@ def evaluate(seed: int, data: dict | None = None) -> dict:
     low, high = des["tokens_per_s_ci95"]
     half = (high - low) / 2 if low is not None and high is not None else 0.0
     half = half if np.isfinite(half) else 0.0
+    d = des["tokens_per_s"]
+    seen = {m: des[m] for m in COMPARED}
+    seen["max_utilization"] = max(des["stage_utilization"])
+    row.update(_compared(ana, seen, half / d))
+    row["des_ttft_half_rel"] = ttft_half_rel(sim.details["record"], sc)
+    return row
+
+
+COMPARED = ("tokens_per_s", "throughput_tokens_per_s", "lap_ms_mean", "lap_ms_p99", "ttft_ms_mean")
+
+
+def _compared(ana, des: dict, half_rel: float) -> dict:
+    """A row's analytical columns and errors against the DES's values ``des`` (the metrics of
+    ``COMPARED`` and ``max_utilization``) and its tokens/s 95% half-width, relative."""
     appr = ana.approximation
     band = appr["error_band"]["tokens_per_s"]
     a, d = ana.metrics["tokens_per_s"], des["tokens_per_s"]
-    row.update(
-        {
-            "refused": "",
-            "regime": appr["regime"],
-            "validated": appr["validated"],
-            "band": band,
-            "des tokens_per_s": d,
-            "ana tokens_per_s": a,
-            "err tokens_per_s": (a - d) / d,
-            "des_half_rel": half / d,
-            "out_of_band": abs(a - d) > band * d + 2 * half,
-            "why": appr.get("why", ""),
-            "des max_utilization": max(des["stage_utilization"]),
-            "ana max_utilization": max(ana.metrics["stage_utilization"]),
-        }
-    )
-    for m in ("throughput_tokens_per_s", "lap_ms_mean", "lap_ms_p99", "ttft_ms_mean"):
+    row = {
+        "refused": "",
+        "regime": appr["regime"],
+        "validated": appr["validated"],
+        "band": band,
+        "des tokens_per_s": d,
+        "ana tokens_per_s": a,
+        "err tokens_per_s": (a - d) / d,
+        "des_half_rel": half_rel,
+        "out_of_band": abs(a - d) > band * d + 2 * half_rel * d,
+        "why": appr.get("why", ""),
+        "des max_utilization": des["max_utilization"],
+        "ana max_utilization": max(ana.metrics["stage_utilization"]),
+    }
+    for m in COMPARED[1:]:
         row[f"des {m}"] = des[m]
         row[f"ana {m}"] = ana.metrics[m]
         row[f"err {m}"] = (ana.metrics[m] - des[m]) / des[m] if des[m] else 0.0
-    row["des_ttft_half_rel"] = ttft_half_rel(sim.details["record"], sc)
     return row
+
+
+def reanswered(table, progress=None):
+    """The table (an earlier run's CSV) with every point answered again by the analytical
+    engine as it is now, the DES's columns kept (the DES has not changed): what a change to the
+    analytical engine does to the hunt, in minutes instead of the DES's hours. A point whose
+    draw has changed since the table (its mechanisms differ: a later stream of draws, e.g.
+    :func:`batch_costs`) is another scenario now, and is run by both engines again
+    (:func:`evaluate`)."""
+    from wansim.analytical import analyze
+    from wansim.config.scenario import load_scenario
+
+    rows = []
+    for i, row in enumerate(table.to_dict("records")):
+        data = draw_scenario(int(row["seed"]))
+        if mechanisms(data) != row["mechanisms"]:
+            row = {k: v for k, v in evaluate(int(row["seed"]), data).items() if k in row}
+        elif row["refused"] == "":
+            ana = analyze(load_scenario(data=data))
+            des = {m: row[f"des {m}"] for m in (*COMPARED, "max_utilization")}
+            row = {**row, **_compared(ana, des, row["des_half_rel"])}
+        rows.append(row)
+        if progress is not None:
+            progress(i + 1, len(table))
+    return type(table)(rows, columns=table.columns)
 
 
 def ttft_half_rel(record, scenario) -> float:
@@ -748,8 +784,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="first seed; points use seed..seed+N-1")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--out", default="agreement_hunt.csv")
+    ap.add_argument(
+        "--reanswer",
+        metavar="CSV",
+        help="answer an earlier run's points again with the analytical engine as it is now,"
+        " keeping its DES columns (reanswered), and write the table to --out",
+    )
     args = ap.parse_args(argv)
     import json
+
+    if args.reanswer:
+        import pandas as pd
+
+        old = pd.read_csv(args.reanswer, keep_default_na=False, na_values=[""])
+        old["refused"] = old["refused"].fillna("")
+        table = reanswered(old, progress=lambda i, n: print(f"\r{i}/{n}", end="", file=sys.stderr))
+        print(file=sys.stderr)
+        table.to_csv(args.out, index=False, float_format="%.6g")
+        s = summary(table)
+        for key, value in s.items():
+            print(f"{key}: {value}")
+        return 0 if s["silent"] == 0 else 1
 
     partial = open(args.out + ".jsonl", "w")  # noqa: SIM115 - appended to as points finish
 

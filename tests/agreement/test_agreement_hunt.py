@@ -243,3 +243,16 @@ def test_reanswered_keeps_the_des_and_repeats_an_unchanged_engine():
     rerun = hunt.reanswered(moved)
     assert rerun.loc[0, "mechanisms"] == table.loc[0, "mechanisms"]
     assert rerun.loc[0, "des tokens_per_s"] == table.loc[0, "des tokens_per_s"]
+
+
+def test_reanswer_of_a_missing_or_foreign_table_is_one_line(tmp_path, capsys):
+    """``--reanswer`` of a file that is not there, or of a CSV without the hunt's columns:
+    exit 2 and one line naming the option, the file and what is missing."""
+    assert hunt.main(["--reanswer", str(tmp_path / "none.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("--reanswer:") and "none.csv" in err and "\n" not in err
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("seed,mechanisms\n1,sync\n")
+    assert hunt.main(["--reanswer", str(foreign), "--out", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "lacks the columns refused, des_half_rel" in err and "\n" not in err

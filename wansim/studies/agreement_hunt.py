@@ -796,7 +796,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.reanswer:
         import pandas as pd
 
-        old = pd.read_csv(args.reanswer, keep_default_na=False, na_values=[""])
+        try:
+            old = pd.read_csv(args.reanswer, keep_default_na=False, na_values=[""])
+        except (OSError, ValueError) as err:
+            print(f"--reanswer: {args.reanswer}: cannot read a CSV table ({err})", file=sys.stderr)
+            return 2
+        need = ["seed", "mechanisms", "refused", "des_half_rel"]
+        need += [f"des {m}" for m in (*COMPARED, "max_utilization")]
+        missing = [c for c in need if c not in old.columns]
+        if missing:
+            print(
+                f"--reanswer: {args.reanswer} lacks the columns {', '.join(missing)}"
+                " (a table written by this module's --out)",
+                file=sys.stderr,
+            )
+            return 2
         old["refused"] = old["refused"].fillna("")
         table = reanswered(old, progress=lambda i, n: print(f"\r{i}/{n}", end="", file=sys.stderr))
         print(file=sys.stderr)

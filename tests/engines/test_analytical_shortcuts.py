@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.engines.test_analytical_regressions import _ring
 from wansim.acceptance import closed_form
 from wansim.analytical import analyze, concurrent
 from wansim.analytical.resequencing import Resequencing, delay_atoms
-from wansim.config.scenario import Jitter, load_scenario
+from wansim.config.scenario import Jitter
 
 
 def _brute_resequencing_ms(rate: float, values: np.ndarray, weights: np.ndarray) -> float:
@@ -127,32 +128,11 @@ def test_many_tables_partly_remembered_answer_as_none_remembered(monkeypatch):
         assert np.array_equal(a_mean, b_mean) and np.array_equal(a_var, b_var)
 
 
-def _loaded_ring(kind: str):
-    data = {
-        "stages": 6,
-        "network": {
-            "latency_ms": 10.0,
-            "bandwidth_mbps": 10000.0,
-            "jitter": {"kind": "lognormal", "std_ms": 2.0},
-            "loss_rate": 0.01,
-        },
-        "speculation": {"policy": "chain", "k": 4},
-        "drafter": {
-            "kind": "draft_model",
-            "placement": "first_stage",
-            "acceptance": {"alpha": 0.8},
-        },
-        "schedule": {"kind": kind, "max_inflight_blocks": 4 if kind == "async" else 1},
-        "workload": {"requests": 32, "concurrency": 8, "prompt_tokens": 128, "output_tokens": 96},
-    }
-    return load_scenario(data=data)
-
-
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_fixed_points_that_stop_when_settled_answer_as_the_full_count(monkeypatch, kind):
     """The closed network's bisection and its convoy sweeps stop once a step moves nothing;
     run to their full counts (the stop switched off) the answer is the same to the bit."""
-    scenario = _loaded_ring(kind)
+    scenario = _ring(8, 0.01, kind)  # 8 requests on a lossy jittered ring
     calls = []
     settled = concurrent._settled
 

@@ -14,7 +14,7 @@ from wansim.acceptance import heterogeneity as het
 from wansim.acceptance.model import AcceptanceModel, acceptance_model
 from wansim.acceptance.sampler import sample_accepted, sample_requests
 from wansim.acceptance.trace import between_prompt_fraction, fit_profile
-from wansim.config.scenario import AcceptanceSpec
+from wansim.config.drafter import AcceptanceSpec
 
 MATH = (0.897904, 0.877904, 0.857904, 0.837904, 0.817904, 0.797904, 0.777904)
 

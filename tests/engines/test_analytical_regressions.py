@@ -10,7 +10,8 @@ from wansim.acceptance import closed_form
 from wansim.analytical import analyze
 from wansim.analytical.concurrent import arrival_scv
 from wansim.analytical.resequencing import delay_atoms, resequencing_wait_ms
-from wansim.config.scenario import Jitter, load_scenario
+from wansim.config.network import Jitter
+from wansim.config.scenario import load_scenario
 from wansim.sim import simulate
 
 

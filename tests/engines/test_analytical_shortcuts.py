@@ -17,7 +17,7 @@ from tests.engines.test_analytical_regressions import _ring
 from wansim.acceptance import closed_form
 from wansim.analytical import analyze, concurrent
 from wansim.analytical.resequencing import Resequencing, delay_atoms
-from wansim.config.scenario import Jitter
+from wansim.config.network import Jitter
 
 
 def _brute_resequencing_ms(rate: float, values: np.ndarray, weights: np.ndarray) -> float:

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 from wansim.analytical import analyze
-from wansim.config.scenario import Drafter, ScenarioError, load_scenario
+from wansim.config.drafter import Drafter
+from wansim.config.scenario import load_scenario
+from wansim.errors import ScenarioError
 from wansim.sim import simulate
 from wansim.stages.compute import drafter_tree_ms, stage_ms_each
 

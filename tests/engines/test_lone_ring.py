@@ -261,7 +261,7 @@ def test_the_reference_scenario_is_on_the_whitelist():
 def test_draw_blocks_are_the_scalar_stream(takes_, jitter, loss_rate):
     """``propagation_block``/``losses_block`` of n values, mixed with single draws, give the
     stream that single draws alone give (same refills, same order, nothing skipped)."""
-    from wansim.config.scenario import Jitter
+    from wansim.config.network import Jitter
     from wansim.links.draws import LinkDraws
     from wansim.links.expected_delay import jitter_dist
 

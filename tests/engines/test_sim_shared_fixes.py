@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from wansim.acceptance import closed_form as cf
 from wansim.acceptance import heterogeneity
 from wansim.acceptance.model import acceptance_model
-from wansim.config.scenario import AcceptanceSpec
+from wansim.config.drafter import AcceptanceSpec
 
 
 def dynamic_programming(p: np.ndarray, m: int) -> tuple[float, float]:

@@ -14,7 +14,9 @@ from wansim import speculation
 from wansim.acceptance import trees as tr
 from wansim.acceptance.model import acceptance_model
 from wansim.analytical import analyze, evaluate_grid
-from wansim.config.scenario import Drafter, Payload, load_scenario
+from wansim.config.drafter import Drafter
+from wansim.config.payload import Payload
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
 from wansim.links.wire_bytes import activation_bytes_per_token, tree_mask_bytes, verdict_bytes
 from wansim.stages.compute import drafter_ms, drafter_tree_ms, stage_ms

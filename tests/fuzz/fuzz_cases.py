@@ -421,7 +421,7 @@ def _short(value: Any) -> str:
 def make_room(rng: random.Random, raw: dict, path: str) -> str:
     """Make ``path`` meaningful in ``raw`` (a list entry for every stage, the compute kind or
     jitter kind or policy that uses the field), and return it with a concrete list index."""
-    from wansim.config.scenario import COMPUTE_VARIANTS
+    from wansim.config.model import COMPUTE_VARIANTS
 
     stages = raw["stages"] if raw["stages"] in range(1, 1025) else 1
     index = rng.randrange(stages)

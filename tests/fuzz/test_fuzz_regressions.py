@@ -273,7 +273,7 @@ def test_loss_rate_at_its_limit_costs_bounded_work():
     """loss_rate 0.99999 ran the analytical engine 24 s / 12 GiB (a loss-count axis of
     log(1e-7)/log(q) terms); at the limit 0.99 that axis has 1,605 terms."""
     from wansim.analytical.distribution import _loss_terms
-    from wansim.config.scenario import MAX_LOSS_RATE
+    from wansim.config.network import MAX_LOSS_RATE
 
     sc = load_scenario(data=with_(SMALL, network={"loss_rate": MAX_LOSS_RATE}))
     g, p = _loss_terms(sc.resolved_hops()[0])

@@ -7,14 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wansim.config.scenario import (
-    Drafter,
-    LinearCompute,
-    MoeCompute,
-    Payload,
-    RooflineCompute,
-    TableCompute,
-)
+from wansim.config.drafter import Drafter
+from wansim.config.model import LinearCompute, MoeCompute, RooflineCompute, TableCompute
+from wansim.config.payload import Payload
 from wansim.links.wire_bytes import (
     activation_bytes_per_token,
     forward_bytes,

@@ -9,7 +9,8 @@ import pytest
 
 from tests.conftest import ROOT
 from wansim.analytical import analyze
-from wansim.config.scenario import Drift, load_scenario
+from wansim.config.network import Drift
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
 from wansim.links.delivery import HopSender, drift_factors
 from wansim.sim import simulate

@@ -8,7 +8,8 @@ import pytest
 
 from wansim.analytical import analyze
 from wansim.analytical.nonstationary import stationary_at
-from wansim.config.scenario import Drift, load_scenario
+from wansim.config.network import Drift
+from wansim.config.scenario import load_scenario
 from wansim.errors import ScenarioError
 from wansim.links import nonstationary
 from wansim.links.nonstationary import Modulation, pieces, read_trace

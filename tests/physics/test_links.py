@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wansim.config.scenario import Hop, Jitter
+from wansim.config.network import Hop, Jitter
 from wansim.links.delivery import HopSender, busy_ms, software_ms, wire_ms
 from wansim.links.draws import hop_streams, ring_seeds
 from wansim.links.expected_delay import hop_mean_ms

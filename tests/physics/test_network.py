@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wansim.config.scenario import Jitter
+from wansim.config.network import Jitter
 from wansim.links.expected_delay import expected_losses, hop_mean_ms, jitter_dist, sample_losses
 
 CASES = [

@@ -521,24 +521,31 @@ def test_partition_matches_brute_force_on_random_heterogeneous_nodes(hws, batch)
     assert (max(s.pass_ms for s in got), sum(s.pass_ms for s in got)) == pytest.approx(best)
 
 
-def test_scenario_module_imports_no_deployment_layer():
-    """Dependency direction: deploy resolves a deployment into a scenario; scenario.py (the
-    bottom layer) imports neither wansim.deploy nor wansim.catalog, even lazily."""
+def test_config_layer_imports_no_deployment_layer():
+    """Dependency direction: deploy resolves a deployment into a scenario; the config layer
+    (wansim/config: the scenario and its sections, the bottom layer) imports neither
+    wansim.deploy nor wansim.catalog, even lazily."""
     import ast
+    import importlib
     import inspect
+    import pkgutil
 
+    import wansim.config
     import wansim.config.scenario
 
-    tree = ast.parse(inspect.getsource(wansim.config.scenario))
-    names = [
-        n.module if isinstance(n, ast.ImportFrom) else a.name
-        for n in ast.walk(tree)
-        if isinstance(n, (ast.Import, ast.ImportFrom))
-        for a in (n.names if isinstance(n, ast.Import) else [None])
-    ]
-    assert names and not [
-        m for m in names if m and m.startswith(("wansim.deploy", "wansim.catalog"))
-    ]
+    modules = [m.name for m in pkgutil.iter_modules(wansim.config.__path__)]
+    assert {"scenario", "network", "overrides", "raw"} <= set(modules)
+    for module in modules:
+        tree = ast.parse(inspect.getsource(importlib.import_module(f"wansim.config.{module}")))
+        names = [
+            n.module if isinstance(n, ast.ImportFrom) else a.name
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in (n.names if isinstance(n, ast.Import) else [None])
+        ]
+        assert not [
+            m for m in names if m and m.startswith(("wansim.deploy", "wansim.catalog"))
+        ], module
     assert "nodes" in wansim.config.scenario.RAW_RESOLVERS  # wired in above it (wansim/__init__.py)
 
 

@@ -244,7 +244,7 @@ HOPS = [
 
 def _des_deliveries(spec: LinkSpec, offers_ms, sizes) -> list[float]:
     """The DES's own Link on the hop ``spec`` describes, with the DES's streams for its seed."""
-    from wansim.config.scenario import Hop, Jitter
+    from wansim.config.network import Hop, Jitter
     from wansim.links.draws import hop_streams, ring_seeds
     from wansim.sim.kernel import Kernel
     from wansim.sim.link import Link

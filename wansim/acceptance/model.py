@@ -24,7 +24,7 @@ import numpy as np
 from wansim.acceptance import closed_form, heterogeneity
 from wansim.acceptance.activation_quality import BitQuality, load_table, quality_at
 from wansim.acceptance.profile import load_profile
-from wansim.config.scenario import AcceptanceSpec
+from wansim.config.drafter import AcceptanceSpec
 from wansim.errors import ScenarioError
 
 

@@ -50,7 +50,7 @@ from pathlib import Path
 import yaml
 
 from wansim.acceptance.activation_quality import QualityTable, table_ref
-from wansim.config.scenario import VERIFIERS
+from wansim.config.speculation import VERIFIERS
 from wansim.config.validation import parse, spec
 from wansim.data import on_disk_or_shipped
 from wansim.errors import ProfileError, ScenarioError, WansimInputError

@@ -19,7 +19,7 @@ from collections import Counter
 
 import numpy as np
 
-from wansim.config.scenario import Hop
+from wansim.config.network import Hop
 from wansim.links.delivery import software_ms
 from wansim.links.expected_delay import jitter_dist
 from wansim.links.wire_bytes import serialise_ms

@@ -27,7 +27,8 @@ from wansim.analytical.engine import (
     needs_points,
     point_means,
 )
-from wansim.config.scenario import Scenario, load_scenario, scenario_to_dict, split_path
+from wansim.config.raw import split_path
+from wansim.config.scenario import Scenario, load_scenario, scenario_to_dict
 from wansim.config.validation import parsing_memoised
 from wansim.errors import ScenarioError
 from wansim.links.nonstationary import network_modulation

@@ -21,7 +21,9 @@ import numpy as np
 
 from wansim.analytical.regime import unvalidated
 from wansim.analytical.sync import lap_parts
-from wansim.config.scenario import HopOverride, IdleCost, Scenario
+from wansim.config.model import IdleCost
+from wansim.config.network import HopOverride
+from wansim.config.scenario import Scenario
 from wansim.links.delivery import busy_ms
 from wansim.results.result import Result
 from wansim.speculation.block_schedule import uses_blocks

@@ -35,7 +35,8 @@ import dataclasses
 
 from wansim.analytical.mixture import mean_output_tokens, varies
 from wansim.analytical.regime import UNVALIDATED_BAND, drift_outside
-from wansim.config.scenario import Drift, Scenario
+from wansim.config.network import Drift
+from wansim.config.scenario import Scenario
 from wansim.links.nonstationary import pieces
 from wansim.results.result import Result
 

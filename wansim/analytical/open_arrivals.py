@@ -410,7 +410,7 @@ def _fixed_time_faults(scenario, base: Result, analyze) -> Result:
 def _added_ring_ms(scenario, analyze, in_service: int) -> float:
     """The ring time a failover adds to each request it hits (lost work, re-prefill, the other
     hit requests' re-prefills ahead of it): the closed model's at ``in_service`` requests."""
-    from wansim.config.scenario import FaultEvent
+    from wansim.config.faults import FaultEvent
 
     first = next(e for e in scenario.faults.events if e.at_s is not None)
     probe_event = FaultEvent(

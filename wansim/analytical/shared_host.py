@@ -20,13 +20,8 @@ import dataclasses
 import numpy as np
 
 from wansim.analytical.regime import unvalidated
-from wansim.config.scenario import (
-    LinearCompute,
-    MoeCompute,
-    RooflineCompute,
-    Scenario,
-    TableCompute,
-)
+from wansim.config.model import LinearCompute, MoeCompute, RooflineCompute, TableCompute
+from wansim.config.scenario import Scenario
 from wansim.numerics.brentq import brentq
 from wansim.results.result import Result
 from wansim.speculation.block_schedule import uses_blocks

@@ -63,7 +63,8 @@ import math
 
 import numpy as np
 
-from wansim.config.scenario import HopOverride, Scenario
+from wansim.config.network import HopOverride
+from wansim.config.scenario import Scenario
 from wansim.links.delivery import wire_ms
 from wansim.links.tcp import lossy_train_costs_ms, periodic_busy_ms, prefill_busy_ms, tcp_params
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from wansim.calibrate.cells import DRAFTER_KINDS, PLACEMENT
-from wansim.config.scenario import REAL_VERIFIERS
+from wansim.config.speculation import REAL_VERIFIERS
 from wansim.data import models_dir
 from wansim.errors import WansimInputError
 from wansim.real.config import MTP_FILES  # no torch there (settings only)

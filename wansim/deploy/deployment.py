@@ -26,7 +26,9 @@ import numpy as np
 
 from wansim.catalog.hardware import hardware_preset
 from wansim.catalog.models import MODELS, model_preset, with_overrides
-from wansim.config.scenario import apply_overrides, load_scenario, read_yaml_mapping
+from wansim.config.overrides import apply_overrides
+from wansim.config.raw import read_yaml_mapping
+from wansim.config.scenario import load_scenario
 from wansim.deploy import geography
 from wansim.deploy.partition import Node
 from wansim.deploy.stages import Precision

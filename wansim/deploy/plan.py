@@ -21,7 +21,8 @@ import dataclasses
 import math
 from pathlib import Path
 
-from wansim.config.scenario import apply_overrides, load_scenario, scenario_to_dict
+from wansim.config.overrides import apply_overrides
+from wansim.config.scenario import load_scenario, scenario_to_dict
 from wansim.deploy import placement
 from wansim.deploy.deployment import Deployment, deployment_from_raw, load_deployment
 from wansim.deploy.partition import Stage, largest_batch, partition

@@ -23,7 +23,7 @@ import dataclasses
 
 from wansim.catalog.hardware import HardwareSpec
 from wansim.catalog.models import BYTES_PER_PARAM, ModelSpec
-from wansim.config.scenario import MoeCompute, RooflineCompute
+from wansim.config.model import MoeCompute, RooflineCompute
 
 RUNTIME_RESERVE_GB = 1.5
 ACTIVATION_BUFFERS = 16

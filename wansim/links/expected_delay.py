@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.config.scenario import Hop, Jitter
+from wansim.config.network import Hop, Jitter
 from wansim.links.delivery import busy_ms
 from wansim.links.draws import sample_losses
 from wansim.links.jitter import JitterDist, jitter_dist, read_samples

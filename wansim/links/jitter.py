@@ -1,6 +1,6 @@
 """Propagation jitter J of a hop: the distribution the delay max(0, L + J) draws from.
 
-Kinds (``wansim.config.scenario.Jitter``): none (J = 0); normal N(mean_ms, std_ms); lognormal (J >= 0,
+Kinds (``wansim.config.network.Jitter``): none (J = 0); normal N(mean_ms, std_ms); lognormal (J >= 0,
 mean ``mean_ms``, default ``std_ms``, and standard deviation ``std_ms``); pareto (Lomax, tail
 index ``shape`` > 2, standard deviation ``std_ms``); empirical (resampled values). Sampling and
 moments need numpy only; the distribution functions import scipy when first called (the
@@ -142,7 +142,7 @@ class JitterDist:
 
 
 def jitter_dist(spec) -> JitterDist:
-    """The distribution of a ``wansim.config.scenario.Jitter`` (or anything with its fields)."""
+    """The distribution of a ``wansim.config.network.Jitter`` (or anything with its fields)."""
     return _jitter_dist(spec)
 
 

@@ -71,7 +71,7 @@ def read_trace(path: str, where: str = "network.trace_file") -> tuple[tuple[floa
 
 @dataclasses.dataclass(frozen=True)
 class Ramp:
-    """A drift's fields (``wansim.config.scenario.Drift``'s names) without importing the scenario."""
+    """A drift's fields (``wansim.config.network.Drift``'s names) without importing the scenario."""
 
     latency_factor: float
     bandwidth_factor: float

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.config.scenario import Payload
+from wansim.config.payload import Payload
 from wansim.links.delivery import wire_ms
 
 PARENT_INDEX_BYTES = 2  # int16 parent index per verified token

@@ -19,7 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from wansim.config.scenario import REAL_VERIFIERS
+from wansim.config.speculation import REAL_VERIFIERS
 from wansim.real.codec import check_bits
 from wansim.real.errors import RealConfigError
 from wansim.real.link import LinkSpec

@@ -12,7 +12,7 @@ lost transmissions G are drawn once per message (not per frame) by
 :class:`wansim.links.draws.LinkDraws` from the DES's streams for this hop: a ``LinkSpec`` with
 ``seed``, ``ring_stages`` and ``hop`` draws exactly what the DES draws for hop ``hop`` of a ring
 of ``ring_stages`` stages run with scenario seed ``seed``. Jitter kinds and parameters are
-``wansim.config.scenario.Jitter``'s (:mod:`wansim.links.jitter`).
+``wansim.config.network.Jitter``'s (:mod:`wansim.links.jitter`).
 
 Timing: ``asyncio.sleep`` until ``busy_wait_ms`` before delivery, then a busy-wait. The relay's
 event loop waits in ``select(2)`` (:func:`relay_event_loop`), whose timeout is in microseconds:
@@ -223,7 +223,7 @@ class LinkSpec:
     def from_hop(
         cls, hop, seed: int = 0, ring_stages: int = 1, index: int = 0, tcp=None, modulation=None
     ) -> LinkSpec:
-        """From a resolved ``wansim.config.scenario.Hop`` (latency, bandwidth, jitter, loss, software
+        """From a resolved ``wansim.config.network.Hop`` (latency, bandwidth, jitter, loss, software
         costs), hop ``index`` of a ring of ``ring_stages`` (the DES's draws for that hop and
         seed); ``tcp``: ``wansim.links.tcp.TcpParams`` for ``transport: tcp``; ``modulation``:
         the network's :class:`~wansim.links.nonstationary.Modulation` (drift, trace)."""
@@ -316,7 +316,7 @@ def link_draws(spec: LinkSpec) -> LinkDraws:
 
 @dataclass(frozen=True)
 class _JitterFields:
-    """``wansim.config.scenario.Jitter``'s fields, as :func:`wansim.links.jitter.jitter_dist` reads them."""
+    """``wansim.config.network.Jitter``'s fields, as :func:`wansim.links.jitter.jitter_dist` reads them."""
 
     kind: str
     std_ms: float

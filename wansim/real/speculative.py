@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from wansim.config.scenario import REAL_VERIFIERS
+from wansim.config.speculation import REAL_VERIFIERS
 from wansim.real.errors import RealConfigError
 from wansim.real.model import StageShard
 

@@ -279,7 +279,7 @@ def check_workload(workload, path: str = "workload") -> None:
             workload.requests,
         )
     if workload.kv_capacity_tokens is not None and workload.lengths.kind in ("trace", "empirical"):
-        from wansim.config.scenario import check_fits
+        from wansim.config.workload import check_fits
 
         used = slice(0, workload.requests) if workload.lengths.kind == "trace" else slice(None)
         sizes = trace.prompt_tokens[used] + trace.output_tokens[used]

@@ -41,7 +41,7 @@ import dataclasses
 
 import numpy as np
 
-from wansim.config.scenario import Faults
+from wansim.config.faults import Faults
 from wansim.errors import ScenarioError
 from wansim.sim.messages import PREFILL, Pass
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from wansim.config.scenario import Hop
+from wansim.config.network import Hop
 from wansim.links.delivery import HopSender, software_ms
 from wansim.links.draws import LinkDraws
 from wansim.links.expected_delay import jitter_dist

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from wansim.config.scenario import Workload
+from wansim.config.workload import Workload
 from wansim.serving.workload import RequestPlan
 from wansim.sim.kernel import Kernel, Reference
 

@@ -25,7 +25,7 @@ from wansim.acceptance import heterogeneity
 from wansim.acceptance import trees as tr
 from wansim.acceptance.model import AcceptanceModel, acceptance_model
 from wansim.acceptance.profile import load_profile
-from wansim.config.scenario import AcceptanceSpec
+from wansim.config.drafter import AcceptanceSpec
 from wansim.errors import ScenarioError
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.config.scenario import FLUSH_ON_FULL_ACCEPTANCE, Scenario
+from wansim.config.scenario import Scenario
+from wansim.config.schedule import FLUSH_ON_FULL_ACCEPTANCE
 from wansim.stages.compute import drafter_tree_ms
 
 

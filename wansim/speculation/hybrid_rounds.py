@@ -43,7 +43,8 @@ import dataclasses
 
 import numpy as np
 
-from wansim.config.scenario import CANCEL_ON_DIVERGENCE, Scenario
+from wansim.config.scenario import Scenario
+from wansim.config.schedule import CANCEL_ON_DIVERGENCE
 from wansim.errors import ScenarioError
 
 

@@ -22,7 +22,8 @@ import dataclasses
 import numpy as np
 
 from wansim.acceptance import closed_form
-from wansim.config.scenario import FLUSH_ON_FULL_ACCEPTANCE, Scenario
+from wansim.config.scenario import Scenario
+from wansim.config.schedule import FLUSH_ON_FULL_ACCEPTANCE
 from wansim.links.wire_bytes import (
     activation_bytes_per_token,
     extra_bytes_per_token,

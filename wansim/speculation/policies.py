@@ -11,7 +11,8 @@ import numpy as np
 
 from wansim.acceptance.activation_quality import BitQuality
 from wansim.acceptance.model import quality_for
-from wansim.config.scenario import AcceptanceSpec, Scenario
+from wansim.config.drafter import AcceptanceSpec
+from wansim.config.scenario import Scenario
 from wansim.errors import ScenarioError
 from wansim.speculation.acceptance_rates import acceptance
 from wansim.speculation.tree_verification import hedged_policy, tree_policy

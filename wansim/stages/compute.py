@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from wansim.config.scenario import (
+from wansim.config.drafter import Drafter
+from wansim.config.model import (
     ComputeModel,
-    Drafter,
     LinearCompute,
     MoeCompute,
     RooflineCompute,

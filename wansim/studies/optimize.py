@@ -90,12 +90,8 @@ def optimize(
 
     from wansim.analytical import check_supported, evaluate_grid
     from wansim.analytical.grid import VECTOR_FIELDS
-    from wansim.config.scenario import (
-        PER_STAGE_PATHS,
-        has_per_stage_lists,
-        load_scenario,
-        scenario_to_dict,
-    )
+    from wansim.config.overrides import PER_STAGE_PATHS, has_per_stage_lists
+    from wansim.config.scenario import load_scenario, scenario_to_dict
     from wansim.studies.constraints import BOUNDABLE
 
     names = [f for f, _ in overs]

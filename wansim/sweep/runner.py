@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from wansim.config.scenario import has_per_stage_lists
+from wansim.config.overrides import has_per_stage_lists
 from wansim.errors import WansimInputError
 from wansim.support.hold import checkpoint
 from wansim.sweep.executors import (

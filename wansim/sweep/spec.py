@@ -34,16 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from wansim.config.scenario import (
-    PER_STAGE_PATHS,
-    Scenario,
-    apply_overrides,
-    has_per_stage_lists,
-    load_scenario,
-    read_scenario_raw,
-    resolve_file,
-    split_path,
-)
+from wansim.config.overrides import PER_STAGE_PATHS, apply_overrides, has_per_stage_lists
+from wansim.config.raw import resolve_file, split_path
+from wansim.config.scenario import Scenario, load_scenario, read_scenario_raw
 from wansim.errors import _UNSET, WansimInputError
 
 ENGINES = ("des", "analytical")
@@ -133,7 +126,7 @@ class Sweep:
 
 def load_sweep(path: str | Path) -> Sweep:
     """Parse and check a sweep file's shape (values are checked later, by :func:`plan`)."""
-    from wansim.config.scenario import read_yaml_mapping
+    from wansim.config.raw import read_yaml_mapping
 
     path = Path(path)
     raw = read_yaml_mapping(path, "sweep")

@@ -543,9 +543,9 @@ def test_config_layer_imports_no_deployment_layer():
             if isinstance(n, (ast.Import, ast.ImportFrom))
             for a in (n.names if isinstance(n, ast.Import) else [None])
         ]
-        assert not [
-            m for m in names if m and m.startswith(("wansim.deploy", "wansim.catalog"))
-        ], module
+        assert not [m for m in names if m and m.startswith(("wansim.deploy", "wansim.catalog"))], (
+            module
+        )
     assert "nodes" in wansim.config.scenario.RAW_RESOLVERS  # wired in above it (wansim/__init__.py)
 
 

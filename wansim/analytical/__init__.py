@@ -10,7 +10,7 @@ from wansim.support.lazy import lazy_exports
 
 _EXPORTS = {
     "analyze": "wansim.analytical.engine",
-    "check_supported": "wansim.analytical.engine",
+    "check_supported": "wansim.analytical.coverage",
     "evaluate_grid": "wansim.analytical.grid",
 }
 __all__ = sorted(_EXPORTS)

@@ -7,7 +7,7 @@ field is validated through the scenario loader first, so a bad value fails with 
 before anything is computed. Categorical fields (policy, kinds) are not vectorised: evaluate one
 grid per category. TCP, faults, a KV capacity and a shared host are answered one point at a
 time by the model ``analyze`` uses (fixed points, an expected value over the run, an admission
-queue: :func:`wansim.analytical.engine.needs_points`).
+queue: :func:`wansim.analytical.coverage.needs_points`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from wansim.analytical.engine import (
-    GRID_KEYS,
-    check_grid,
-    check_supported,
-    mean_metrics,
-    needs_points,
-    point_means,
-)
+from wansim.analytical.coverage import check_grid, check_supported, needs_points
+from wansim.analytical.engine import GRID_KEYS, mean_metrics, point_means
 from wansim.config.raw import split_path
 from wansim.config.scenario import Scenario, load_scenario, scenario_to_dict
 from wansim.config.validation import parsing_memoised
@@ -141,7 +135,7 @@ def evaluate_grid(
 
 
 def _point_by_point(base: Scenario, points, n: int) -> pd.DataFrame:
-    """TCP, faults, a KV capacity, a shared host (:func:`wansim.analytical.engine.needs_points`):
+    """TCP, faults, a KV capacity, a shared host (:func:`wansim.analytical.coverage.needs_points`):
     each point by the model ``analyze`` uses (milliseconds a point, not microseconds)."""
     rows = []
     for i in range(n):

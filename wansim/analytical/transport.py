@@ -23,8 +23,13 @@ lap / in_flight, whose settled busy time becomes the per-message cost; the lap i
 ideal model's (concurrent requests, the block schedule), iterated from a cold connection as
 above; the prefill's own window is charged for one request at a time only. Assumes the
 messages evenly spaced: bunched frames and prefills among them (slow links) change when the
-window restarts (100 Mbit/s, 8 requests: +33% on tokens/s, tests/physics/test_tcp_loaded.py),
-so such points are ``validated: false``.
+window restarts (100 Mbit/s, 8 requests: +33% on tokens/s, tests/physics/test_tcp_loaded.py;
+an async window, whose blocks leave S0 back to back and empty at each lost bet, comes as a
+burst once a lap: window 4 on the 40 Mbit/s consumer ring +101%), so such points are
+``validated: false``. A mean-value walk of the ring's frames (deterministic compute, no
+cancellations; tried) bunched them for good and missed the other way where the DES's random
+acceptance spreads them (-57% to -62% on the frame-per-lap ring with 8 requests or a window
+of 4, +93% on agreement hunt seed 276): not kept.
 
 One micro-batch (``batching: continuous``, ``micro_batches: 1``, lossless): the batch's
 members and joiners' prompts share each pass, so each hop carries one frame a lap, the batch's

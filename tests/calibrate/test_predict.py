@@ -37,7 +37,7 @@ from wansim.calibrate.matrix import (
     shipped_matrix,
 )
 from wansim.calibrate.predict import Factors, cell_scenario, check_cells, even_split
-from wansim.calibrate.profiling import fit_batch, fit_drafter, fit_messages, fit_stage_cost
+from wansim.calibrate.profile_fits import fit_batch, fit_drafter, fit_messages, fit_stage_cost
 from wansim.calibrate.report import dumps, spread, strict, summarize
 from wansim.errors import WansimInputError
 
@@ -1046,7 +1046,7 @@ def test_quality_table_from_wire_quality_rows():
     """Hand case: factors are min(1, ratio to fp32); below 16 bits never exact; the table loads
     as a ``wansim-activation-quality/1`` file."""
     from wansim.acceptance.activation_quality import table_from_mapping
-    from wansim.calibrate.profiling import quality_table
+    from wansim.calibrate.profile_acceptance import quality_table
 
     rows = [
         {

@@ -88,7 +88,7 @@ TRACE_FILE = "acceptance_traces.csv"
 IDLE_FILE = "idle_passes.csv"
 IDLE_MESSAGES_FILE = "idle_messages.csv"
 # optional (bundles profiled before it have none): the batched jobs' passes ``batch`` was
-# fitted from (wansim.calibrate.profiling.batched_pass_rows)
+# fitted from (wansim.calibrate.profile_fits.batched_pass_rows)
 BATCH_FILE = "batch_passes.csv"
 
 

@@ -43,7 +43,7 @@ def length_profile(bundle: Bundle, cell, out_dir: Path) -> Path | None:
 
 
 def _fit(bundle: Bundle, kind: str, k: int, tokens: int) -> str | None:
-    from wansim.calibrate.profiling import per_k_profile_text
+    from wansim.calibrate.profile_acceptance import per_k_profile_text
 
     traces = bundle.acceptance_traces
     frame = traces[(traces["drafter"] == kind) & (traces["k"] >= k)]

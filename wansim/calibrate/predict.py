@@ -486,7 +486,7 @@ def run_real_cell(
     means, the per-message cost by hop role, the machine's load average before/after and its
     CPU over the decode (``host_cpu``: busy cores, the run's own, others', steal)."""
     from wansim.calibrate.measure import decompose, real_bets, real_metrics
-    from wansim.calibrate.profiling import hop_error_rows
+    from wansim.calibrate.profile_fits import hop_error_rows
     from wansim.real.config import DecodeSpec, PipelineSpec, TreeSpec
     from wansim.real.host_load import measured
     from wansim.real.link import LinkSpec

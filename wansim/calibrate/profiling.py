@@ -12,7 +12,8 @@ a batched pass per request beyond the first, :func:`fit_batch`). The prompts are
 drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no cell's acceptance sample
 is in the bundle.
 
-Fits (pure functions, tested on synthetic data; the bundle's model in
+Fits (:mod:`wansim.calibrate.profile_fits`, pure functions tested on synthetic data; the acceptance
+profiles: :mod:`wansim.calibrate.profile_acceptance`; the bundle's model in
 :mod:`wansim.calibrate.bundle`): a stage's measured service time per pass (frame in -> frame
 out, :func:`wansim.calibrate.measure.decompose`), less the codec cost measured directly (the
 stages' own ``codec_ms``), is fitted by non-negative least squares on its role (first | last),
@@ -39,12 +40,28 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from wansim.calibrate.bundle import FILES, ROLES, config_sha256, write_bundle
-from wansim.calibrate.workload_sample import CHAIN_SHAPED
-from wansim.stages.profiled_cost import stage_role
+from wansim.calibrate.bundle import config_sha256, write_bundle
+from wansim.calibrate.profile_acceptance import (
+    acceptance_trace,
+    fitted_profile_text,
+    mtp_acceptance_trace,
+    per_k_profile_text,
+    quality_table,
+    tree_acceptance_trace,
+    tree_branching,
+)
+from wansim.calibrate.profile_fits import (
+    batched_pass_rows,
+    fit_batch,
+    fit_drafter,
+    fit_messages,
+    fit_mtp_fixed,
+    fit_stage_cost,
+    hop_error_rows,
+    stage_pass_rows,
+)
 
 PROFILE_SEED = 1000
 LATENCY_MS = 5.0
@@ -94,440 +111,6 @@ BATCH_SPLITS = (((0, 1), (1, 6)), ((0, 5), (5, 6)))
 REFERENCE_SPLIT = ((0, 3), (3, 6))  # the acceptance traces and the short re-profile
 
 
-# ----------------------------------------------------------------------------- per-pass rows
-def stage_pass_rows(
-    passes: pd.DataFrame, raw: dict, splits, bits: int, job: int | None, tree_nodes: int = 0
-) -> pd.DataFrame:
-    """One row per stage per pass: role, layers, n_tokens, bits, kind, service_ms and the
-    stage's own compute / codec / verify ms (``raw/stage{i}.csv``). ``tree_nodes`` > 0: the
-    job drafted trees of that many nodes, so a verify pass carries ``tree_nodes + 1`` tokens
-    (a chain's K + 1)."""
-    stages = len(splits)
-    rows = []
-    for i, (lo, hi) in enumerate(splits):
-        st = raw.get(f"stage{i}", pd.DataFrame())
-        if job is not None and not st.empty and "job" in st.columns:
-            st = st[st["job"] == job]
-        own = st.set_index("pass") if not st.empty else None
-        for r in passes.to_dict("records"):
-            p = int(r["pass"])
-            has = own is not None and p in own.index
-            rows.append(
-                {
-                    "kind": r["kind"],
-                    "stage": i,
-                    "role": stage_role(i, stages),
-                    "layers": hi - lo,
-                    "n_tokens": tree_nodes + 1
-                    if tree_nodes and r["kind"] == "verify"
-                    else int(r["n_tokens"]),
-                    "k": int(r["k"]),
-                    "tree_nodes": int(tree_nodes),
-                    "bits": int(bits),
-                    "service_ms": float(r[f"service{i}_ms"]),
-                    "compute_ms": float(own.at[p, "compute_ms"]) if has else np.nan,
-                    "codec_ms": float(own.at[p, "codec_ms"]) if has else np.nan,
-                    "verify_ms": float(own.at[p, "verify_ms"]) if has else np.nan,
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def hop_error_rows(passes: pd.DataFrame, stages: int) -> pd.DataFrame:
-    """Per verify pass and hop: role (forward | return), bytes, error_ms (achieved -
-    scheduled)."""
-    v = passes[passes["kind"] == "verify"]
-    rows = []
-    for h in range(stages):
-        role = "return" if h == stages - 1 else "forward"
-        for b, e in zip(v[f"hop{h}_bytes"], v[f"hop{h}_error_ms"], strict=True):
-            if np.isfinite(e):
-                rows.append({"role": role, "bytes": float(b), "error_ms": float(e)})
-    return pd.DataFrame(rows)
-
-
-def batched_pass_rows(passes: pd.DataFrame, splits, bits: int) -> pd.DataFrame:
-    """One row per stage per batched verify pass (the blocks of one pass share its ``pass``):
-    role, layers, blocks (requests in the pass), n_tokens (their K + 1 summed), k, bits,
-    service_ms and the pass's drafting ms."""
-    v = passes[passes["kind"] == "verify"]
-    stages = len(splits)
-    rows = []
-    for p, g in v.groupby("pass"):
-        for i, (lo, hi) in enumerate(splits):
-            rows.append(
-                {
-                    "pass": int(p),
-                    "stage": i,
-                    "role": stage_role(i, stages),
-                    "layers": hi - lo,
-                    "blocks": len(g),
-                    "n_tokens": int(g["n_tokens"].sum()),
-                    "k": int(g["k"].max()),
-                    "bits": int(bits),
-                    "service_ms": float(g[f"service{i}_ms"].median()),
-                    "draft_ms": float(g["draft_ms"].median()),
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-# ----------------------------------------------------------------------------- fits
-def nonnegative_least_squares(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares with every coefficient >= 0 (``scipy.optimize.nnls``): a fixed cost, a
-    cost per layer, per token or per layer-token cannot be negative. Unconstrained fits of
-    runs under load gave -0.85 ms per token and -15.7 ms of fixed cost (the noise of
-    preempted passes), which made a 15-token tree pass cheaper than a 3-token chain pass."""
-    from scipy.optimize import nnls
-
-    coef, _ = nnls(x, y)
-    return coef
-
-
-def codec_cost_per_op(rows: pd.DataFrame) -> dict[int, float]:
-    """ms per encode or decode at each width beyond fp32's, measured directly: the stages' own
-    ``codec_ms`` per pass (stage 0 encodes, the last stage decodes: one op each), median at the
-    width minus median at fp32, per role, averaged over the two roles. Medians: a pass's codec
-    time is a fraction of a millisecond, and a preempted pass would dominate a mean. (A
-    regression of the whole service time on a width indicator, which one plan's difference
-    decides, came out at -0.9 and -1.6 ms per op under load: noise, not a saving.)"""
-    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
-    out = {32: 0.0}
-    for b in sorted(int(x) for x in v["bits"].unique() if int(x) != 32):
-        diffs = []
-        for role in ("first", "last"):
-            at = v.loc[(v["role"] == role) & (v["bits"] == b), "codec_ms"].dropna()
-            ref = v.loc[(v["role"] == role) & (v["bits"] == 32), "codec_ms"].dropna()
-            if len(at) and len(ref):
-                diffs.append(float(at.median()) - float(ref.median()))
-        out[b] = float(np.mean(diffs)) if diffs else 0.0
-    return out
-
-
-def fit_stage_cost(rows: pd.DataFrame) -> dict:
-    """Non-negative least squares of verify-pass service ms, less the measured codec cost
-    (:func:`codec_cost_per_op`, one op per role), on [first, last, layers, n, layers*n];
-    prefill on [first, last, layers]; the middle role derived (module docstring). Rows of the
-    MTP head's pipeline (``drafter_kind`` mtp) are left out. Returns the bundle's ``stage_cost``
-    mapping (+ ``fit_rmse_ms``)."""
-    if "drafter_kind" in rows.columns:
-        rows = rows[rows["drafter_kind"] != "mtp"]
-    codec = codec_cost_per_op(rows)
-    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
-    first = (v["role"] == "first").to_numpy(float)
-    layers = v["layers"].to_numpy(float)
-    n = v["n_tokens"].to_numpy(float)
-    x = np.column_stack([first, 1 - first, layers, n, layers * n])
-    y = v["service_ms"].to_numpy(float) - v["bits"].map(lambda b: codec[int(b)]).to_numpy(float)
-    coef = nonnegative_least_squares(x, y)
-    rmse = float(np.sqrt(np.mean((x @ coef - y) ** 2)))
-    fixed = {"first": float(coef[0]), "last": float(coef[1])}
-    fixed["middle"] = _middle(fixed["last"], rows, "verify")
-    out = {
-        "fixed_ms": {r: fixed[r] for r in ROLES},
-        "per_layer_ms": float(coef[2]),
-        "per_token_ms": float(coef[3]),
-        "per_layer_token_ms": float(coef[4]),
-        "codec_ms_per_op": codec,
-        "fit_rmse_ms": rmse,
-        "verify_passes": len(y),
-    }
-    pre = rows[(rows["kind"] == "prefill") & rows["role"].isin(("first", "last"))]
-    pre = pre[pre["bits"] == 32] if (pre["bits"] == 32).any() else pre
-    pf = (pre["role"] == "first").to_numpy(float)
-    xp = np.column_stack([pf, 1 - pf, pre["layers"].to_numpy(float)])
-    cp = nonnegative_least_squares(xp, pre["service_ms"].to_numpy(float))
-    pfixed = {"first": float(cp[0]), "last": float(cp[1])}
-    pfixed["middle"] = _middle(pfixed["last"], rows, "prefill")
-    out["prefill"] = {
-        "fixed_ms": {r: pfixed[r] for r in ROLES},
-        "per_layer_ms": float(cp[2]),
-        "passes": len(pre),
-    }
-    return out
-
-
-def _middle(fixed_last: float, rows: pd.DataFrame, kind: str) -> float:
-    """A middle stage = the last stage without verifying + stage 0's fp32 encode."""
-    sub = rows[(rows["kind"] == kind) & (rows["bits"] == 32)]
-    verify = sub.loc[sub["role"] == "last", "verify_ms"].mean()
-    encode = sub.loc[sub["role"] == "first", "codec_ms"].mean()
-    verify = 0.0 if not np.isfinite(verify) else float(verify)
-    encode = 0.0 if not np.isfinite(encode) else float(encode)
-    return max(0.0, fixed_last - verify + encode)
-
-
-def fit_mtp_fixed(rows: pd.DataFrame, cost: dict) -> dict:
-    """The MTP pipeline's fixed cost per pass of its first and last stage: the mean of each
-    verify pass's service time minus the bundle's layer, token and codec parts (``cost``, fitted
-    on the draft model's pipelines). Stage 0 does no drafting bookkeeping there and the last
-    stage sends the drafts ahead of its verdict, so both differ from the draft model's."""
-    from wansim.stages.profiled_cost import verify_ms
-
-    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
-    out = {}
-    for role in ("first", "last"):
-        sub = v[v["role"] == role]
-        rest = [
-            verify_ms(cost, role, int(lay), int(n), int(b)) - cost["fixed_ms"][role]
-            for lay, n, b in zip(sub["layers"], sub["n_tokens"], sub["bits"], strict=True)
-        ]
-        out[role] = float(np.mean(sub["service_ms"].to_numpy(float) - np.array(rest)))
-    return out
-
-
-def fit_drafter(draft: pd.DataFrame) -> dict:
-    """Drafting ms per verify pass = intercept + per_draft * K + width_ms * (nodes - K)
-    (least squares over verify passes): a chain drafts K nodes in K passes; a tree of depth K
-    drafts ``nodes`` in K passes, each candidate beyond one per depth costing ``width_ms``
-    (the engines' ``drafter.width_ms``). Without tree rows (no ``nodes`` column, or nodes = K
-    everywhere) ``width_ms`` is absent."""
-    k = draft["k"].to_numpy(float)
-    nodes = draft["nodes"].to_numpy(float) if "nodes" in draft.columns else k
-    extra = nodes - k
-    has_tree = bool(np.any(extra > 0))
-    cols = [np.ones_like(k), k] + ([extra] if has_tree else [])
-    coef, *_ = np.linalg.lstsq(np.column_stack(cols), draft["draft_ms"].to_numpy(float), rcond=None)
-    chain = draft[extra == 0] if has_tree else draft
-    means = chain.groupby("k")["draft_ms"].mean()
-    out = {
-        "intercept_ms": float(coef[0]),
-        "per_draft_ms": float(coef[1]),
-        "mean_ms_by_k": {int(kk): float(v) for kk, v in means.items()},
-    }
-    if has_tree:
-        out["width_ms"] = float(coef[2])
-        tree = draft[extra > 0]
-        out["tree_mean_ms_by_k"] = {
-            int(kk): float(v) for kk, v in tree.groupby("k")["draft_ms"].mean().items()
-        }
-    return out
-
-
-def fit_batch(rows: pd.DataFrame, cost: dict, drafter: dict) -> dict:
-    """A batched pass's cost per sequence beyond the first (the engines' ``model.sequence_ms``
-    and ``drafter.sequence_ms``), from the batched jobs' passes (:func:`batched_pass_rows`) of
-    two or more blocks: a stage's service less the bundle's formula at the pass's total tokens
-    (``cost``: ``stage_cost``, fitted on one-request passes), by non-negative least squares on
-    (b - 1) per role (first, last) and (b - 1) x layers; the middle role takes the first's
-    fixed part (neither verifies). The drafting less the one-request fit (``drafter``) on
-    K (b - 1): the autoregressive drafter's K passes each over b sequences."""
-    from wansim.stages.profiled_cost import verify_ms
-
-    r = rows[(rows["blocks"] > 1) & rows["role"].isin(("first", "last"))]
-    extra = (r["blocks"] - 1).to_numpy(float)
-    first = (r["role"] == "first").to_numpy(float)
-    base = np.array(
-        [
-            verify_ms(cost, role, int(lay), int(n), int(b))
-            for role, lay, n, b in zip(
-                r["role"], r["layers"], r["n_tokens"], r["bits"], strict=True
-            )
-        ]
-    )
-    y = r["service_ms"].to_numpy(float) - base
-    x = np.column_stack([extra * first, extra * (1 - first), extra * r["layers"].to_numpy(float)])
-    coef = nonnegative_least_squares(x, y)
-    d = r[r["stage"] == 0]
-    dk = d["k"].to_numpy(float)
-    dy = d["draft_ms"].to_numpy(float) - (drafter["intercept_ms"] + drafter["per_draft_ms"] * dk)
-    dx = (dk * (d["blocks"] - 1).to_numpy(float))[:, None]
-    dcoef = nonnegative_least_squares(dx, dy)
-    fixed = {"first": float(coef[0]), "middle": float(coef[0]), "last": float(coef[1])}
-    return {
-        "sequence_ms": fixed,
-        "sequence_per_layer_ms": float(coef[2]),
-        "drafter_sequence_ms": float(dcoef[0]),
-        "fit_rmse_ms": float(np.sqrt(np.mean((x @ coef - y) ** 2))) if len(y) else 0.0,
-        "passes": len(d),
-        "blocks": sorted(int(b) for b in rows["blocks"].unique()),
-    }
-
-
-def fit_messages(errors: pd.DataFrame) -> dict:
-    """Mean per-message cost per hop role, and its linear dependence on bytes (all roles)."""
-    per = {
-        role: float(errors.loc[errors["role"] == role, "error_ms"].mean())
-        for role in ("forward", "return")
-    }
-    b = errors["bytes"].to_numpy(float)
-    x = np.column_stack([np.ones_like(b), b])
-    coef, *_ = np.linalg.lstsq(x, errors["error_ms"].to_numpy(float), rcond=None)
-    q = errors.groupby("role")["error_ms"].quantile([0.5, 0.99]).unstack()
-    return {
-        "per_message_ms": per,
-        "intercept_ms": float(coef[0]),
-        "per_kib_ms": float(coef[1] * 1024),
-        "quantiles_ms": {
-            str(r): {"p50": float(q.at[r, 0.5]), "p99": float(q.at[r, 0.99])} for r in q.index
-        },
-        "frames": len(errors),
-    }
-
-
-def fitted_profile_text(
-    frame: pd.DataFrame,
-    drafter: str,
-    target: str,
-    what: str,
-    quality: str = FILES["activation_quality"],
-    at_k: int | None = None,
-) -> str:
-    """The acceptance profile (YAML) fitted from a trace frame with every K pooled
-    (:func:`wansim.acceptance.trace.fit_profile`), naming the bundle's activation-quality
-    table ``quality`` (default: the file beside it). ``at_k`` (chain-shaped traces): the
-    profile of that K alone, its guess's rate (position K + 1) from the frame's larger K
-    (:func:`wansim.acceptance.trace.fit_profile_at_k`)."""
-    import yaml
-
-    from wansim.acceptance.profile import profile_to_mapping
-    from wansim.acceptance.trace import fit_profile, fit_profile_at_k
-
-    header = {"drafter": drafter, "target": target, "temperature": 0.0, "verifier": "greedy"}
-    if at_k is None:
-        ks = ",".join(str(int(k)) for k in sorted(frame["k"].unique()))
-        prof = fit_profile(frame, **header, provenance=f"{what} at K {ks} pooled")
-    else:
-        deeper = ",".join(str(int(k)) for k in sorted(frame["k"].unique()) if k > at_k)
-        guess = f"; position {at_k + 1} (the async bet's guess) from K {deeper}"
-        prov = f"{what} at K {at_k}" + (guess if deeper else "")
-        prof = fit_profile_at_k(frame, at_k, **header, provenance=prov)
-    mapping = profile_to_mapping(prof)
-    mapping["activation_quality"] = quality
-    return yaml.safe_dump(mapping, sort_keys=False)
-
-
-def per_k_profile_text(
-    frame: pd.DataFrame, kind: str, k: int, drafter: str, target: str, what: str, **kw
-) -> str:
-    """The profile of block size ``k`` from a trace frame of one drafter ``kind``
-    (:func:`fitted_profile_text`): chain-shaped traces fit that K with its guess from the
-    frame's larger K (``at_k``), the static tree's the steps at that K alone."""
-    if kind in CHAIN_SHAPED:
-        return fitted_profile_text(frame, drafter, target, what, at_k=k, **kw)
-    return fitted_profile_text(frame[frame["k"] == k], drafter, target, what, **kw)
-
-
-def acceptance_trace(target_dir: str, drafter_dir: str, prompts, ks, tokens: int) -> pd.DataFrame:
-    """Greedy in-process speculative decoding of ``prompts`` at every K: the trace frame."""
-    import torch
-
-    from wansim.real.model import load_lm
-    from wansim.real.speculative import Drafter, speculative_decode
-
-    torch.set_num_threads(1)
-    target = load_lm(target_dir)
-    drafter = Drafter(load_lm(drafter_dir, field="drafter_dir"))
-    return _chain_trace(
-        prompts,
-        ks,
-        lambda ids, k, j: speculative_decode(target, drafter, ids, tokens, k, prompt_index=j)[1],
-    )
-
-
-def _chain_trace(prompts, ks, accepted_of) -> pd.DataFrame:
-    """The trace frame of a chain drafter: one row per verify step of every prompt at every K;
-    ``accepted_of(token_ids, k, prompt_index)`` decodes one prompt and returns the accepted
-    count per step."""
-    rows = []
-    for k in ks:
-        for j, p in enumerate(prompts):
-            rows += [
-                {"workload": p.workload, "prompt_id": p.prompt_id, "step": s, "k": k, "accepted": a}
-                for s, a in enumerate(accepted_of(list(p.tokens), k, j))
-            ]
-    return pd.DataFrame(rows)
-
-
-def mtp_acceptance_trace(target_dir: str, mtp_dir: str, prompts, ks, tokens: int) -> pd.DataFrame:
-    """Greedy in-process decoding with the MTP head (:func:`wansim.real.mtp.
-    mtp_speculative_decode`, the pipeline's algorithm with the head at the last stage) of
-    ``prompts`` at every K: the trace frame."""
-    import torch
-
-    from wansim.real.model import load_lm
-    from wansim.real.mtp import load_mtp, mtp_speculative_decode
-
-    torch.set_num_threads(1)
-    target = load_lm(target_dir)
-    head = load_mtp(mtp_dir, target)
-    return _chain_trace(
-        prompts,
-        ks,
-        lambda ids, k, j: mtp_speculative_decode(target, head, ids, tokens, k, prompt_index=j)[1],
-    )
-
-
-def tree_acceptance_trace(
-    target_dir: str, drafter_dir: str, prompts, ks, tokens: int
-) -> pd.DataFrame:
-    """Greedy in-process tree decoding (:func:`wansim.real.tree_speculative.
-    tree_speculative_decode`, the pipeline's tree algorithm) of ``prompts`` with the static
-    tree of :func:`tree_branching` at every K: a trace frame with the tree columns
-    (``accepted_ranks``, ``walk_children``) that :func:`wansim.acceptance.trace.fit_profile`
-    turns into rank-1 rates per depth and the sibling rates at depth 1."""
-    import torch
-
-    from wansim.real.config import TreeSpec
-    from wansim.real.model import load_lm
-    from wansim.real.speculative import Drafter
-    from wansim.real.tree_speculative import tree_speculative_decode
-
-    torch.set_num_threads(1)
-    target = load_lm(target_dir)
-    drafter = Drafter(load_lm(drafter_dir, field="drafter_dir"))
-    rows = []
-    for k in ks:
-        spec = TreeSpec("static", branching=tree_branching(k))
-        for j, p in enumerate(prompts):
-            _, walks = tree_speculative_decode(
-                target, drafter, list(p.tokens), tokens, spec, prompt_index=j
-            )
-            rows += [
-                {
-                    "workload": p.workload,
-                    "prompt_id": p.prompt_id,
-                    "step": s,
-                    "k": k,
-                    "accepted": w.accepted,
-                    "accepted_ranks": ";".join(map(str, w.ranks)),
-                    "walk_children": ";".join(map(str, w.children)),
-                }
-                for s, w in enumerate(walks)
-            ]
-    return pd.DataFrame(rows)
-
-
-def quality_table(rows: list[dict], target: str, provenance: str) -> dict:
-    """The activation-quality table (``wansim-activation-quality/1``,
-    :mod:`wansim.acceptance.activation_quality`) from :func:`wansim.real.wire_quality.
-    activation_quality` rows: per width below 32 bits ``acceptance_factor`` = min(1, T=1
-    acceptance against the compressed target / against fp32), ``acceptance_factor_greedy`` the
-    same for greedy (a ratio above 1 is within the sample's noise and not credited),
-    ``target_exact`` = every greedy token equal to fp32 and the width >= 16 bits."""
-    from wansim.acceptance.activation_quality import EXACT_MIN_BITS, FORMAT
-
-    bits = {}
-    for r in rows:
-        b = int(r["activation_bits"])
-        if b == 32:
-            continue
-        bits[b] = {
-            "acceptance_factor": round(min(1.0, float(r["acceptance_lossless_ratio"])), 4),
-            "acceptance_factor_greedy": round(min(1.0, float(r["acceptance_ratio"])), 4),
-            "target_exact": bool(r["target_exact"]) and b >= EXACT_MIN_BITS,
-            "kl_mean": float(f"{r['kl_mean']:.4g}"),
-            "token_agreement": round(float(r["token_agreement"]), 4),
-        }
-    return {
-        "format": FORMAT,
-        "source": "measured",
-        "target": target,
-        "provenance": provenance,
-        "bits": dict(sorted(bits.items(), reverse=True)),
-    }
-
-
 # ----------------------------------------------------------------------------- the real runs
 def open_pipeline(
     target_dir: str,
@@ -555,14 +138,6 @@ def open_pipeline(
         activation_bits=bits,
     )
     return Pipeline(spec, run_dir).start()
-
-
-def tree_branching(k: int) -> tuple[int, ...]:
-    """The profiled draft tree of depth K (:attr:`wansim.calibrate.matrix.Cell.tree_branching`:
-    two candidates at depth 1, then chains; 2K nodes)."""
-    from wansim.calibrate.matrix import Cell
-
-    return Cell(2, 0.0, k, policy="tree").tree_branching
 
 
 def measure_job(

@@ -31,7 +31,7 @@ def workload_profiles(
     prompt count and token count), fit a profile per group and K and write it (with the
     bundle's activation-quality table beside it) under ``out``, one per K; returns (kind,
     prompts, tokens, K) -> profile path. Needs torch."""
-    from wansim.calibrate.profiling import (
+    from wansim.calibrate.profile_acceptance import (
         acceptance_trace,
         mtp_acceptance_trace,
         per_k_profile_text,

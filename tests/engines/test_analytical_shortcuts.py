@@ -6,6 +6,7 @@ longer moves."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -18,6 +19,7 @@ from wansim.acceptance import closed_form
 from wansim.analytical import analyze, concurrent
 from wansim.analytical.resequencing import Resequencing, delay_atoms
 from wansim.config.network import Jitter
+from wansim.config.scenario import load_scenario, scenario_to_dict
 
 
 def _brute_resequencing_ms(rate: float, values: np.ndarray, weights: np.ndarray) -> float:
@@ -146,3 +148,132 @@ def test_fixed_points_that_stop_when_settled_answer_as_the_full_count(monkeypatc
     monkeypatch.setattr(concurrent, "_settled", lambda now, before: False)
     full = analyze(scenario)
     assert json.dumps(early.metrics, sort_keys=True) == json.dumps(full.metrics, sort_keys=True)
+
+
+def _dense_smoothed(atoms, weights, sd, points=4096):
+    """The blurred atoms summed over every atom at every grid point (no merging, no reach)."""
+    grid = np.linspace(np.min(atoms) - 6 * sd, np.max(atoms) + 6 * sd, points)
+    dens = (weights[None, :] * np.exp(-0.5 * ((grid[:, None] - atoms) / sd) ** 2)).sum(1)
+    return grid, dens / dens.sum()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    distinct=st.integers(1, 40),
+    copies=st.integers(1, 50),
+    span=st.floats(0.0, 2000.0),
+    sd=st.floats(0.005, 50.0),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_smoothed_laps_are_the_dense_sum(distinct, copies, span, sd, seed):
+    """The block schedule's lap density (equal atoms merged, each grid chunk summing the atoms
+    within reach) is the dense sum over every atom at every point, to 1e-12 of its peak, on
+    the same grid: atoms repeated (as chains x jitter nodes repeat lap values) and spread far
+    beyond the kernel's reach or inside it."""
+    from wansim.analytical.engine import _smoothed
+
+    rng = np.random.default_rng(seed)
+    atoms = rng.choice(rng.uniform(0.0, span, distinct), distinct * copies)
+    weights = rng.random(len(atoms))
+    weights /= weights.sum()
+    grid, dens = _smoothed(atoms, weights, sd)
+    want_grid, want = _dense_smoothed(atoms, weights, sd)
+    assert np.array_equal(grid, want_grid)
+    assert np.max(np.abs(dens - want)) <= 1e-12 * np.max(want)
+
+
+def test_chain_lengths_of_every_horizon_are_the_formula():
+    """One table of r^g (1 - r) serves every horizon: P(fail at g) = r^g (1 - r) for g < h - 1
+    and r^(h - 1) at the request's end, to the bit (computed here term by term), and each
+    horizon's probabilities sum to 1."""
+    from wansim.analytical.blocks import ChainLengths
+
+    r = np.array([[0.0, 0.3, 0.95], [0.5, 0.999, 1.0]])
+    lengths = ChainLengths(r, 40)
+    for h in (1, 2, 7, 40):
+        got = lengths(h)
+        want = np.empty((*r.shape, h))
+        for g in range(h):
+            want[..., g] = r**g * (1.0 - r)
+        want[..., -1] = r ** (h - 1)
+        assert np.array_equal(got, want), h
+        assert np.allclose(got.sum(-1), 1.0, atol=1e-12)
+    lengths(3)[..., 0] = -1.0  # a horizon's array is the caller's: the table is not touched
+    assert np.array_equal(lengths(3)[..., 0], 1.0 - r)
+
+
+@pytest.mark.parametrize(
+    ("kind", "overlap", "waits"),
+    [("async", False, 0.0), ("async", False, 7.5), ("sync", True, np.array([0.0, 3.0, 40.0]))],
+)
+def test_stale_counts_over_the_wait_nodes_in_one_call_are_each_nodes_own(kind, overlap, waits):
+    """The stale counts averaged over S0's (or the drafter's) wait nodes come from one call
+    with the nodes as a leading axis: each node's values are those of its own call (to
+    1e-12; the same arithmetic, summed in the same order), the other keys the first node's;
+    a grid's waits (an array) keep their shape."""
+    from wansim.analytical.blocks import block_schedule_metrics
+
+    scenario = _ring(8, 0.01, kind)
+    if overlap:
+        scenario = load_scenario(
+            data={**scenario_to_dict(scenario), "drafter": {"overlap": True, "draft_ms": 3.0}}
+        )
+    queue = "draft_wait" if overlap else "s0_wait"
+    x, wx = np.polynomial.laguerre.laggauss(concurrent.WAIT_NODES)
+    got = concurrent.stale_over_nodes(scenario, queue, waits, x, wx, block_schedule_metrics)
+    runs = [block_schedule_metrics(scenario, **{queue: np.asarray(waits) * xi}) for xi in x]
+    want = dict(runs[0])
+    for key in concurrent.STALE_KEYS:
+        want[key] = sum(wi * r[key] for wi, r in zip(wx, runs, strict=True))
+    assert set(got) == set(want)
+    for key, value in want.items():
+        value = np.asarray(value, dtype=float)
+        assert np.shape(got[key]) == value.shape, key
+        np.testing.assert_allclose(got[key], value, rtol=1e-12, atol=0, err_msg=key)
+    counted = "stale_drafts_per_request" if overlap else "stale_blocks_s0_per_request"
+    assert np.all(np.asarray(want[counted]) > 0)  # the case has stale work to count
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_restarts_of_all_jitter_nodes_at_once_are_each_nodes_own(monkeypatch, overlap):
+    """The chain restarts of every verdict-jitter node computed at once (a leading axis) are
+    each node's own, weighted and summed in node order: to the bit, against schedules that
+    hold one node each (weight 1), at every horizon."""
+    from wansim.analytical import blocks
+
+    captured = []
+    real = blocks.chain_schedule
+
+    def keep(*args, **kwargs):
+        captured.append(real(*args, **kwargs))
+        return captured[-1]
+
+    scenario = _ring(1, 0.01, "sync" if overlap else "async")
+    if overlap:
+        scenario = load_scenario(
+            data={**scenario_to_dict(scenario), "drafter": {"overlap": True, "draft_ms": 3.0}}
+        )
+    monkeypatch.setattr(blocks, "chain_schedule", keep)
+    blocks.block_schedule_metrics(scenario)
+    sched = captured[0]
+    assert len(sched.weights) == blocks.JITTER_NODES and (sched.drafted is not None) == overlap
+    nodes = [
+        dataclasses.replace(
+            sched,
+            heard=sched.heard[q : q + 1],
+            started=sched.started[q : q + 1],
+            finished=sched.finished[q : q + 1],
+            drafted=None if sched.drafted is None else sched.drafted[q : q + 1],
+            weights=np.ones(1),
+        )
+        for q in range(len(sched.weights))
+    ]
+    for h in range(1, sched.started.shape[-1] + 1):
+        together = sched.restart(h)
+        alone = [node.restart(h) for node in nodes]
+        for key in ("cycle", "s0", "fwd", "draft", "cancel"):
+            want = np.zeros_like(together[key])
+            for wq, one in zip(sched.weights, alone, strict=True):
+                want += wq * one[key]
+            assert np.array_equal(together[key], want), (h, key)
+        assert np.array_equal(together["gated"], alone[0]["gated"])

@@ -102,24 +102,27 @@ class Schedule:
         # blocks of the chain whose issue waited for an earlier verdict: each carries that
         # verdict's jitter into the chain's time
         out["gated"] = np.cumsum(self.gated[:, :h], axis=1)
+        # every verdict-jitter node at once (a leading axis), then summed node by node
+        heard = self.heard[:, :, :h]
+        # block g itself started before its loss was heard; a verdict clipped to arrive the
+        # instant g ends (zero delay) finds no block "before" it: clamp to g (its end is <= the
+        # verdict), never -1 (which would read the schedule's last column)
+        j = np.clip(self.started[:, :, :h], g, cap)
+        jf = np.minimum(self.finished[:, :, :h], j)
+        cycle = np.maximum(heard, self.end[rows, j] - (self.d[rows, j] if self.overlap else 0.0))
+        per_node = {}
+        if self.drafted is not None:
+            m = np.minimum(self.drafted[:, :, :h], np.minimum(cap + 1, h - 1))
+            cycle = np.maximum(cycle, np.where(m > g, self.draft_end[rows, m], -np.inf))
+            per_node["draft"] = np.maximum(m - g, 0)
+        per_node["cycle"] = cycle
+        per_node["s0"] = np.maximum(j - g, 0)
+        per_node["fwd"] = np.maximum(jf - g, 0)
+        per_node["cancel"] = jf > g
         for q, wq in enumerate(self.weights):
-            heard = self.heard[q][:, :h]
-            # block g itself started before its loss was heard; a verdict clipped to arrive
-            # the instant g ends (zero delay) finds no block "before" it: clamp to g (its end
-            # is <= the verdict), never -1 (which would read the schedule's last column)
-            j = np.clip(self.started[q][:, :h], g, cap)
-            jf = np.minimum(self.finished[q][:, :h], j)
-            cycle = np.maximum(
-                heard, self.end[rows, j] - (self.d[rows, j] if self.overlap else 0.0)
-            )
-            if self.drafted is not None:
-                m = np.minimum(self.drafted[q][:, :h], np.minimum(cap + 1, h - 1))
-                cycle = np.maximum(cycle, np.where(m > g, self.draft_end[rows, m], -np.inf))
-                out["draft"] += wq * np.maximum(m - g, 0)
-            out["cycle"] += wq * cycle
-            out["s0"] += wq * np.maximum(j - g, 0)
-            out["fwd"] += wq * np.maximum(jf - g, 0)
-            out["cancel"] += wq * (jf > g)
+            for name in ("draft", "cycle", "s0", "fwd", "cancel"):
+                if name in per_node:
+                    out[name] += wq * per_node[name][q]
         return out
 
 
@@ -248,14 +251,19 @@ def chain_schedule(
     )
 
 
-def chain_lengths(r: np.ndarray, h: int) -> np.ndarray:
+class ChainLengths:
     """P(a chain of at most h blocks fails at block g), g = 0..h-1: r^g (1 - r), the rest at
-    g = h - 1 (the request's end)."""
-    r = np.asarray(r, dtype=float)
-    g = np.arange(h)
-    p = r[..., None] ** g * (1.0 - r[..., None])
-    p[..., -1] = r ** (h - 1)
-    return p
+    g = h - 1 (the request's end); ``self(h)`` for every horizon h <= ``width`` from one table
+    of r^g (1 - r) (each horizon's columns are the same values, computed once)."""
+
+    def __init__(self, r: np.ndarray, width: int):
+        self.r = np.asarray(r, dtype=float)
+        self.fail = self.r[..., None] ** np.arange(width) * (1.0 - self.r[..., None])
+
+    def __call__(self, h: int) -> np.ndarray:
+        p = self.fail[..., :h].copy()
+        p[..., -1] = self.r ** (h - 1)
+        return p
 
 
 def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
@@ -391,11 +399,12 @@ def block_metrics(
     first_g = np.ones(r_nodes.shape)
     var_cycle = np.zeros(r_nodes.shape)
     atoms = None
+    chain_lengths = ChainLengths(r_nodes, width)
     for h in range(1, width + 1):
         live = (reach >= h)[:, None]
         at = (reach == h)[:, None]
         rs = sched.restart(h)
-        prob = chain_lengths(r_nodes, h)  # (pts, Q, h)
+        prob = chain_lengths(h)  # (pts, Q, h)
         blocks = np.arange(1, h + 1)
         e_g = prob @ blocks
         for k in keys:

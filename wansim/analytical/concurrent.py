@@ -444,11 +444,7 @@ def concurrent_metrics(scenario, alone: dict, parts: dict, blocks: bool) -> dict
     def stale_at(wait):
         """Stale counts when each block waits ~Exp(mean ``wait``) in S0's queue (a fixed wait
         would make them step functions of it)."""
-        runs = [block_schedule_metrics(scenario, **{queue: wait * xi}) for xi in x]
-        out = dict(runs[0])
-        for key in STALE_KEYS:
-            out[key] = sum(wi * r[key] for wi, r in zip(wx, runs, strict=True))
-        return out
+        return stale_over_nodes(scenario, queue, wait, x, wx, block_schedule_metrics)
 
     # S0's wait w solves w = f(w), f(w) = S0's wait when the stale blocks are those of a
     # request whose blocks wait w at S0; f decreases in w, so bisect on [0, f(0)]
@@ -478,6 +474,27 @@ def concurrent_metrics(scenario, alone: dict, parts: dict, blocks: bool) -> dict
     # the wire and the waste follow the stale blocks actually computed under load
     for key in ("wasted_token_fraction", "bytes_per_token"):
         out[key] = np.where(np.asarray(scenario.workload.concurrency) > 1, stale[key], alone[key])
+    return out
+
+
+def stale_over_nodes(scenario, queue: str, wait, x, wx, block_schedule_metrics) -> dict:
+    """The block schedule's metrics with the stale keys (:data:`STALE_KEYS`) averaged over a
+    wait at S0 (or the drafter's device: ``queue``) of ``wait * x_i`` with weights ``wx_i``
+    (the other keys: at the first node), in one vectorised call: the nodes are a leading
+    axis of the wait (each node's values are those of a call with its own wait; the block
+    schedule's cost is its calls per chain horizon, not the points')."""
+    wait = np.asarray(wait, dtype=float)
+    nodes = np.asarray(x, dtype=float).reshape((-1,) + (1,) * wait.ndim)
+    stacked = block_schedule_metrics(scenario, **{queue: nodes * wait})
+
+    def at(value, i):  # node i's value (a key the wait does not move has no node axis)
+        if isinstance(value, np.ndarray) and value.ndim == wait.ndim + 1:
+            return value[i]
+        return value
+
+    out = {key: at(value, 0) for key, value in stacked.items()}
+    for key in STALE_KEYS:
+        out[key] = sum(wi * at(stacked[key], i) for i, wi in enumerate(wx))
     return out
 
 

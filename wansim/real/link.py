@@ -67,6 +67,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from wansim.config.limits import MAX_STAGES
+from wansim.config.network import TRANSPORTS
 from wansim.links.delivery import HopSender
 from wansim.links.draws import LinkDraws, hop_streams, ring_seeds
 from wansim.links.jitter import jitter_dist
@@ -183,16 +185,16 @@ class LinkSpec:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 bad(name, "must be a finite number >= 0")
-        if self.transport not in ("ideal", "tcp"):
-            bad("transport", "must be one of ['ideal', 'tcp']")
+        if self.transport not in TRANSPORTS:
+            bad("transport", f"must be one of {list(TRANSPORTS)}")
         if not 64 <= self.tcp_mss_bytes <= 65535:
             bad("tcp_mss_bytes", "must be in 64..65535")
         if not self.tcp_initial_window_segments >= 1:
             bad("tcp_initial_window_segments", "must be >= 1")
         if not self.tcp_max_window_bytes >= self.tcp_mss_bytes:
             bad("tcp_max_window_bytes", "must be >= tcp_mss_bytes")
-        if not 1 <= self.ring_stages <= 1024:
-            bad("ring_stages", "must be in 1..1024")
+        if not 1 <= self.ring_stages <= MAX_STAGES:
+            bad("ring_stages", f"must be in 1..{MAX_STAGES}")
         if not 0 <= self.hop < self.ring_stages:
             bad("hop", f"must be in 0..{self.ring_stages - 1} (ring_stages - 1)")
         if not 0 <= self.busy_wait_ms <= 20:

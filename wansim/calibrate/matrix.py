@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from wansim.config.schedule import SCHEDULES
 from wansim.errors import WansimInputError
 
 MECHANISMS = ("chain", "tree", "mtp", "concurrent", "batched", "async", "compressed", "lossy")
@@ -58,7 +59,6 @@ REAL_PATH_EXCLUSIVE = tuple(
 DRAFTERS = ("draft_model", "mtp")  # the draft model at stage 0 | the MTP head at the last
 POLICIES = ("chain", "tree")
 ASYNC_INFLIGHT_BLOCKS = 2  # an async cell's blocks in flight, real run and engines alike
-SCHEDULES = ("sync", "async")
 BATCHING = ("none", "continuous")
 BITS = (32, 16, 8, 4, 3)
 CELL_KEYS = {

@@ -35,13 +35,14 @@ def cmd_traces_show(args: argparse.Namespace) -> int:
 def cmd_traces_fit(args: argparse.Namespace) -> int:
     from wansim.acceptance.profile import write_profile
     from wansim.acceptance.trace import fit_profile, read_trace
+    from wansim.config.speculation import VERIFIERS
 
     frame, meta = read_trace(args.trace)
     # the rule the trace was measured under (the real path's traces say so in their metadata)
     verifier = meta.get("verifier", "lossless")
-    if verifier not in ("lossless", "greedy", "typical"):
+    if verifier not in VERIFIERS:
         raise WansimInputError(
-            f"{args.trace}: verifier", "must be lossless | greedy | typical", verifier
+            f"{args.trace}: verifier", f"must be {' | '.join(VERIFIERS)}", verifier
         )
     try:
         temperature = float(meta.get("temperature", 1.0))

@@ -19,7 +19,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from wansim.config.speculation import REAL_VERIFIERS
+from wansim.config.schedule import BATCHING, SCHEDULES
+from wansim.config.speculation import REAL_VERIFIERS, TREE_KINDS
 from wansim.real.codec import check_bits
 from wansim.real.errors import RealConfigError
 from wansim.real.link import LinkSpec
@@ -191,9 +192,6 @@ class PipelineSpec:
         return d
 
 
-TREE_KINDS = ("static", "sequoia", "dynamic")
-SCHEDULES = ("sync", "async")
-BATCHING = ("none", "continuous")
 MAX_TREE_NODES = 256  # draft nodes per pass (root excluded): the mask is nodes x context
 MAX_TREE_DEPTH = 64
 

@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from wansim.config.limits import MAX_STAGES
-from wansim.config.network import TRANSPORTS
+from wansim.config.network import JITTER_KINDS, TRANSPORTS
 from wansim.links.delivery import HopSender
 from wansim.links.draws import LinkDraws, hop_streams, ring_seeds
 from wansim.links.jitter import jitter_dist
@@ -85,7 +85,6 @@ from wansim.real.frames import (
     send_frame,
 )
 
-JITTER_KINDS = ("none", "normal", "lognormal", "pareto", "empirical")
 RELAY_PRIORITIES = ("realtime", "normal")
 REALTIME_PRIORITY = 1  # SCHED_FIFO's lowest: above every ordinary process, below the kernel's
 RAISED_NICE = -10  # the fallback where SCHED_FIFO is refused

@@ -1,6 +1,8 @@
-"""A scenario's raw YAML mapping, before validation: reading a file (``extends:`` merged in,
-relative file fields anchored to the file that names them), deep merges, dotted field paths,
-resolving file names, and dataclasses back to the plain YAML shape."""
+"""A scenario's raw YAML mapping, before validation: reading a mapping file, merging one over
+another (``extends:``, with its rule for acceptance sources; the chain of files itself is
+:func:`wansim.config.scenario.read_scenario_raw`), relative file fields anchored to the file
+that names them, dotted field paths, resolving file names, and dataclasses back to the plain
+YAML shape."""
 
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ def merge_acceptance(base: Mapping, top: Mapping) -> dict:
 
 
 def nested(raw: Any, *keys: str) -> Any:
+    """``raw[k1][k2]...``, or None where a level is missing or not a mapping."""
     for key in keys:
         if not isinstance(raw, Mapping):
             return None

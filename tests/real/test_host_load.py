@@ -15,7 +15,9 @@ from wansim.real.host_load import (
     Snapshot,
     cpu_states,
     host_load,
+    measured,
     process_jiffies,
+    role,
     snapshot,
 )
 
@@ -94,3 +96,32 @@ def test_a_process_that_burns_cpu_is_counted_as_the_runs_own():
     assert 0.3 <= own_s <= load.seconds + 0.02, load
     assert 0.0 <= load.steal_fraction <= 1.0 and load.others_cores >= 0.0
     assert load.busy_cores <= (os.cpu_count() or 1) + 1e-9
+
+
+def test_the_runs_own_cores_are_split_by_role_by_hand():
+    """Named pids: ``stage0`` and ``stage1`` are one role, ``link0`` another; 100 jiffies a
+    second over 2 s: stages (60 + 40) / 200 = 0.5 cores, the link 20 / 200 = 0.1."""
+    if os.sysconf("SC_CLK_TCK") != 100:
+        pytest.skip("the hand-worked numbers take 100 jiffies per second")
+    before = Snapshot(10.0, (1000, 0, 0, 1000, 0, 0, 0, 0), {1: 10, 2: 0, 3: 5})
+    after = Snapshot(12.0, (1250, 0, 10, 1100, 20, 0, 0, 20), {1: 70, 2: 40, 3: 25})
+    roles = {1: role("stage0"), 2: role("stage1"), 3: role("link0")}
+    load = host_load(before, after, cpus=2, roles=roles)
+    assert dict(load.own_cores_by_role) == {
+        "link": pytest.approx(0.1),
+        "stage": pytest.approx(0.5),
+    }
+    assert load.own_cores == pytest.approx(0.6)
+    assert load.as_dict()["own_cores_by_role"] == {"link": 0.1, "stage": 0.5}
+    assert "own_cores_by_role" not in host_load(before, after, cpus=2).as_dict()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_measured_names_the_calling_process_the_coordinator():
+    """The caller burns 0.2 s of CPU inside ``work``: counted under ``coordinator``; a named
+    pid that does nothing counts ~0 under its role."""
+    _, load = measured({"link0": os.getppid()}, lambda: _burn(0.2))
+    by_role = dict(load.own_cores_by_role)
+    assert set(by_role) == {"coordinator", "link"}
+    assert by_role["coordinator"] * load.seconds >= 0.15, load
+    assert by_role["coordinator"] + by_role["link"] == pytest.approx(load.own_cores)

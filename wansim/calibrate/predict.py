@@ -521,9 +521,7 @@ def run_real_cell(
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with Pipeline(spec, run_dir) as pipe:
-        res, load = measured(
-            pipe.pids.values(), partial(pipe.generate, prompts, decode, name="job")
-        )
+        res, load = measured(pipe.pids, partial(pipe.generate, prompts, decode, name="job"))
         relays = pipe.relay_priorities()
     raw = read_raw(run_dir / "raw", cell.stages)
     passes = decompose(res.steps, raw, cell.stages)

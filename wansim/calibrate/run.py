@@ -572,9 +572,7 @@ def _run_pipeline(settings, target_cfg, prompts, p, lat, cells, total, t0, say, 
                 seed=settings.seed,
             )
             load0 = os.getloadavg()[0]
-            res, host = measured(
-                pipe.pids.values(), partial(pipe.generate, prompts, decode, name=f"k{k}")
-            )
+            res, host = measured(pipe.pids, partial(pipe.generate, prompts, decode, name=f"k{k}"))
             t_real = time.perf_counter() - t_cell
             load = (round(load0, 2), round(os.getloadavg()[0], 2))
             raw = read_raw(run_dir / "raw", p)

@@ -11,6 +11,10 @@ user + system jiffies of each of the run's processes, read before and after. Ove
     others_cores = max(busy_cores - own_cores, 0)          other tenants, the coordinator
     steal        = steal jiffies / all jiffies              the hypervisor's share
 
+and the run's own cores by role (``own_cores_by_role``) where its pids are named: a name
+less its trailing digits (``stage0`` -> ``stage``, ``link3`` -> ``link``; the calling process
+is ``coordinator``), so a cell's relays and stages can be told apart.
+
 Linux only (elsewhere :func:`snapshot` returns None and the load is not recorded). Jiffies
 are counted at the kernel's tick (usually 100 per second), so a window under a second carries
 a few hundredths of a core of rounding.
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 STAT = "/proc/stat"
@@ -46,15 +50,24 @@ class HostLoad:
     own_cores: float
     others_cores: float
     steal_fraction: float
+    own_cores_by_role: tuple[tuple[str, float], ...] = ()  # (role, cores), roles sorted
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "seconds": round(self.seconds, 3),
             "busy_cores": round(self.busy_cores, 3),
             "own_cores": round(self.own_cores, 3),
             "others_cores": round(self.others_cores, 3),
             "steal_fraction": round(self.steal_fraction, 4),
         }
+        if self.own_cores_by_role:
+            out["own_cores_by_role"] = {r: round(c, 3) for r, c in self.own_cores_by_role}
+        return out
+
+
+def role(name: str) -> str:
+    """A process name's role: the name less its trailing digits (``link12`` -> ``link``)."""
+    return name.rstrip("0123456789") or name
 
 
 def cpu_states(text: str) -> tuple[int, ...]:
@@ -98,10 +111,14 @@ def snapshot(pids: Iterable[int]) -> Snapshot | None:
 
 
 def host_load(
-    before: Snapshot | None, after: Snapshot | None, cpus: int | None = None
+    before: Snapshot | None,
+    after: Snapshot | None,
+    cpus: int | None = None,
+    roles: dict[int, str] | None = None,
 ) -> HostLoad | None:
     """The load between two snapshots of the same pids (module docstring); None if either is
-    missing or no time passed. ``cpus``: the machine's CPUs (default ``os.cpu_count()``)."""
+    missing or no time passed. ``cpus``: the machine's CPUs (default ``os.cpu_count()``);
+    ``roles``: pid -> role, for the own cores by role."""
     if before is None or after is None:
         return None
     seconds = after.wall_s - before.wall_s
@@ -113,25 +130,35 @@ def host_load(
     idle = sum(delta[i] for i in IDLE_STATES)
     busy_cores = (total - idle) / total * cpus
     ticks = os.sysconf("SC_CLK_TCK")
-    own = sum(
-        max(after.processes.get(pid, 0) - j, 0)
+    used = {
+        pid: max(after.processes.get(pid, 0) - j, 0)
         for pid, j in before.processes.items()
         if after.processes.get(pid, 0) > 0
-    )
-    own_cores = own / ticks / seconds
+    }
+    own_cores = sum(used.values()) / ticks / seconds
+    by_role: dict[str, int] = {}
+    for pid, r in (roles or {}).items():
+        by_role[r] = by_role.get(r, 0) + used.get(pid, 0)
     return HostLoad(
         seconds=seconds,
         busy_cores=busy_cores,
         own_cores=own_cores,
         others_cores=max(busy_cores - own_cores, 0.0),
         steal_fraction=delta[STEAL_STATE] / total,
+        own_cores_by_role=tuple((r, j / ticks / seconds) for r, j in sorted(by_role.items())),
     )
 
 
-def measured(pids: Iterable[int], work: Callable[[], object]) -> tuple[object, HostLoad | None]:
+def measured(
+    pids: Iterable[int] | Mapping[str, int], work: Callable[[], object]
+) -> tuple[object, HostLoad | None]:
     """``work()``'s result and the host's load while it ran, counting ``pids`` and this
-    process as the run's own."""
-    pids = [*pids, os.getpid()]
-    before = snapshot(pids)
+    process as the run's own; named pids (name -> pid) are also counted by :func:`role`."""
+    named = isinstance(pids, Mapping)
+    roles = (
+        {int(p): role(n) for n, p in pids.items()} if named else dict.fromkeys(map(int, pids), "")
+    )
+    roles[os.getpid()] = "coordinator"
+    before = snapshot(roles)
     result = work()
-    return result, host_load(before, snapshot(pids))
+    return result, host_load(before, snapshot(roles), roles=roles if named else None)

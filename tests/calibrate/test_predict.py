@@ -1365,3 +1365,38 @@ def test_a_damaged_batch_entry_is_one_input_error(tmp_path):
         load_bundle(make_bundle(tmp_path / "b", batch=batch))
     assert "batch.sequence_ms.middle: must be a finite number" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "stages, cores, concurrency, schedule, noted",
+    [
+        (4, 2, 4, {}, True),  # 4 stage processes on 2 cores, 4 passes in flight
+        (4, 2, 1, {}, False),  # one pass in flight: nothing overlaps
+        (4, None, 4, {}, False),  # no shared host
+        (2, 2, 4, {}, False),  # a process per core
+        (4, 2, 1, {"kind": "async", "max_inflight_blocks": 2}, True),  # blocks in flight
+        (4, 2, 4, {"batching": "continuous"}, False),  # one batch: one pass in flight
+    ],
+)
+def test_a_cell_on_an_oversubscribed_host_is_said_to_be_outside_the_model(
+    stages, cores, concurrency, schedule, noted
+):
+    """The engines do not model a host whose stage processes outnumber its cores while several
+    passes are in flight (docs/calibrate.md, Run Z): the cell says so in one line, and the
+    report carries it once however many rounds repeat it."""
+    from wansim.calibrate.predict import oversubscribed_host
+    from wansim.calibrate.report import _unmodelled_words
+    from wansim.config.scenario import load_scenario
+
+    data = {
+        "stages": stages,
+        "model": {"host_cores": cores},
+        "workload": {"requests": 8, "concurrency": concurrency},
+        "schedule": schedule,
+        "drafter": {"placement": "first_stage", "kind": "draft_model"},
+    }
+    note = oversubscribed_host(load_scenario(data=data))
+    assert (note is not None) == noted
+    if noted:
+        assert note.startswith(f"oversubscribed host: {stages} stage processes on {cores} cores")
+        assert _unmodelled_words([note]) == "; oversubscribed host"

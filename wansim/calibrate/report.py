@@ -116,6 +116,9 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
     if bets:
         entry["bets"] = bets
     entry["lap_parts_ms"] = lap_parts(runs, [p["components"] for p in pred["rounds"]])
+    notes = [n for p in pred["rounds"] for n in p.get("unmodelled", ())]
+    if notes:  # what the engines do not model about this cell (one line each)
+        entry["unmodelled"] = list(dict.fromkeys(notes))
     only = pred["bundle_only"].get("analytical", {})
     entry["bundle_only"] = {
         "analytical": {
@@ -457,6 +460,10 @@ def _bet_words(bets: dict | None) -> str:
     )
 
 
+def _unmodelled_words(notes: list[str] | None) -> str:
+    return "".join(f"; {n.split(':')[0]}" for n in notes or ())
+
+
 def _host_words(h: dict | None) -> str:
     if not h:
         return ""
@@ -521,6 +528,7 @@ def format_table(result: dict) -> str:
             f"{_pct((c.get('workload_sample') or {}).get('half_width')):>6} | "
             f"{_load_words(r)} | "
             f"{_gap_words(c.get('lap_parts_ms'))}{_bet_words(c.get('bets'))}"
+            f"{_unmodelled_words(c.get('unmodelled'))}"
         )
     lines += ["", "median |error| / worst (cell), measured cells:"]
     for name, block in (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,18 @@ def test_recording_files(pipe2, code_prompts):
     assert s["tokens_per_s"] <= s["tau"] / (s["lap_ms_mean"] / 1e3) * (1 + 1e-9)
     summary = json.loads(Path(res.paths["summary"]).read_text())
     assert summary["steps"] == s["steps"]
+    # every stage pass logs its thread's CPU time over the compute: positive, and no more than
+    # the compute's wall time (the kernel counts CPU time in ticks of its scheduler clock, at
+    # worst a jiffy late)
+    from wansim.real.recording import read_raw
+
+    raw = read_raw(pipe2.raw_dir, 2)
+    tick_ms = 1e3 / os.sysconf("SC_CLK_TCK")
+    for i in (0, 1):
+        rows = raw[f"stage{i}"]
+        cpu, wall = rows["compute_cpu_ms"].to_numpy(float), rows["compute_ms"].to_numpy(float)
+        assert len(rows) and (cpu > 0).all()
+        assert (cpu <= wall + tick_ms).all(), (cpu - wall).max()
 
 
 def test_no_speculation_k0(pipe2, local, code_prompts):

@@ -131,12 +131,12 @@ class FirstStageWorker(StageWorker):
         order, ``ids`` the packed input tokens); returns (pass id, compute ms, sent_ns)."""
         step = self.passes
         self._tick_fault()
-        start = time.monotonic_ns()
+        start, cpu0 = time.monotonic_ns(), time.thread_time_ns()
         out = self._forward(torch.tensor(ids), 0, step, None, batch=blocks)
-        end = time.monotonic_ns()
+        end, cpu = time.monotonic_ns(), time.thread_time_ns() - cpu0
         extra = [batch_frame(blocks, step)]
         return self._ship(
-            out, step, BATCHED_POS, -1, len(ids), start, end, drafts, q, extra, draft_ms
+            out, step, BATCHED_POS, -1, len(ids), start, end, drafts, q, extra, draft_ms, cpu_ns=cpu
         )
 
     def returned_drafts(self, step: int, k: int, lossless: bool) -> tuple[list[int], object]:
@@ -167,12 +167,12 @@ class FirstStageWorker(StageWorker):
         step = self.passes
         self._tick_fault()
         self.shard.select(request)
-        start = time.monotonic_ns()
+        start, cpu0 = time.monotonic_ns(), time.thread_time_ns()
         out = self._forward(torch.tensor(ids), pos, step, tree)
-        end = time.monotonic_ns()
+        end, cpu = time.monotonic_ns(), time.thread_time_ns() - cpu0
         extra = [] if tree is None else [tree_frame(tree[0], tree[1], step=step, pos=pos)]
         return self._ship(
-            out, step, pos, pos, len(ids), start, end, drafts, q, extra, draft_ms, request
+            out, step, pos, pos, len(ids), start, end, drafts, q, extra, draft_ms, request, cpu
         )
 
     def _ship(
@@ -189,10 +189,12 @@ class FirstStageWorker(StageWorker):
         extra: list,
         draft_ms: float,
         request: int | None = None,
+        cpu_ns: int | None = None,
     ) -> tuple:
         """Send stage 0's share of pass ``step``: the drafts (and their probabilities ``q``),
         the ``extra`` frames (tree or batch layout), then the encoded hidden state, each tagged
-        with ``request`` when given; log the stage row. Returns (pass id, compute ms, sent_ns)."""
+        with ``request`` when given; log the stage row (``cpu_ns``: the thread's CPU time over
+        the compute). Returns (pass id, compute ms, sent_ns)."""
         t0 = time.perf_counter_ns()
         hidden = codec.encode(
             Kind.HIDDEN,
@@ -227,6 +229,7 @@ class FirstStageWorker(StageWorker):
                 "0",
                 nbytes,
                 f"{draft_ms:.4f}",
+                "" if cpu_ns is None else f"{cpu_ns / 1e6:.4f}",
             )
         )
         return step, (end - start) / 1e6, sent

@@ -33,6 +33,9 @@ class StageRow:
     verify_ms: str
     out_bytes: int
     draft_ms: str
+    # the stage's own thread's CPU time over the compute (``time.thread_time_ns``): below
+    # compute_ms by the time the process waited for a core; "" in logs written before it
+    compute_cpu_ms: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -395,9 +395,9 @@ class ServingStageWorker(StageWorker):
         codec_ns = time.perf_counter_ns() - t_codec0
         if self._stale(h):
             return
-        start = time.monotonic_ns()
+        start, cpu0 = time.monotonic_ns(), time.thread_time_ns()
         out = self._forward(x, h.pos, h.step, self.trees.pop(h.step, None), batch)
-        end = time.monotonic_ns()
+        end, cpu_ns = time.monotonic_ns(), time.thread_time_ns() - cpu0
         frames, encode_ns, verify_ms, draft_ms = self._outputs(h, x, out)
         codec_ns += encode_ns
         nbytes = 0
@@ -420,6 +420,7 @@ class ServingStageWorker(StageWorker):
                 f"{verify_ms:.4f}",
                 nbytes,
                 f"{draft_ms:.4f}",
+                f"{cpu_ns / 1e6:.4f}",
             )
         )
 

@@ -438,10 +438,12 @@ def engines(scenario_path: Path, des: bool = True, sample_requests: int | None =
 def oversubscribed_host(scenario) -> str | None:
     """What the engines do not model about a cell whose stage processes outnumber the host's
     cores while several passes are in flight, or None. Measured (docs/calibrate.md, "Run Z"):
-    a stage waits only 2-10 ms between passes there, under the bundle's idle table's first
-    step, so the engines charge no idle cost; the real passes stay ~70% as slow as after a long
-    idle (the other stage processes have run on the core in between), and a pass beside
-    other work waits in its tail for a time slice, beyond processor sharing."""
+    there a stage waits only 2-10 ms between passes, under the bundle's idle table's first
+    step, so the engines charge no idle cost, while the real passes' CPU time stays at the
+    one-request (after-idle) level and their wall time is 0.3-0.6 ms a pass above it (waiting
+    for a core, beyond processor sharing of the computes). The cause is not established: a
+    2-stage ring beside another 2-stage pipeline, and a 2-stage ring with 4 in flight, show
+    neither."""
     from wansim.stages.host_cpu import passes_in_flight
 
     cores, stages = scenario.model.host_cores, int(np.max(scenario.stages))
@@ -450,9 +452,9 @@ def oversubscribed_host(scenario) -> str | None:
         return None
     return (
         f"oversubscribed host: {stages} stage processes on {cores} cores with {in_flight} "
-        "passes in flight; a pass after a short gap is charged no idle cost, but the real one "
-        "runs cold after other stages used the core, and waits for time slices beyond "
-        "processor sharing (docs/calibrate.md, Run Z)"
+        "passes in flight; the engines charge no idle cost after the short gaps between passes "
+        "and share the cores by processor sharing, while measured real passes keep their "
+        "after-idle cost and wait for a core beyond it (docs/calibrate.md, Run Z)"
     )
 
 

@@ -106,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--latency-ms", type=_floats, default=[5.0, 20.0])
     s.add_argument("--ks", type=_ints, default=[0, 4])
     s.add_argument("--mtp", default=None, help="draft with this MTP head at the last stage")
+    c = sub.add_parser(
+        "corun", help="a stage's pass alone and beside another pipeline's stages (host cores)"
+    )
+    _common(c)
+    c.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args(argv)
     try:
         result = _dispatch(args)
@@ -213,6 +218,16 @@ def _dispatch(args):
             args.bits,
             args.k,
             args.max_new_tokens,
+            run_dir=args.out,
+        )
+    if args.cmd == "corun":
+        return experiments.corun_cost(
+            args.target,
+            args.drafter,
+            prompts,
+            args.k,
+            args.max_new_tokens,
+            rounds=args.rounds,
             run_dir=args.out,
         )
     return experiments.speed_matrix(

@@ -6,11 +6,14 @@
 - :func:`wire_bits_effect`: activation bits on the wire vs accepted length and output agreement
   with the fp32 run (a real staged pipeline per bit width).
 - :func:`speed_matrix`: real tokens/s, tau and lap percentiles over stages x latency x K.
+- :func:`corun_cost`: a stage's pass beside another pipeline's stages on the same host cores
+  (compute wall and CPU time, alone and beside, interleaved).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +203,89 @@ def speed_matrix(
                                 round(float(x), 3) for x in res.links["error_ms_p50"]
                             ],
                             "steps": s["steps"],
+                        }
+                    )
+    return rows
+
+
+def corun_cost(
+    target_dir: str,
+    drafter_dir: str,
+    prompts: Sequence[Prompt],
+    k: int = 4,
+    max_new_tokens: int = 48,
+    rounds: int = 2,
+    run_dir: str | Path | None = None,
+) -> list[dict]:
+    """What sharing the host's cores with other stage processes does to a pass. Two identical
+    2-stage pipelines (0 ms links), A and B; each round A decodes ``prompts`` alone and beside
+    B (B decoding the same prompts one at a time, over and over, until A is done), in an order
+    that alternates by round. Per round, condition and stage of A: its decode passes' compute
+    wall time and the stage thread's CPU time over it (median, mean; their difference is time
+    spent waiting for a core), the gap before each pass (median), A's tokens/s, and the host's
+    cores by process role over A's decode (B's processes are ``beside_stage``/``beside_link``)."""
+    import threading
+
+    from wansim.real.errors import RealConfigError
+    from wansim.real.host_load import measured
+    from wansim.real.recording import read_raw
+
+    if rounds < 1:
+        raise RealConfigError("rounds", "must be >= 1", rounds)
+
+    spec = PipelineSpec(
+        target_dir=target_dir, drafter_dir=drafter_dir, stages=2, links=(LinkSpec(),)
+    )
+    decode = DecodeSpec(k=k, max_new_tokens=max_new_tokens)
+    base = Path(run_dir) if run_dir else None
+    rows = []
+    with (
+        Pipeline(spec, base / "a" if base else None) as a,
+        Pipeline(spec, base / "b" if base else None) as b,
+    ):
+        for pipe in (a, b):  # unmeasured warm-up (a fresh pipeline's first passes are slower)
+            pipe.generate(prompts[:1], DecodeSpec(k=k, max_new_tokens=8), name="warmup")
+        names = {**a.pids, **{f"beside_{n}": pid for n, pid in b.pids.items()}}
+        for r in range(rounds):
+            for condition in ("alone", "beside") if r % 2 == 0 else ("beside", "alone"):
+                stop = threading.Event()
+
+                def beside(stop=stop) -> None:
+                    i = 0
+                    while not stop.is_set():
+                        b.generate([prompts[i % len(prompts)]], decode, name="beside")
+                        i += 1
+
+                worker = threading.Thread(target=beside, daemon=True)
+                if condition == "beside":
+                    worker.start()
+                res, load = measured(
+                    names, partial(a.generate, prompts, decode, name=f"{condition}{r}")
+                )
+                stop.set()
+                if condition == "beside":
+                    worker.join()
+                raw = read_raw(a.raw_dir, 2)
+                for i in range(2):
+                    st = raw[f"stage{i}"]
+                    st = st[(st["job"] == st["job"].max()) & (st["pos"] != 0)]
+                    st = st.sort_values("start_ns")
+                    wall = st["compute_ms"].to_numpy(float)
+                    cpu = st["compute_cpu_ms"].to_numpy(float)
+                    gap = np.diff(st["start_ns"].to_numpy(float)) / 1e6 - wall[:-1]
+                    rows.append(
+                        {
+                            "round": r,
+                            "condition": condition,
+                            "stage": i,
+                            "passes": len(st),
+                            "wall_ms_median": float(np.median(wall)),
+                            "wall_ms_mean": float(np.mean(wall)),
+                            "cpu_ms_median": float(np.median(cpu)),
+                            "cpu_ms_mean": float(np.mean(cpu)),
+                            "gap_ms_median": float(np.median(gap)) if len(gap) else None,
+                            "tokens_per_s": res.summary["tokens_per_s"],
+                            "host_cpu": load.as_dict() if load else None,
                         }
                     )
     return rows

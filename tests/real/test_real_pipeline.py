@@ -114,6 +114,13 @@ def test_recording_files(pipe2, code_prompts):
         cpu, wall = rows["compute_cpu_ms"].to_numpy(float), rows["compute_ms"].to_numpy(float)
         assert len(rows) and (cpu > 0).all()
         assert (cpu <= wall + tick_ms).all(), (cpu - wall).max()
+        # and over the whole pass here (decode, compute, outputs, send): at least the
+        # compute's, at most the time from the frame's receipt (stage 0: the compute's start)
+        # to its send
+        whole = rows["pass_cpu_ms"].to_numpy(float)
+        held = (rows["sent_ns"] - rows["recv_ns"]).to_numpy(float) / 1e6
+        assert (whole >= cpu - 1e-3).all() and (whole <= held + tick_ms).all()
+        assert whole.mean() > cpu.mean()  # decoding, encoding and sending take CPU too
 
 
 def test_no_speculation_k0(pipe2, local, code_prompts):

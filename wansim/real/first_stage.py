@@ -197,6 +197,7 @@ class FirstStageWorker(StageWorker):
         the ``extra`` frames (tree or batch layout), then the encoded hidden state, each tagged
         with ``request`` when given; log the stage row (``cpu_ns``: the thread's CPU time over
         the compute). Returns (pass id, compute ms, sent_ns)."""
+        cpu_end = time.thread_time_ns()  # stage 0's pass: its compute, then encode and send
         t0 = time.perf_counter_ns()
         hidden = codec.encode(
             Kind.HIDDEN,
@@ -214,6 +215,7 @@ class FirstStageWorker(StageWorker):
         if request is not None:
             frames = [with_request(f, request) for f in frames]
         nbytes = sum(self.send(f) for f in frames)
+        pass_cpu = None if cpu_ns is None else cpu_ns + time.thread_time_ns() - cpu_end
         sent = time.monotonic_ns()
         self.log.write(
             StageRow(
@@ -232,6 +234,7 @@ class FirstStageWorker(StageWorker):
                 nbytes,
                 f"{draft_ms:.4f}",
                 "" if cpu_ns is None else f"{cpu_ns / 1e6:.4f}",
+                "" if pass_cpu is None else f"{pass_cpu / 1e6:.4f}",
             )
         )
         return step, (end - start) / 1e6, sent

@@ -36,6 +36,9 @@ class StageRow:
     # the stage's own thread's CPU time over the compute (``time.thread_time_ns``): below
     # compute_ms by the time the process waited for a core; "" in logs written before it
     compute_cpu_ms: str = ""
+    # the same thread's CPU time over the whole pass here: decoding the activation (stage 0:
+    # from its compute), the compute, the outputs (verifier, encoding) and sending them
+    pass_cpu_ms: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -379,6 +379,7 @@ class ServingStageWorker(StageWorker):
     def run_pass(self, hidden_frame: Frame, x: torch.Tensor | None, recv_ns: int) -> None:
         """Decode, compute, then the role's outputs (activations onward, or the verdict)."""
         h = hidden_frame.header
+        pass_cpu0 = time.thread_time_ns()
         self._tick_fault()
         batch = self.batches.pop(h.step, None)
         if batch is None:
@@ -404,6 +405,7 @@ class ServingStageWorker(StageWorker):
         nbytes = 0
         for f in frames:  # MTP drafts ride the verdict: ids (+ q), then the verdict
             nbytes += self.send(with_request(f, h.request))
+        pass_cpu_ns = time.thread_time_ns() - pass_cpu0
         sent = time.monotonic_ns()
         self.log.write(
             StageRow(
@@ -422,6 +424,7 @@ class ServingStageWorker(StageWorker):
                 nbytes,
                 f"{draft_ms:.4f}",
                 f"{cpu_ns / 1e6:.4f}",
+                f"{pass_cpu_ns / 1e6:.4f}",
             )
         )
 

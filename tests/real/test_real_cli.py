@@ -89,6 +89,7 @@ pytestmark = pytest.mark.real
             ["run", "--kv-capacity-tokens", "0"],
             "error: kv_capacity_tokens: must be an integer >= 1, got 0",
         ),
+        (["corun", "--rounds", "0"], "error: rounds: must be >= 1, got 0"),
     ],
 )
 def test_bad_input_exit_2(capsys, argv, line, monkeypatch):

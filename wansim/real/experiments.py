@@ -279,13 +279,18 @@ def corun_cost(
                             "condition": condition,
                             "stage": i,
                             "passes": len(st),
-                            "wall_ms_median": float(np.median(wall)),
-                            "wall_ms_mean": float(np.mean(wall)),
-                            "cpu_ms_median": float(np.median(cpu)),
-                            "cpu_ms_mean": float(np.mean(cpu)),
-                            "gap_ms_median": float(np.median(gap)) if len(gap) else None,
+                            "wall_ms_median": _stat(np.median, wall),
+                            "wall_ms_mean": _stat(np.mean, wall),
+                            "cpu_ms_median": _stat(np.median, cpu),
+                            "cpu_ms_mean": _stat(np.mean, cpu),
+                            "gap_ms_median": _stat(np.median, gap),
                             "tokens_per_s": res.summary["tokens_per_s"],
                             "host_cpu": load.as_dict() if load else None,
                         }
                     )
     return rows
+
+
+def _stat(f, x: np.ndarray) -> float | None:
+    """``f(x)`` as a float, None for no values (strict JSON: never NaN)."""
+    return float(f(x)) if len(x) else None

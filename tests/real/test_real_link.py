@@ -72,9 +72,9 @@ def test_bad_link_fields_are_one_line_errors():
 
 
 class _VirtualTime:
-    """A clock that advances 1 us a reading and a sleep that wakes ``overshoot_ms`` late (an
-    event loop's timeout is rounded up to whole ms), so the relay's timing logic runs without a
-    wall clock."""
+    """A clock that advances 1 us a reading and a ``select(2)`` whose timeout wakes
+    ``overshoot_ms`` late (a loaded machine's wake-up), so the relay's timing logic runs without
+    a wall clock."""
 
     def __init__(self, overshoot_ms: float):
         self.now_ns = 0
@@ -85,24 +85,24 @@ class _VirtualTime:
         self.now_ns += 1_000
         return self.now_ns
 
-    async def sleep(self, seconds: float) -> None:
-        assert seconds > 0
-        self.now_ns += round(seconds * 1e9)
+    def select(self, readable, writable, _errors, timeout=None):
+        assert not readable and not writable and timeout is not None and timeout > 0
+        self.now_ns += round(timeout * 1e9)
         self.slept_until_ns.append(self.now_ns)
         self.now_ns += self.overshoot_ns
+        return [], [], []
 
 
 class _Writer:
+    """A downstream socket that takes every byte at once, noting when."""
+
     def __init__(self, vt: _VirtualTime):
         self.vt = vt
         self.written_ns: list[int] = []
-        self.transport = type("T", (), {"get_write_buffer_size": staticmethod(lambda: 0)})()
 
-    def write(self, data: bytes) -> None:
+    def send(self, data) -> int:
         self.written_ns.append(self.vt.now_ns)
-
-    async def drain(self) -> None:
-        pass
+        return len(data)
 
 
 @pytest.mark.parametrize("overshoot_ms", [0.0, 0.6, 3.0])
@@ -112,23 +112,20 @@ def test_relay_writes_each_message_at_its_due_time_on_a_virtual_clock(tmp_path, 
     reading; a sleep that wakes later than ``busy_wait_ms`` makes it late by exactly the excess
     (the machine's lateness, which no relay can undo). Offers: a burst that queues behind the
     20 Mbit/s serialisation, then two on an idle link."""
-    import asyncio
-
     from wansim.real.frames import decode_header, encode_header
     from wansim.real.link import _Relay
 
     vt = _VirtualTime(overshoot_ms)
     spec = LinkSpec(latency_ms=15.0, bandwidth_mbps=20.0, busy_wait_ms=1.0)
-    relay = _Relay(spec, 0, str(tmp_path / "link.csv"), clock=vt.clock, sleep=vt.sleep)
+    relay = _Relay(spec, 0, str(tmp_path / "link.csv"), clock=vt.clock, select=vt.select)
     frame = array_frame(Kind.HIDDEN, np.zeros(2000, np.uint8))
     data = encode_header(frame.header) + frame.payload
     arrivals_ns = [0, 100_000, 200_000, 500 * MS, 500 * MS + 1]
     for m, arrival in enumerate(arrivals_ns):
         relay._offer(m, [(m, decode_header(data[:HEADER_BYTES]), data, arrival)])
-    relay.queue.put_nowait(None)
     writer = _Writer(vt)
     vt.now_ns = 0
-    asyncio.run(relay.write_loop(writer))
+    relay.run(None, writer)  # nothing more to read: deliver what is scheduled
     relay.close()
 
     ser_ms = len(data) * 8 / 20e3
@@ -376,8 +373,6 @@ def test_a_pass_is_one_message_on_the_link_whatever_frames_it_has(shape, tmp_pat
     kinds, a tree or batched pass went as two messages (shape first), so the middle hops'
     per-message costs of a 6-stage tree were a third of the first hop's (docs/calibrate.md,
     "Run V")."""
-    import asyncio
-
     from wansim.real.frames import (
         Kind,
         array_frame,
@@ -408,17 +403,11 @@ def test_a_pass_is_one_message_on_the_link_whatever_frames_it_has(shape, tmp_pat
     clock = iter(range(0, 10**9, 1000))
     relay = _Relay(LinkSpec(latency_ms=1.0), 0, None, clock=lambda: next(clock))
 
-    async def read():
-        reader = asyncio.StreamReader()
-        reader.feed_data(b"".join(wire(f) for f in frames))
-        reader.feed_eof()
-        await relay.read_loop(reader)
-        out = []
-        while (item := relay.queue.get_nowait()) is not None:
-            out.append(item)
-        return out
-
-    messages = asyncio.run(read())
+    data = b"".join(wire(f) for f in frames)
+    for at in range(0, len(data), 7):  # in pieces, as a socket may hand them over
+        relay.feed(data[at : at + 7], next(clock))
+    relay.end_of_stream()
+    messages = list(relay.pending)
     kinds = [[h.kind for _, h, _, _ in m[1]] for m in messages]
     assert kinds == [[Kind.JOB], [f.kind for f in lead] + [Kind.HIDDEN], [Kind.CANCEL]]
     pass_message = messages[1][1]
@@ -530,29 +519,73 @@ def test_a_relay_asks_for_a_priority_that_takes_frames_as_they_are_sent():
             sink.close()
 
 
-def test_the_relay_event_loop_sleeps_in_microseconds_not_whole_milliseconds():
-    """A relay sleeps to ``busy_wait_ms`` (0.1 ms) before a due time and spins the rest, so its
-    event loop must wait for less than a millisecond when asked: asyncio's default epoll
-    selector rounds every timeout up to a whole millisecond (and was why the relay spun 1 ms a
-    frame at real-time priority). The loop's ``select(2)`` is replaced by a recorder: the
-    timeout it is handed for a 0.25 ms sleep is below 1 ms (an epoll loop never calls it)."""
-    import asyncio
+def test_the_relay_waits_in_microseconds_then_busy_waits():
+    """A relay waits in ``select(2)`` until ``busy_wait_ms`` (0.1 ms) before a due time and
+    spins the rest, so its wait must be finer than a millisecond (asyncio's default epoll
+    selector rounded every timeout up to a whole millisecond, and the relay spun 1 ms a frame
+    at real-time priority). The relay waits in ``select.select`` itself (microsecond
+    timeouts); on a virtual clock a message due 0.35 ms ahead is waited for with a timeout of
+    0.25 ms, then written at its due time."""
+    import select
 
-    from wansim.real.link import relay_event_loop
+    from wansim.real.frames import decode_header, encode_header
+    from wansim.real.link import _Relay
 
+    assert _Relay(LinkSpec(), 0, None).select is select.select
+    vt = _VirtualTime(0.0)
     timeouts: list[float] = []
 
     def recorder(r, w, x, timeout=None):
         timeouts.append(timeout)
-        return [], [], []
+        return vt.select(r, w, x, timeout)
 
-    loop = relay_event_loop()
-    try:
-        loop._selector._select = recorder  # (the selector's own call of select(2))
-        loop.run_until_complete(asyncio.sleep(0.00025))
-    finally:
-        loop.close()
-    waits = [t for t in timeouts if t]
-    assert waits, "the loop never waited in select(2)"
-    assert max(waits) < 0.001
+    relay = _Relay(LinkSpec(latency_ms=0.35), 0, None, clock=vt.clock, select=recorder)
+    frame = array_frame(Kind.HIDDEN, np.zeros(8, np.uint8))
+    data = encode_header(frame.header) + frame.payload
+    relay._offer(0, [(0, decode_header(data[:HEADER_BYTES]), data, 0)])
+    vt.now_ns = 0
+    writer = _Writer(vt)
+    relay.run(None, writer)
+    assert timeouts == [pytest.approx(0.00025, abs=2e-6)]
+    assert writer.written_ns == [pytest.approx(0.35 * MS, abs=2_000)]
     assert LinkSpec().busy_wait_ms < 1.0
+
+
+@pytest.mark.parametrize(
+    ("tail", "error"),
+    [
+        (b"", None),
+        (b"\x00" * 70, "malformed frame from upstream: bad magic"),
+        ("header", "malformed frame from upstream: truncated header: 20 of"),
+        ("payload", "malformed frame from upstream: truncated payload: 10 of 256 bytes"),
+    ],
+)
+def test_the_relay_delivers_what_came_whole_and_names_what_did_not(tail, error):
+    """The relay between two socket pairs: a whole frame sent before the sender closes is
+    delivered, byte for byte; then a bad header, a header cut short or a payload cut short at
+    the close is the relay's one error, naming what was wrong (the stage's runner reports it
+    with the hop)."""
+    import socket
+
+    from wansim.real.frames import encode_header
+    from wansim.real.link import _Relay
+
+    good = array_frame(Kind.HIDDEN, np.arange(64, dtype=np.uint8))
+    big = array_frame(Kind.HIDDEN, np.zeros(256, np.uint8))
+    wire = encode_header(good.header) + good.payload
+    cut = encode_header(big.header) + big.payload
+    tail = {"header": cut[:20], "payload": cut[: HEADER_BYTES + 10]}.get(tail, tail)
+    up_in, up_out = socket.socketpair()
+    down_in, down_out = socket.socketpair()
+    with up_in, up_out, down_in, down_out:
+        up_in.sendall(wire + tail)
+        up_in.shutdown(socket.SHUT_WR)
+        relay = _Relay(LinkSpec(latency_ms=0.5), 0, None)
+        down_out.setblocking(False)
+        relay.run(up_out, down_out)
+        down_in.settimeout(5)
+        assert down_in.recv(1 << 16) == wire
+    if error is None:
+        assert relay.error is None
+    else:
+        assert relay.error.startswith(error), relay.error

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import socket
 import struct
 import time
@@ -99,7 +100,7 @@ class FrameHeader:
 
 def quant_payload_len(shape: tuple[int, ...], bits: int, group: int) -> int:
     """Bytes of a quantized tensor: fp16 scale per group of the last axis + packed codes."""
-    n = int(np.prod(shape)) if shape else 1
+    n = math.prod(shape)
     last = shape[-1] if shape else 1
     rows = n // last if last else 0
     groups = rows * -(-last // group)
@@ -110,8 +111,7 @@ def expected_payload_len(dtype: DType, shape: tuple[int, ...], bits: int, group:
     """Payload bytes implied by a header's dtype and shape."""
     if dtype == DType.QUANT:
         return quant_payload_len(shape, bits, group)
-    n = int(np.prod(shape)) if shape else 1
-    return n * RAW_NUMPY[dtype].itemsize
+    return math.prod(shape) * RAW_NUMPY[dtype].itemsize
 
 
 def encode_header(h: FrameHeader) -> bytes:

@@ -1,4 +1,4 @@
-"""User-space WAN link emulator: one asyncio relay process per hop (kernel netem is unavailable).
+"""User-space WAN link emulator: one relay process per hop (kernel netem is unavailable).
 
 Model: the one the engines use, by the same code. The relay groups frames into messages (a
 pass's draft ids and probabilities, a tree pass's shape and a batched pass's blocks ride with
@@ -14,20 +14,18 @@ lost transmissions G are drawn once per message (not per frame) by
 of ``ring_stages`` stages run with scenario seed ``seed``. Jitter kinds and parameters are
 ``wansim.config.network.Jitter``'s (:mod:`wansim.links.jitter`).
 
-Timing: ``asyncio.sleep`` until ``busy_wait_ms`` before delivery, then a busy-wait. The relay's
-event loop waits in ``select(2)`` (:func:`relay_event_loop`), whose timeout is in microseconds:
-asyncio's default epoll selector rounds every timeout up to a whole millisecond, so the relay
-had to sleep to 1 ms before and spun 0.87 ms a frame on average, at real-time priority, on the
-cores the stage processes share: in a 4-stage ring with 4 requests in flight on 5 ms links its
-4 relays took 0.46-0.48 of the host's 2 cores, nearly all of it spinning. Now it spins 0.1 ms:
-0.19-0.21 cores there, and that ring decodes 11% faster (benchmarks: BENCHMARKS.md, "The real
-path's link relay"); on time as often (lateness p50 0.02-0.04 ms, p99 0.03-0.15 ms for frames
-that do not queue; 0.2 ms at the median once 16 KiB frames queue at 20 Mbit/s, where reading
-them delays the timer, against 0.07 ms with 1 ms of spin). uvloop's clock is cached to 1 ms, so
-it is not used. Frames arriving while the relay busy-waits are time-stamped late by at most
-``busy_wait_ms``.
-Every frame's timings are appended to a CSV as it is delivered (a message's frames share its
-schedule). The loopback legs into and out of the relay and the wake-up error are the emulator's
+Timing: one thread per relay, waiting in ``select(2)`` (microsecond timeouts) for the upstream
+socket, for the downstream socket where it holds back bytes, or until ``busy_wait_ms`` before
+the next message's due time, then busy-waiting to it; frames arriving meanwhile are read and
+scheduled as they come. Frames arriving while the relay busy-waits are time-stamped late by at
+most ``busy_wait_ms``. The relay's CPU is the emulator's, on the cores the stage processes
+share, and at real-time priority it takes them from a compute: it was an asyncio event loop
+(on ``select(2)``: asyncio's default epoll selector rounds every timeout up to a whole
+millisecond, so the relay had slept to 1 ms before and spun 0.87 ms a frame), 0.26-0.30 ms of
+CPU a frame with 0.1 ms of spin at real-time priority; this loop takes 0.19-0.22 ms, half of it
+the spin (BENCHMARKS.md, "The real path's link relay"). uvloop's clock is cached to 1 ms, so it
+is not used. Every frame's timings go to a CSV (a message's frames share its schedule), written
+when nothing is due within 20 ms, every 512 frames and at the end. The loopback legs into and out of the relay and the wake-up error are the emulator's
 own error: :func:`measure_link_accuracy` measures it (achieved one-way delay minus the
 scheduled one).
 
@@ -49,7 +47,7 @@ numpy and the standard library only (no torch, no scipy), so relays start fast.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import collections
 import contextlib
 import csv
 import itertools
@@ -57,7 +55,7 @@ import json
 import math
 import multiprocessing
 import os
-import selectors
+import select
 import signal
 import socket
 import sys
@@ -380,9 +378,17 @@ class LinkScheduler:
 
 
 # ----------------------------------------------------------------------------- the relay
+# the record's rows are written when nothing is due this soon, or when this many wait
+ROWS_WRITE_SLACK_NS = 20_000_000
+ROWS_WRITE_MAX = 512
+
+
 class _Relay:
-    """One hop's relay. ``clock`` (ns) and ``sleep`` (s) are the real ones; a test may give a
-    virtual pair to check the delivery timing without a wall clock."""
+    """One hop's relay: one thread waiting in ``select(2)`` for the upstream socket, the
+    downstream socket (when it holds back bytes) or the next message's due time (module
+    docstring, "Timing"). ``clock`` (ns) and ``select`` (:func:`select.select`'s signature)
+    are the real ones; a test may give a virtual pair to check the delivery timing without a
+    wall clock."""
 
     def __init__(
         self,
@@ -390,151 +396,204 @@ class _Relay:
         hop: int,
         records_path: str | None,
         clock=time.monotonic_ns,
-        sleep=asyncio.sleep,
+        select=select.select,
     ):
         self.spec = spec
         self.clock = clock
-        self.sleep = sleep
+        self.select = select
         self.hop = hop
+        self.busy_ns = int(spec.busy_wait_ms * 1e6)
         self.sched = LinkScheduler(spec)
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.pending: collections.deque = collections.deque()  # scheduled messages, in order
         self.records = open(records_path, "w", newline="") if records_path else None  # noqa: SIM115
         self.writer_csv = csv.writer(self.records) if self.records else None
         if self.writer_csv:
             self.writer_csv.writerow(RECORD_COLUMNS)
             self.records.flush()
+        self.rows: list = []  # delivered frames not yet written to the record
+        self.out = bytearray()  # delivered bytes the downstream socket has not taken yet
         self.error: str | None = None
+        # reading: bytes of frames not complete yet, the current frame's header and arrival
+        self._buf = bytearray()
+        self._header = None
+        self._frame = 0
+        self._message = 0
+        self._message_frames: list = []  # frames of the message being read (leading kinds)
 
     def _offer(self, message: int, frames: list) -> None:
         """Schedule one message (its frames, complete at the last frame's arrival)."""
         nbytes = sum(len(f[2]) for f in frames)
         deliver, busy, prop, jit, g = self.sched.schedule(frames[-1][3], nbytes)
-        self.queue.put_nowait((message, frames, deliver, busy, prop, jit, g))
+        self.pending.append((message, frames, deliver, busy, prop, jit, g))
 
-    async def read_loop(self, reader: asyncio.StreamReader) -> None:
-        idx = message = 0
-        pending: list = []  # frames of the message being read (leading kinds so far)
-        try:
-            while True:
-                try:
-                    head = await reader.readexactly(HEADER_BYTES)
-                except asyncio.IncompleteReadError as e:
-                    if e.partial:
-                        raise FrameError(
-                            f"truncated header: {len(e.partial)} of {HEADER_BYTES} bytes"
-                        ) from None
-                    break  # clean EOF between frames
-
-                arrival = self.clock()
-                h = decode_header(head)
-                try:
-                    payload = await reader.readexactly(h.payload_len) if h.payload_len else b""
-                except asyncio.IncompleteReadError as e:
-                    raise FrameError(
-                        f"truncated payload: {len(e.partial)} of {h.payload_len} bytes"
-                    ) from None
-                data = head + payload
-                if self.spec.corrupt_frame is not None and idx == self.spec.corrupt_frame:
-                    data = data[:20] + bytes([data[20] ^ 0xFF]) + data[21:]
-                pending.append((idx, h, data, arrival))
-                idx += 1
-                if h.kind not in LEADING_KINDS:
-                    self._offer(message, pending)
-                    message += 1
-                    pending = []
-            if pending:  # the sender closed inside a message: deliver what came
-                self._offer(message, pending)
-        except FrameError as e:
-            self.error = f"malformed frame from upstream: {e}"
-        except (ConnectionError, OSError) as e:
-            self.error = f"upstream connection failed: {e}"
-        self.queue.put_nowait(None)
-
-    async def wait_until(self, deliver_ns: int) -> None:
-        """Sleep until ``busy_wait_ms`` before ``deliver_ns`` (the event loop's timeout is
-        coarse), then busy-wait to it: never early, and late only by what the machine adds."""
-        remaining = deliver_ns - self.clock()
-        if remaining > self.busy_ns:
-            await self.sleep((remaining - self.busy_ns) / 1e9)
-        while self.clock() < deliver_ns:
-            pass
-
-    @property
-    def busy_ns(self) -> int:
-        return int(self.spec.busy_wait_ms * 1e6)
-
-    async def write_loop(self, writer: asyncio.StreamWriter) -> None:
-        stall = self.spec.stall_after_frames
+    def feed(self, data: bytes, arrival_ns: int) -> None:
+        """Bytes read from upstream at ``arrival_ns``: every frame they complete (a frame
+        arrives when its header is read) joins its message, and a message is offered at the
+        frame that ends it (:data:`LEADING_KINDS`)."""
+        buf = self._buf
+        buf += data
+        at = 0
         while True:
-            item = await self.queue.get()
-            if item is None:
+            if self._header is None:
+                if len(buf) - at < HEADER_BYTES:
+                    break
+                self._header = (decode_header(bytes(buf[at : at + HEADER_BYTES])), arrival_ns)
+            h, arrival = self._header
+            end = at + HEADER_BYTES + h.payload_len
+            if len(buf) < end:
                 break
-            message, frames, deliver, busy, prop, jit, g = item
-            if stall is not None:  # fault injection: the link swallows every frame from here on
-                frames = [f for f in frames if f[0] < stall]
-                if not frames:
+            frame = bytes(buf[at:end])
+            at, self._header = end, None
+            if self.spec.corrupt_frame is not None and self._frame == self.spec.corrupt_frame:
+                frame = frame[:20] + bytes([frame[20] ^ 0xFF]) + frame[21:]
+            self._message_frames.append((self._frame, h, frame, arrival))
+            self._frame += 1
+            if h.kind not in LEADING_KINDS:
+                self._offer(self._message, self._message_frames)
+                self._message += 1
+                self._message_frames = []
+        del buf[:at]
+
+    def end_of_stream(self) -> None:
+        """Upstream closed: inside a frame it is an error; inside a message, what came of it
+        is delivered."""
+        if self._header is not None:
+            h = self._header[0]
+            got = len(self._buf) - HEADER_BYTES
+            raise FrameError(f"truncated payload: {got} of {h.payload_len} bytes")
+        if self._buf:
+            raise FrameError(f"truncated header: {len(self._buf)} of {HEADER_BYTES} bytes")
+        if self._message_frames:
+            self._offer(self._message, self._message_frames)
+            self._message_frames = []
+
+    def _deliver(self, down) -> None:
+        """The head message: busy-wait to its due time (never early), write its frames, keep
+        their record rows."""
+        message, frames, deliver, busy, prop, jit, g = self.pending.popleft()
+        stall = self.spec.stall_after_frames
+        if stall is not None:  # fault injection: the link swallows every frame from here on
+            frames = [f for f in frames if f[0] < stall]
+            if not frames:
+                return
+        clock = self.clock
+        while clock() < deliver:
+            pass
+        for _, _, data, _ in frames:
+            self.out += data
+        self._send(down)
+        delivered = clock()
+        for idx, h, data, arrival in frames:
+            self.rows.append(
+                (idx, message, h, len(data), arrival, deliver, delivered, busy, prop, jit, g)
+            )
+
+    def _send(self, down) -> None:
+        """Hand the socket what it takes now; the rest waits for it to be writable."""
+        try:
+            sent = down.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        del self.out[:sent]
+
+    def _write_rows(self) -> None:
+        if self.writer_csv and self.rows:
+            self.writer_csv.writerows(
+                (
+                    idx,
+                    message,
+                    int(h.kind),
+                    h.step,
+                    n,
+                    h.send_ns,
+                    arrival,
+                    deliver,
+                    delivered,
+                    f"{busy:.6f}",
+                    f"{prop:.6f}",
+                    f"{jit:.6f}",
+                    f"{(deliver - arrival) / 1e6 - busy - prop:.6f}",
+                    g,
+                )
+                for idx, message, h, n, arrival, deliver, delivered, busy, prop, jit, g in self.rows
+            )
+            self.records.flush()
+        self.rows = []
+
+    def run(self, up, down) -> None:
+        """Relay from ``up`` (a socket, or None: nothing more to read) to ``down`` until
+        upstream has closed and every message is delivered. A message due within
+        ``busy_wait_ms`` is busy-waited for; otherwise the loop waits in ``select(2)`` until
+        ``busy_wait_ms`` before it (microsecond timeouts), reading what arrives meanwhile."""
+        reading = up is not None
+        pending, clock = self.pending, self.clock
+        while True:
+            timeout_ns = None
+            while pending:
+                wait_ns = pending[0][2] - clock() - self.busy_ns
+                if wait_ns > 0:
+                    timeout_ns = wait_ns
+                    break
+                self._deliver(down)
+            if not (reading or pending or self.out):
+                break
+            if (
+                timeout_ns is None
+                or timeout_ns > ROWS_WRITE_SLACK_NS
+                or len(self.rows) > ROWS_WRITE_MAX
+            ):
+                self._write_rows()
+            readable, writable, _ = self.select(
+                [up] if reading else [],
+                [down] if self.out else [],
+                [],
+                None if timeout_ns is None else timeout_ns / 1e9,
+            )
+            if writable:
+                self._send(down)
+            if readable:
+                try:
+                    data = up.recv(1 << 20)
+                except (ConnectionError, OSError) as e:
+                    self.error = f"upstream connection failed: {e}"
+                    reading = False
                     continue
-            await self.wait_until(deliver)
-            for _, _, data, _ in frames:
-                writer.write(data)
-            delivered = self.clock()
-            if writer.transport.get_write_buffer_size() > (1 << 20):
-                await writer.drain()
-            if self.writer_csv:
-                for idx, h, data, arrival in frames:
-                    queue_ms = (deliver - arrival) / 1e6 - busy - prop
-                    self.writer_csv.writerow(
-                        (
-                            idx,
-                            message,
-                            int(h.kind),
-                            h.step,
-                            len(data),
-                            h.send_ns,
-                            arrival,
-                            deliver,
-                            delivered,
-                            f"{busy:.6f}",
-                            f"{prop:.6f}",
-                            f"{jit:.6f}",
-                            f"{queue_ms:.6f}",
-                            g,
-                        )
-                    )
-                if self.queue.empty():
-                    self.records.flush()
-        await writer.drain()
+                try:
+                    if data:
+                        self.feed(data, clock())
+                    else:
+                        reading = False
+                        self.end_of_stream()
+                except FrameError as e:
+                    self.error = f"malformed frame from upstream: {e}"
+                    reading = False
+        self._write_rows()
 
     def close(self):
         if self.records:
+            self._write_rows()
             self.records.close()
 
 
-async def _serve(spec, hop, listener, downstream, records_path) -> str | None:
-    loop = asyncio.get_running_loop()
+def _serve(spec, hop, listener, downstream, records_path) -> str | None:
     relay = _Relay(spec, hop, records_path)
     try:
-        up, _ = await loop.sock_accept(listener)
+        listener.setblocking(True)
+        up, _ = listener.accept()
         listener.close()
         up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reader, _w = await asyncio.open_connection(sock=up)
-        _r, writer = await asyncio.open_connection(sock=downstream)
-        await asyncio.gather(relay.read_loop(reader), relay.write_loop(writer))
+        downstream.setblocking(False)
+        relay.run(up, downstream)
+        downstream.setblocking(True)
+        downstream.sendall(relay.out)
         with contextlib.suppress(OSError):
-            writer.close()
-            await writer.wait_closed()
+            downstream.shutdown(socket.SHUT_WR)
+        downstream.close()
     except (ConnectionError, OSError) as e:
         relay.error = relay.error or f"downstream connection failed: {e}"
     finally:
         relay.close()
     return relay.error
-
-
-def relay_event_loop() -> asyncio.AbstractEventLoop:
-    """The relay's event loop: asyncio's on ``select(2)``, whose timeouts are in microseconds
-    (the default epoll selector's are rounded up to whole milliseconds; module docstring,
-    "Timing"). A relay watches three sockets, far below ``select``'s descriptor limit."""
-    return asyncio.SelectorEventLoop(selectors.SelectSelector())
 
 
 def _send_ctrl(conn, **msg) -> None:
@@ -590,8 +649,7 @@ def relay_main(spec_json: str, hop: int, host: str, downstream_port: int, record
         sys.exit(1)
     priority = raise_priority(spec.priority)
     _send_ctrl(conn, event="listening", hop=hop, port=listener.getsockname()[1], priority=priority)
-    with asyncio.Runner(loop_factory=relay_event_loop) as runner:
-        error = runner.run(_serve(spec, hop, listener, down, records_path))
+    error = _serve(spec, hop, listener, down, records_path)
     if error:
         _send_ctrl(conn, event="error", hop=hop, message=error)
         sys.exit(1)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from wansim.real.link import LinkSpec, measure_link_accuracy
+from wansim.real.link import LinkSpec
+from wansim.real.link_accuracy import measure_link_accuracy
 
 CASES = {
     "15ms-64B-every-2ms": (LinkSpec(latency_ms=15.0), {"frames": 150, "interval_ms": 2.0}),

@@ -9,7 +9,8 @@ import pytest
 
 from wansim.real.errors import RealConfigError
 from wansim.real.frames import HEADER_BYTES, Kind, array_frame
-from wansim.real.link import LinkScheduler, LinkSpec, link_draws, relay_frames
+from wansim.real.link import LinkScheduler, LinkSpec, link_draws
+from wansim.real.link_accuracy import relay_frames
 
 pytestmark = pytest.mark.real
 
@@ -113,7 +114,7 @@ def test_relay_writes_each_message_at_its_due_time_on_a_virtual_clock(tmp_path, 
     (the machine's lateness, which no relay can undo). Offers: a burst that queues behind the
     20 Mbit/s serialisation, then two on an idle link."""
     from wansim.real.frames import decode_header, encode_header
-    from wansim.real.link import _Relay
+    from wansim.real.relay import _Relay
 
     vt = _VirtualTime(overshoot_ms)
     spec = LinkSpec(latency_ms=15.0, bandwidth_mbps=20.0, busy_wait_ms=1.0)
@@ -381,7 +382,7 @@ def test_a_pass_is_one_message_on_the_link_whatever_frames_it_has(shape, tmp_pat
         message_frame,
         tree_frame,
     )
-    from wansim.real.link import _Relay
+    from wansim.real.relay import _Relay
 
     def wire(f):
         return encode_header(f.header) + f.payload
@@ -427,7 +428,7 @@ def test_relay_process_groups_frames_into_messages_and_matches_the_des():
     import threading
 
     from wansim.real.frames import Kind, array_frame, recv_frame, send_frame
-    from wansim.real.link import start_relay
+    from wansim.real.relay import start_relay
 
     spec = LinkSpec(
         latency_ms=3.0,
@@ -492,7 +493,7 @@ def test_a_relay_asks_for_a_priority_that_takes_frames_as_they_are_sent():
     import os
     import socket
 
-    from wansim.real.link import process_priority, raise_priority, start_relay
+    from wansim.real.relay import process_priority, raise_priority, start_relay
 
     assert LinkSpec().priority == "realtime" and raise_priority("normal") == "normal"
     with pytest.raises(RealConfigError, match=r"link\.priority.*realtime"):
@@ -529,7 +530,7 @@ def test_the_relay_waits_in_microseconds_then_busy_waits():
     import select
 
     from wansim.real.frames import decode_header, encode_header
-    from wansim.real.link import _Relay
+    from wansim.real.relay import _Relay
 
     assert _Relay(LinkSpec(), 0, None).select is select.select
     vt = _VirtualTime(0.0)
@@ -568,7 +569,7 @@ def test_the_relay_delivers_what_came_whole_and_names_what_did_not(tail, error):
     import socket
 
     from wansim.real.frames import encode_header
-    from wansim.real.link import _Relay
+    from wansim.real.relay import _Relay
 
     good = array_frame(Kind.HIDDEN, np.arange(64, dtype=np.uint8))
     big = array_frame(Kind.HIDDEN, np.zeros(256, np.uint8))
@@ -589,3 +590,17 @@ def test_the_relay_delivers_what_came_whole_and_names_what_did_not(tail, error):
         assert relay.error is None
     else:
         assert relay.error.startswith(error), relay.error
+
+
+def test_a_relay_process_imports_neither_torch_nor_scipy_nor_pandas():
+    """A relay starts fast because its module needs numpy and the standard library only
+    (``wansim.real.relay`` and what it imports: the link's spec and schedule, the frames)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, wansim.real.relay, wansim.real.link_accuracy; "
+        "print(sorted(m for m in ('torch', 'scipy', 'pandas') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -564,7 +564,7 @@ def run_real_cell(
     real["load_avg_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     # the host's cores over the decode itself (wansim.real.host_load): the run's and others'
     real["host_cpu"] = load.as_dict() if load else None
-    real["relay_priority"] = relays  # per hop: realtime | nice | normal (wansim.real.link)
+    real["relay_priority"] = relays  # per hop: realtime | nice | normal (wansim.real.relay)
     real["seconds"] = round(time.perf_counter() - t0, 1)
     return real
 

@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args):
-    from wansim.real.link import LinkSpec, measure_link_accuracy
+    from wansim.real.link import LinkSpec
+    from wansim.real.link_accuracy import measure_link_accuracy
 
     if args.cmd == "link-accuracy":
         return [

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from wansim.real.config import DecodeSpec, PipelineSpec, Prompt, split_layers
 from wansim.real.errors import PipelineError, RealConfigError
-from wansim.real.link import process_priority, start_relay
 from wansim.real.recording import RunResult, locate_stall, write_job
+from wansim.real.relay import process_priority, start_relay
 
 _CTX = None
 
@@ -50,6 +50,7 @@ def _context():
                 "wansim.real.relay_stage",
                 "wansim.real.last_stage",
                 "wansim.real.link",
+                "wansim.real.relay",
                 "wansim.real.runner",
             ]
         )
@@ -219,7 +220,7 @@ class Pipeline:
         self.close()
 
     def relay_priorities(self) -> list[str]:
-        """Each hop's relay scheduling as it runs (``wansim.real.link.process_priority``)."""
+        """Each hop's relay scheduling as it runs (``wansim.real.relay.process_priority``)."""
         return [process_priority(self.pids[f"link{h}"]) for h in range(self.spec.stages)]
 
     @property

@@ -38,7 +38,7 @@ from wansim.calibrate.matrix import (
 )
 from wansim.calibrate.predict import Factors, cell_scenario, check_cells, even_split
 from wansim.calibrate.profile_fits import fit_batch, fit_drafter, fit_messages, fit_stage_cost
-from wansim.calibrate.report import dumps, spread, strict, summarize
+from wansim.calibrate.report import dumps, format_table, spread, strict, summarize
 from wansim.errors import WansimInputError
 
 TARGET = ROOT / "models" / "tiny-target"
@@ -791,6 +791,15 @@ def test_report_spread_errors_and_strict_json():
     assert s["analytical"]["lap_ms_p50"]["worst"] == pytest.approx(-0.12)
     assert s["pending"] == ["T"] and s["measured"] == 2
     assert s["tokens_per_s_within_2x_spread"] == "2/2"
+    assert s["analytical_tokens_per_s_within_2x_spread"] == "0/2"  # -12% against 10%
+    other["analytical"]["within_2x_spread"]["tokens_per_s"] = True
+    s2 = summarize([entry, other])
+    assert s2["analytical_tokens_per_s_within_2x_spread"] == "1/2"
+    assert s2["tokens_per_s_within_2x_spread"] == "2/2"  # the DES's own count
+    shown = format_table(
+        {"summary": {**s2, "settings": {"rounds": 2}, "bundle": "B", "seconds": 1.0}, "cells": []}
+    )
+    assert "analytical tokens/s error within 2x the cell's spread: 1/2" in shown
     text = dumps({"summary": s, "x": float("nan")})
     assert "NaN" not in text and math.isfinite(json.loads(text)["summary"]["tokens_per_s"]["worst"])
 

@@ -260,10 +260,8 @@ def summarize(entries: list[dict]) -> dict:
         }
         for m in mechs
     }
-    within = [e["des"]["within_2x_spread"]["tokens_per_s"] for e in measured]
-    within = [w for w in within if w is not None]
-    either = [e["des"].get("within_2x_spread_or_sample") for e in measured]
-    either = [w for w in either if w is not None]
+    within, either = _within(measured, "des")
+    ana_within, ana_either = _within(measured, "analytical")
     halves = [(e.get("workload_sample") or {}).get("half_width") for e in measured]
     loads = [x for e in measured for x in e["real"]["load_avg_1min"].values()]
     hosts = [r.get("host_cpu") for e in measured for r in e["real"].get("runs", [])]
@@ -281,6 +279,13 @@ def summarize(entries: list[dict]) -> dict:
         "tokens_per_s_within_2x_spread_or_sample": (
             f"{sum(either)}/{len(either)}" if either else None
         ),
+        # the same counts for the analytical engine's predictions
+        "analytical_tokens_per_s_within_2x_spread": (
+            f"{sum(ana_within)}/{len(ana_within)}" if ana_within else None
+        ),
+        "analytical_tokens_per_s_within_2x_spread_or_sample": (
+            f"{sum(ana_either)}/{len(ana_either)}" if ana_either else None
+        ),
         "workload_sample_half_width_median": _median(halves),
         # the real tokens/s inside the DES's 95% range over runs of the cell's request count
         "tokens_per_s_inside_des_sample_band": _count(
@@ -295,6 +300,14 @@ def summarize(entries: list[dict]) -> dict:
         "load_avg_1min": {"min": min(loads), "max": max(loads)} if loads else None,
         "host_cpu": host_cpu_range(hosts),
     }
+
+
+def _within(measured: list[dict], engine: str) -> tuple[list[bool], list[bool]]:
+    """Per cell, whether ``engine``'s tokens/s error is within twice the cell's spread, and
+    within twice the spread plus the prompt sample's half-width (cells that say)."""
+    within = [(e[engine].get("within_2x_spread") or {}).get("tokens_per_s") for e in measured]
+    either = [e[engine].get("within_2x_spread_or_sample") for e in measured]
+    return [w for w in within if w is not None], [w for w in either if w is not None]
 
 
 def host_cpu_range(loads: list[dict | None]) -> dict | None:
@@ -566,6 +579,13 @@ def format_table(result: dict) -> str:
             f"median {_pct(s['workload_sample_half_width_median'])} ('sample'); DES tokens/s "
             "error within 2x the spread + that half-width: "
             f"{s['tokens_per_s_within_2x_spread_or_sample']}"
+        )
+    if s.get("analytical_tokens_per_s_within_2x_spread"):
+        band = s.get("analytical_tokens_per_s_within_2x_spread_or_sample")
+        lines.append(
+            "analytical tokens/s error within 2x the cell's spread: "
+            f"{s['analytical_tokens_per_s_within_2x_spread']}"
+            + (f" (+ the sample's half-width: {band})" if band else "")
         )
     for m, v in s["per_mechanism"].items():
         lines.append(

@@ -90,6 +90,10 @@ pytestmark = pytest.mark.real
             "error: kv_capacity_tokens: must be an integer >= 1, got 0",
         ),
         (["corun", "--rounds", "0"], "error: rounds: must be >= 1, got 0"),
+        (
+            ["corun", "--latency-ms", "-1"],
+            "error: link.latency_ms: must be a finite number >= 0, got -1",
+        ),
     ],
 )
 def test_bad_input_exit_2(capsys, argv, line, monkeypatch):

@@ -42,3 +42,30 @@ def test_corun_rows_alone_and_beside(tiny_dirs, code_prompts, tmp_path):
             assert roles["beside_stage"] > 0
     with pytest.raises(RealConfigError, match="rounds"):
         corun_cost(target, drafter, code_prompts[:1], rounds=0)
+
+
+def test_corun_at_a_latency_holds_every_frame_for_it(tiny_dirs, code_prompts, tmp_path):
+    """``latency_ms`` reaches both pipelines' links: every frame of A's and B's relays is due
+    that long after it arrived (the relays' own records)."""
+    import csv
+
+    target, drafter = tiny_dirs
+    rows = corun_cost(
+        target,
+        drafter,
+        code_prompts[:1],
+        k=2,
+        max_new_tokens=6,
+        rounds=1,
+        run_dir=tmp_path,
+        latency_ms=3.0,
+    )
+    assert {r["condition"] for r in rows} == {"alone", "beside"}
+    records = sorted(tmp_path.glob("*/raw/link[0-9].csv"))
+    assert {p.relative_to(tmp_path).parts[0] for p in records} == {"a", "b"}
+    for path in records:
+        with open(path) as fh:
+            due = [
+                (int(r["scheduled_ns"]) - int(r["arrival_ns"])) / 1e6 for r in csv.DictReader(fh)
+            ]
+        assert due and min(due) >= 3.0 - 1e-6, path

@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     _common(c)
     c.add_argument("--rounds", type=int, default=2)
+    c.add_argument("--latency-ms", type=float, default=0.0, help="both pipelines' links")
     args = ap.parse_args(argv)
     try:
         result = _dispatch(args)
@@ -230,6 +231,7 @@ def _dispatch(args):
             args.max_new_tokens,
             rounds=args.rounds,
             run_dir=args.out,
+            latency_ms=args.latency_ms,
         )
     return experiments.speed_matrix(
         args.target,

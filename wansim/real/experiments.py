@@ -216,9 +216,11 @@ def corun_cost(
     max_new_tokens: int = 48,
     rounds: int = 2,
     run_dir: str | Path | None = None,
+    latency_ms: float = 0.0,
 ) -> list[dict]:
     """What sharing the host's cores with other stage processes does to a pass. Two identical
-    2-stage pipelines (0 ms links), A and B; each round A decodes ``prompts`` alone and beside
+    2-stage pipelines (links of ``latency_ms``, 0 by default: their relays then forward at
+    once, where at a latency they wake on a timer), A and B; each round A decodes ``prompts`` alone and beside
     B (B decoding the same prompts one at a time, over and over, until A is done), in an order
     that alternates by round. Per round, condition and stage of A: its decode passes' compute
     wall time and the stage thread's CPU time over it (median, mean; their difference is time
@@ -233,9 +235,8 @@ def corun_cost(
     if rounds < 1:
         raise RealConfigError("rounds", "must be >= 1", rounds)
 
-    spec = PipelineSpec(
-        target_dir=target_dir, drafter_dir=drafter_dir, stages=2, links=(LinkSpec(),)
-    )
+    link = LinkSpec(latency_ms=latency_ms)  # (a bad latency: one line, before any process)
+    spec = PipelineSpec(target_dir=target_dir, drafter_dir=drafter_dir, stages=2, links=(link,))
     decode = DecodeSpec(k=k, max_new_tokens=max_new_tokens)
     base = Path(run_dir) if run_dir else None
     rows = []

@@ -131,13 +131,10 @@ class FirstStageWorker(StageWorker):
         order, ``ids`` the packed input tokens); returns (pass id, compute ms, sent_ns)."""
         step = self.passes
         self._tick_fault()
-        start, cpu0 = time.monotonic_ns(), time.thread_time_ns()
-        out = self._forward(torch.tensor(ids), 0, step, None, batch=blocks)
-        cpu = time.thread_time_ns() - cpu0  # (inside the wall-clock window)
-        end = time.monotonic_ns()
+        out, start, end, cpu = self._timed_forward(torch.tensor(ids), 0, step, None, blocks)
         extra = [batch_frame(blocks, step)]
         return self._ship(
-            out, step, BATCHED_POS, -1, len(ids), start, end, drafts, q, extra, draft_ms, cpu_ns=cpu
+            out, step, BATCHED_POS, -1, len(ids), start, end, cpu, drafts, q, extra, draft_ms
         )
 
     def returned_drafts(self, step: int, k: int, lossless: bool) -> tuple[list[int], object]:
@@ -168,13 +165,10 @@ class FirstStageWorker(StageWorker):
         step = self.passes
         self._tick_fault()
         self.shard.select(request)
-        start, cpu0 = time.monotonic_ns(), time.thread_time_ns()
-        out = self._forward(torch.tensor(ids), pos, step, tree)
-        cpu = time.thread_time_ns() - cpu0  # (inside the wall-clock window)
-        end = time.monotonic_ns()
+        out, start, end, cpu = self._timed_forward(torch.tensor(ids), pos, step, tree)
         extra = [] if tree is None else [tree_frame(tree[0], tree[1], step=step, pos=pos)]
         return self._ship(
-            out, step, pos, pos, len(ids), start, end, drafts, q, extra, draft_ms, request, cpu
+            out, step, pos, pos, len(ids), start, end, cpu, drafts, q, extra, draft_ms, request
         )
 
     def _ship(
@@ -186,12 +180,12 @@ class FirstStageWorker(StageWorker):
         n_tokens: int,
         start: int,
         end: int,
+        cpu_ns: int,
         drafts: list[int],
         q,
         extra: list,
         draft_ms: float,
         request: int | None = None,
-        cpu_ns: int | None = None,
     ) -> tuple:
         """Send stage 0's share of pass ``step``: the drafts (and their probabilities ``q``),
         the ``extra`` frames (tree or batch layout), then the encoded hidden state, each tagged
@@ -215,7 +209,7 @@ class FirstStageWorker(StageWorker):
         if request is not None:
             frames = [with_request(f, request) for f in frames]
         nbytes = sum(self.send(f) for f in frames)
-        pass_cpu = None if cpu_ns is None else cpu_ns + time.thread_time_ns() - cpu_end
+        pass_cpu = cpu_ns + time.thread_time_ns() - cpu_end
         sent = time.monotonic_ns()
         self.log.write(
             StageRow(
@@ -233,8 +227,8 @@ class FirstStageWorker(StageWorker):
                 "0",
                 nbytes,
                 f"{draft_ms:.4f}",
-                "" if cpu_ns is None else f"{cpu_ns / 1e6:.4f}",
-                "" if pass_cpu is None else f"{pass_cpu / 1e6:.4f}",
+                f"{cpu_ns / 1e6:.4f}",
+                f"{pass_cpu / 1e6:.4f}",
             )
         )
         return step, (end - start) / 1e6, sent

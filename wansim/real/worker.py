@@ -221,6 +221,17 @@ class StageWorker:
         if n is not None and self.passes > n:
             os._exit(3)  # fault injection: die like a crashed machine (no report)
 
+    def _timed_forward(
+        self, x: torch.Tensor, pos: int, step: int, tree, batch=None
+    ) -> tuple[torch.Tensor, int, int, int]:
+        """:meth:`_forward` timed: (output, start_ns, end_ns, cpu_ns), the wall-clock window
+        (``time.monotonic_ns``) around the stage thread's CPU window (``time.thread_time_ns``),
+        so the CPU time is at most the wall time; their difference is waiting for a core."""
+        start, cpu0 = time.monotonic_ns(), time.thread_time_ns()
+        out = self._forward(x, pos, step, tree, batch)
+        cpu = time.thread_time_ns() - cpu0
+        return out, start, time.monotonic_ns(), cpu
+
     def _forward(self, x: torch.Tensor, pos: int, step: int, tree, batch=None) -> torch.Tensor:
         """The stage's layers on one pass: a chain (crop the cache to ``pos``), a tree (keep
         the previous tree's accepted path first, then a tree-masked pass) or a batched pass
@@ -396,10 +407,9 @@ class ServingStageWorker(StageWorker):
         codec_ns = time.perf_counter_ns() - t_codec0
         if self._stale(h):
             return
-        start, cpu0 = time.monotonic_ns(), time.thread_time_ns()
-        out = self._forward(x, h.pos, h.step, self.trees.pop(h.step, None), batch)
-        cpu_ns = time.thread_time_ns() - cpu0  # (inside the wall-clock window)
-        end = time.monotonic_ns()
+        out, start, end, cpu_ns = self._timed_forward(
+            x, h.pos, h.step, self.trees.pop(h.step, None), batch
+        )
         frames, encode_ns, verify_ms, draft_ms = self._outputs(h, x, out)
         codec_ns += encode_ns
         nbytes = 0

@@ -286,7 +286,8 @@ def stations(scenario, parts: dict, alone: dict, blocks: dict | None = None) -> 
     prompt = np.asarray(wl.prompt_tokens)
     pre_sizes = prefill_sizes(scenario, b * prompt)
     fwd_sizes = forward_sizes(parts)
-    pre_bytes = hop_bytes(pre_sizes, 0)
+    # (a one-stage ring has no forward hop: its per-hop sizes are an empty tuple)
+    pre_bytes = 0.0 if isinstance(pre_sizes, tuple) and not pre_sizes else hop_bytes(pre_sizes, 0)
     extra = (
         ()
         if blocks is None

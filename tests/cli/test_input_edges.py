@@ -73,6 +73,16 @@ def test_empty_scenario_file_exit_2(run_cli, tmp_path):
     assert load_scenario(explicit).stages == 10  # {} asks for the defaults
 
 
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_a_sweep_file_given_as_a_scenario_names_wansim_sweep(run_cli, command, tmp_path):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"base": str(REFERENCE), "grid": {"speculation.k": [3]}}))
+    code, _, err = run_cli(command, sweep)
+    assert err.startswith("error: base: a sweep file") and "wansim sweep" in one_line_error(
+        code, err
+    )
+
+
 def test_extends_resolves_against_the_file_that_says_it(tmp_path, monkeypatch):
     """base.yaml in a/ names its profile relative to a/; child.yaml in b/ extends ../a/base.yaml;
     run from a third folder: both the base and the base's profile are found."""

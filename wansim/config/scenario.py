@@ -305,6 +305,12 @@ def load_scenario(
         raw = to_plain(data)
     if not isinstance(raw, Mapping):
         raise ScenarioError("scenario", "must be a mapping", raw)
+    if "base" in raw and ("grid" in raw or "zip" in raw):
+        raise ScenarioError(
+            "base",
+            "a sweep file (base + grid), not a scenario: run it with `wansim sweep FILE`",
+            raw["base"],
+        )
     raw = apply_overrides(raw, overrides or (), in_place=data is not None)  # to_plain(data) copied
     for key, resolve in RAW_RESOLVERS.items():  # e.g. a deployment (``nodes``): wansim.deploy
         if key in raw:

@@ -406,3 +406,36 @@ def test_index_error_one_stage_ring_with_extra_tensors_and_several_requests(extr
         ]
     )
     assert result.metrics["tokens_per_s"] == pytest.approx(des, rel=0.10)
+
+
+def test_overflow_error_a_lap_grid_finer_than_its_values_resolution():
+    """Fuzz seed 4546, case 13571: a stage at 1e-9 GB/s makes the lap ~1e13 ms, where its
+    grid's spacing (a lossy 1 ms hop's) is below the float resolution: values[1] - values[0]
+    was 0 and the waits' grid size infinite (OverflowError). Now such a grid is one atom at
+    its mean, and the answer is finite (the DES: 1.9e-10 tokens/s; the analytical 1.5e-10,
+    validated: false)."""
+    from wansim.analytical.distribution import with_waits
+
+    values = 8.2e12 + np.arange(4) * 1e-5  # spacing below the resolution: all equal
+    pmf = np.full(4, 0.25)
+    assert values[1] == values[0]
+    out_values, out_pmf = with_waits(values, pmf, [(0.5, 0.0, 2.0)])
+    assert np.all(np.isfinite(out_values)) and out_pmf.sum() == pytest.approx(1.0)
+    assert np.dot(out_values, out_pmf) == pytest.approx(8.2e12 + 0.5, rel=1e-12)
+    data = with_(
+        SMALL,
+        stages=3,
+        model={
+            "hidden_size": 1024,
+            "stage_compute": [
+                {"kind": "roofline"},
+                {"kind": "roofline", "mem_bandwidth_gbs": 1e-9},
+                {"kind": "roofline"},
+            ],
+        },
+        network={"latency_ms": 5, "loss_rate": 0.02},
+        workload={"requests": 3, "concurrency": 2, "prompt_tokens": 1, "output_tokens": 24},
+    )
+    result = analyze(load_scenario(data=data))
+    finite_metrics(result)
+    assert 0 < result.metrics["tokens_per_s"] < 1e-6

@@ -235,6 +235,9 @@ def with_waits(values: np.ndarray, pmf: np.ndarray, waits, shift_ms: float = 0.0
     if not waits:
         return values, pmf
     extra = sum(hi for _, _, hi in waits)
+    if len(values) > 1 and not values[1] - values[0] > 0:  # a spacing below the values' float
+        mass = float(pmf.sum())  # resolution (laps of ~1e13 ms): X is one atom at its mean
+        values, pmf = np.array([float(np.dot(values, pmf)) / mass]), np.array([mass])
     if len(values) == 1:
         dt = max(extra / 4096, 1e-9)
     else:

@@ -306,3 +306,31 @@ def test_metrics_json_of_an_edge_run_is_strict(run_cli, tmp_path):
     assert code == 0, err
     strict_loads((tmp_path / "o" / "metrics.json").read_text())
     assert json.loads((tmp_path / "o" / "metrics.json").read_text())["engine"] == "analytical"
+
+
+LONG_NAME = "x" * 10_000  # past the file system's 255-byte name: Python 3.11 raises on lookup
+
+FILE_FIELDS = {
+    "network.trace_file": {"network": {"trace_file": LONG_NAME}},
+    "drafter.acceptance.activation_quality": {
+        "drafter": {"acceptance": {"alpha": 0.7, "activation_quality": LONG_NAME}}
+    },
+    "drafter.acceptance.profile": {"drafter": {"acceptance": {"profile": LONG_NAME}}},
+    "network.jitter.samples_file": {
+        "network": {"jitter": {"kind": "empirical", "samples_file": LONG_NAME}}
+    },
+    "model.compute.from": {"model": {"compute": {"kind": "table", "from": LONG_NAME}}},
+    "extends": {"extends": LONG_NAME},
+}
+
+
+@pytest.mark.parametrize("field", list(FILE_FIELDS))
+def test_a_file_name_too_long_to_look_up_is_a_missing_file(run_cli, tmp_path, field):
+    """Fuzz seed 4546 (cases 2309, 16613): a 10,000-character file name made ``Path.is_file``
+    raise OSError (ENAMETOOLONG) while the scenario's files were looked up; the CLI printed
+    the whole path (10,053 characters). Now it is a file not found, named by its field."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(FILE_FIELDS[field]))
+    code, _, err = run_cli("validate", scenario)
+    text = one_line_error(code, err)
+    assert len(text) < 400 and field in text and "not found" in text, text

@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
-from wansim.data import on_disk_or_shipped
+from wansim.data import exists, is_file, on_disk_or_shipped
 from wansim.errors import ProfileError, WansimInputError
 
 FORMAT = "wansim-activation-quality/1"
@@ -153,7 +153,7 @@ def table_from_mapping(raw, where: str) -> QualityTable:
 def load_table(path: str | os.PathLike) -> QualityTable:
     """Read and validate a table file (a shipped ``traces/reference/...`` name works)."""
     p = on_disk_or_shipped(path)
-    if not p.is_file():
+    if not is_file(p):
         raise ProfileError("activation_quality", "file not found", str(path))
     return _load_cached(str(p.resolve()), p.stat().st_mtime_ns)
 
@@ -174,7 +174,7 @@ def table_ref(value, base_dir: Path, where: str) -> QualityTable:
     if isinstance(value, str):
         p = Path(value)
         found = p if p.is_absolute() else base_dir / p
-        return load_table(found if found.exists() else value)
+        return load_table(found if exists(found) else value)
     return table_from_mapping(value, where)
 
 

@@ -29,6 +29,7 @@ import pandas as pd
 
 from wansim.acceptance.profile import Profile, ProfileHeader, WorkloadProfile
 from wansim.acceptance.trace import fit_profile
+from wansim.data import is_file
 from wansim.errors import ProfileError
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfINFaN]+)")
@@ -110,7 +111,7 @@ def trace_from_sglang(path: str | os.PathLike, k: int, workload: str = "default"
     """Per-step trace from SGLang accept lengths (JSON lines, see module docstring)."""
     rows = []
     p = Path(path)
-    if not p.is_file():
+    if not is_file(p):
         raise ProfileError("sglang accept lengths", "file not found", str(path))
     for lineno, line in enumerate(p.read_text().splitlines(), 1):
         if not line.strip():

@@ -52,7 +52,7 @@ import yaml
 from wansim.acceptance.activation_quality import QualityTable, table_ref
 from wansim.config.speculation import VERIFIERS
 from wansim.config.validation import parse, spec
-from wansim.data import on_disk_or_shipped
+from wansim.data import is_file, on_disk_or_shipped
 from wansim.errors import ProfileError, ScenarioError, WansimInputError
 
 FORMAT = "wansim-profile/1"
@@ -205,7 +205,7 @@ def load_profile(path: str | os.PathLike) -> Profile:
     """Read and validate a profile file (cached by path and modification time); a missing
     relative path naming a shipped profile (``traces/reference/...``) reads that one."""
     p = on_disk_or_shipped(path)
-    if not p.is_file():
+    if not is_file(p):
         raise ProfileError("profile", "file not found", str(path))
     return _load_cached(str(p.resolve()), p.stat().st_mtime_ns)
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from wansim.acceptance.profile import Profile, ProfileHeader, WorkloadProfile
+from wansim.data import is_file
 from wansim.errors import ProfileError
 
 COLUMNS = ("workload", "prompt_id", "step", "k", "accepted")
@@ -48,7 +49,7 @@ def write_trace(frame: pd.DataFrame, path: str | os.PathLike, meta: dict | None 
 def read_trace(path: str | os.PathLike) -> tuple[pd.DataFrame, dict]:
     """(frame, metadata). Errors name the file, the column and the problem."""
     p = Path(path)
-    if not p.is_file():
+    if not is_file(p):
         raise ProfileError("trace", "file not found", str(path))
     meta: dict[str, str] = {}
     body = []

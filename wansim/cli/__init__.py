@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if err.filename is None:
             raise
         why = (err.strerror or type(err).__name__).lower()
-        print(f"error: {err.filename}: {why}", file=sys.stderr)
+        print(f"error: {WansimInputError(str(err.filename), why)}", file=sys.stderr)  # (one line)
         return 2
 
 

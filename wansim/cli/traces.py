@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from wansim.data import is_file
 from wansim.errors import WansimInputError
 
 
@@ -74,7 +75,7 @@ def cmd_traces_import(args: argparse.Namespace) -> int:
 
     if args.source == "vllm":
         path = Path(args.file)
-        if not path.is_file():
+        if not is_file(path):
             raise WansimInputError("FILE", "file not found", args.file)
         profile = importers.profile_from_vllm(
             path.read_text(), workload=args.workload, model=args.model, where=args.file

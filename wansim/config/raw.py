@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from wansim.config.user_yaml import read_yaml_file
-from wansim.data import on_disk_or_shipped, shipped
+from wansim.data import exists, is_file, on_disk_or_shipped, shipped
 from wansim.errors import ScenarioError, WansimInputError
 
 ACCEPTANCE_SOURCES = ("profile", "alpha", "per_position")
@@ -71,7 +71,7 @@ def anchor_files(raw: dict, folder: Path) -> dict:
         value = mapping.get(key) if isinstance(mapping, dict) else None
         if isinstance(value, str) and value and not Path(value).is_absolute():
             candidate = folder / value
-            if candidate.is_file():
+            if is_file(candidate):
                 mapping[key] = str(candidate.resolve())
 
     for where, key in _FILE_FIELDS:
@@ -98,7 +98,7 @@ def read_yaml_mapping(path: str | os.PathLike, what: str) -> dict | None:
     depth, alias expansion); None for an empty file (each caller decides what that means).
     A missing relative path that names a shipped file (``scenarios/...``) reads that file."""
     p = on_disk_or_shipped(path)
-    if not p.is_file():
+    if not is_file(p):
         raise WansimInputError(what, "file not found", str(path))
     raw = read_yaml_file(p, what)
     if raw is not None and not isinstance(raw, dict):
@@ -183,10 +183,10 @@ def get_dotted(obj: Any, dotted: str) -> Any:
 def resolve_file(value: str, base_dir: Path, *, search_cwd: bool = True) -> Path | None:
     p = Path(value)
     if p.is_absolute():
-        return p if p.exists() else None
+        return p if exists(p) else None
     candidates = [base_dir / p] + ([Path.cwd() / p] if search_cwd else [])
     candidates += [d / p for d in base_dir.parents]
     for c in candidates:
-        if c.exists():
+        if exists(c):
             return c.resolve()
     return shipped(p)  # a shipped name (traces/reference/..., scenarios/...) from anywhere

@@ -38,7 +38,7 @@ from wansim.config.schedule import CANCEL_ON_DIVERGENCE, FLUSH_ON_FULL_ACCEPTANC
 from wansim.config.speculation import Speculation
 from wansim.config.validation import parse, spec
 from wansim.config.workload import Workload
-from wansim.data import on_disk_or_shipped
+from wansim.data import is_dir, on_disk_or_shipped
 from wansim.errors import ScenarioError, WansimInputError
 
 
@@ -521,7 +521,7 @@ def _apply_compute_bundle(raw: dict, base_dir: Path) -> dict:
     if not isinstance(comp["from"], str):
         raise ScenarioError(where, "must be a profile bundle directory", comp["from"])
     found = resolve_file(comp["from"], base_dir)
-    if found is None or not found.is_dir():
+    if found is None or not is_dir(found):
         raise ScenarioError(where, "profile bundle directory not found", comp["from"])
     stages = raw.get("stages", 10)
     payload = raw.get("payload")

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from wansim.data import is_file
 from wansim.errors import WansimInputError
 
 MAX_DEPTH = 32
@@ -103,7 +104,7 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
     """The parsed content of a YAML file; every failure is one :class:`WansimInputError`
     naming ``what`` with the file as its value."""
     p = Path(path)
-    if not p.is_file():
+    if not is_file(p):
         raise WansimInputError(what, "file not found", str(path))
     if p.stat().st_size > MAX_FILE_BYTES:
         raise WansimInputError(what, f"file larger than {MAX_FILE_BYTES >> 20} MiB", str(path))

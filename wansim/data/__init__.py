@@ -26,15 +26,44 @@ def shipped(relative: str | os.PathLike) -> Path | None:
     parts = [p for p in Path(relative).parts if p not in (".", "")]
     if not parts or ".." in parts or Path(relative).is_absolute():
         return None
-    node = resources.files(__name__).joinpath(*parts)
-    return Path(str(node)) if node.is_file() else None
+    node = Path(str(resources.files(__name__).joinpath(*parts)))
+    try:
+        return node if node.is_file() else None
+    except OSError:  # e.g. a name too long for the file system: no such file
+        return None
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists; False where the file system cannot even look it up (a name
+    too long, on Python 3.11, raises from ``Path.exists``): an input file is then reported
+    missing with its field, as any other."""
+    try:
+        return Path(path).exists()
+    except OSError:
+        return False
+
+
+def is_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a file (False where it cannot be looked up, as :func:`exists`)."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
+
+
+def is_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder (False where it cannot be looked up, as :func:`exists`)."""
+    try:
+        return Path(path).is_dir()
+    except OSError:
+        return False
 
 
 def on_disk_or_shipped(path: str | os.PathLike) -> Path:
     """``path`` if it exists, else the shipped file of that relative name, else ``path`` (the
     caller reports it missing)."""
     p = Path(path)
-    if p.exists():
+    if exists(p):
         return p
     return shipped(p) or p
 

@@ -29,6 +29,7 @@ from wansim.catalog.models import MODELS, model_preset, with_overrides
 from wansim.config.overrides import apply_overrides
 from wansim.config.raw import read_yaml_mapping
 from wansim.config.scenario import load_scenario
+from wansim.data import exists
 from wansim.deploy import geography
 from wansim.deploy.partition import Node
 from wansim.deploy.stages import Precision
@@ -110,7 +111,7 @@ def deployment_from_raw(raw: dict, base_dir: Path, default_name: str = "deployme
     pings = None
     if raw.get("ping_file") is not None:
         found = base_dir / raw["ping_file"]
-        pings = geography.read_ping_csv(found if found.exists() else raw["ping_file"], names)
+        pings = geography.read_ping_csv(found if exists(found) else raw["ping_file"], names)
     rtt, how = geography.rtt_matrix_ms(
         [{"name": n.name, "region": n.region, "coords": n.coords} for n in nodes], pings
     )

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wansim.data import is_file
 from wansim.errors import WansimInputError
 
 FIBRE_KM_PER_MS = 299_792.458 / 1000 * 2 / 3
@@ -147,7 +148,7 @@ def estimated_rtt_ms(a: tuple[float, float], b: tuple[float, float]) -> float:
 def read_ping_csv(path: str | Path, node_names: list[str]) -> dict[tuple[str, str], float]:
     """``node_a,node_b,rtt_ms`` rows (a header line is allowed) -> symmetric RTT map."""
     p = Path(path)
-    if not p.is_file():
+    if not is_file(p):
         raise WansimInputError("ping_file", "file not found", str(path))
     out: dict[tuple[str, str], float] = {}
     for i, row in enumerate(csv.reader(p.read_text().splitlines())):

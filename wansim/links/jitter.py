@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wansim.data import is_file
 from wansim.errors import ScenarioError
 
 
@@ -171,7 +172,7 @@ def read_samples(path: str | Path | None, where: str = "network.jitter.samples_f
     from wansim.config.validation import MAX_MAGNITUDE
 
     p = Path(str(path))
-    if not p.is_file():
+    if not is_file(p):
         raise ScenarioError(where, "file not found", str(path))
     out = []
     for i, line in enumerate(read_text(p, where).splitlines(), 1):

@@ -22,6 +22,8 @@ import functools
 import itertools
 from pathlib import Path
 
+from wansim.data import is_file
+
 HEADER = ("t_ms", "latency_factor", "bandwidth_factor")
 MAX_TRACE_ROWS = 1_000_000
 
@@ -35,7 +37,7 @@ def read_trace(path: str, where: str = "network.trace_file") -> tuple[tuple[floa
     from wansim.errors import ScenarioError
 
     p = Path(path)
-    if not p.is_file():
+    if not is_file(p):
         raise ScenarioError(where, "file not found", path)
     rows: list[tuple[float, float, float]] = []
     header = None

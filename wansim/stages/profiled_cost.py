@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from wansim.data import is_file
 from wansim.errors import WansimInputError
 
 CODEC_OPS = {"first": 1, "middle": 2, "last": 1}
@@ -60,7 +61,7 @@ def tables_from_bundle(bundle_dir: Path, stages: int, bits: int, where: str) -> 
     """One ``table`` compute model per stage: verify passes of n = 1 .. max_k + 1 tokens and
     the prefill at the bundle's prompt length (ms never below 0)."""
     path = Path(bundle_dir) / "bundle.yaml"
-    if not path.is_file():
+    if not is_file(path):
         raise WansimInputError(
             where, "must be a profile bundle directory holding bundle.yaml", str(bundle_dir)
         )

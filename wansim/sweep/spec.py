@@ -37,6 +37,7 @@ import numpy as np
 from wansim.config.overrides import PER_STAGE_PATHS, apply_overrides, has_per_stage_lists
 from wansim.config.raw import resolve_file, split_path
 from wansim.config.scenario import Scenario, load_scenario, read_scenario_raw
+from wansim.data import is_file
 from wansim.errors import _UNSET, WansimInputError
 
 ENGINES = ("des", "analytical")
@@ -143,7 +144,7 @@ def parse_sweep(raw: Mapping, base_dir: Path, path: Path | None = None) -> Sweep
     if not isinstance(base, str):
         raise SweepError("base", "must be a path to a scenario file", base)
     base_path = resolve_file(base, base_dir)
-    if base_path is None or not base_path.is_file():
+    if base_path is None or not is_file(base_path):
         raise SweepError("base", "file not found", base)
     engine = raw.get("engine", "des")
     if engine not in ENGINES:

@@ -439,3 +439,15 @@ def test_overflow_error_a_lap_grid_finer_than_its_values_resolution():
     result = analyze(load_scenario(data=data))
     finite_metrics(result)
     assert 0 < result.metrics["tokens_per_s"] < 1e-6
+
+
+def test_type_error_a_stage_inherits_a_compute_that_is_not_a_mapping():
+    """Fuzz seed 4548 case 6356: ``--set model.compute=1e12 --set
+    model.stage_compute[5].points=.nan`` built the stages' entries from model.compute with
+    ``**`` (TypeError: 'float' object is not a mapping). Now one line names model.compute."""
+    with pytest.raises(ScenarioError) as excinfo:
+        load_scenario(
+            data={"stages": 6},
+            overrides=["model.compute=1e12", "model.stage_compute[5].points=.nan"],
+        )
+    one_line_error(excinfo, "model.compute", "is not a mapping")

@@ -82,11 +82,18 @@ def apply_overrides(
 # the per-stage lists: (path, what an entry inheriting everything looks like)
 _PER_STAGE = (
     (("network", "hops"), lambda raw: {}),
-    (
-        ("model", "stage_compute"),
-        lambda raw: {"kind": "linear", **(copy.deepcopy(nested(raw, "model", "compute")) or {})},
-    ),
+    (("model", "stage_compute"), lambda raw: {"kind": "linear", **_model_compute(raw)}),
 )
+
+
+def _model_compute(raw: dict) -> dict:
+    """A copy of ``model.compute`` for a stage's entry to inherit (one line if not a mapping)."""
+    compute = nested(raw, "model", "compute")
+    if compute is not None and not isinstance(compute, Mapping):
+        raise ScenarioError("model.compute", "is not a mapping (a compute model)", compute)
+    return copy.deepcopy(compute) or {}
+
+
 PER_STAGE_PATHS = ("network.hops", "model.stage_compute")
 HOP_GLOBALS = ("latency_ms", "bandwidth_mbps", "jitter", "loss_rate")
 

@@ -334,3 +334,31 @@ def test_a_file_name_too_long_to_look_up_is_a_missing_file(run_cli, tmp_path, fi
     code, _, err = run_cli("validate", scenario)
     text = one_line_error(code, err)
     assert len(text) < 400 and field in text and "not found" in text, text
+
+
+UNREADABLE = "/proc/self/mem"  # a file that exists and whose read fails (EIO at offset 0)
+
+
+@pytest.mark.skipif(not os.path.exists(UNREADABLE), reason="needs Linux's /proc")
+@pytest.mark.parametrize(
+    "named, data",
+    [
+        ("network.trace_file", {"network": {"trace_file": UNREADABLE}}),
+        # (a profile's own errors name the profile file: "profile: ...")
+        ("profile", {"drafter": {"acceptance": {"profile": UNREADABLE}}}),
+        (
+            "network.jitter.samples_file",
+            {"network": {"jitter": {"kind": "empirical", "samples_file": UNREADABLE}}},
+        ),
+    ],
+)
+def test_a_file_that_cannot_be_read_is_one_line_naming_its_field(run_cli, tmp_path, named, data):
+    """Fuzz seed 4548 case 3029: reading /proc/self/mem raised OSError (EIO) out of the
+    loader. Every user file is read by one reader (``user_yaml.read_text``), which names the
+    field and why."""
+    with pytest.raises(WansimInputError, match=f"^{named}: cannot be read"):
+        load_scenario(data=data)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    code, _, err = run_cli("validate", scenario)
+    assert f"{named}: cannot be read" in one_line_error(code, err)

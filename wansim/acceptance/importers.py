@@ -29,6 +29,7 @@ import pandas as pd
 
 from wansim.acceptance.profile import Profile, ProfileHeader, WorkloadProfile
 from wansim.acceptance.trace import fit_profile
+from wansim.config.user_yaml import read_text
 from wansim.data import is_file
 from wansim.errors import ProfileError
 
@@ -113,7 +114,7 @@ def trace_from_sglang(path: str | os.PathLike, k: int, workload: str = "default"
     p = Path(path)
     if not is_file(p):
         raise ProfileError("sglang accept lengths", "file not found", str(path))
-    for lineno, line in enumerate(p.read_text().splitlines(), 1):
+    for lineno, line in enumerate(read_text(p, "sglang accept lengths").splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"

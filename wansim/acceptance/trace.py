@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from wansim.acceptance.profile import Profile, ProfileHeader, WorkloadProfile
+from wansim.config.user_yaml import read_text
 from wansim.data import is_file
 from wansim.errors import ProfileError
 
@@ -53,7 +54,7 @@ def read_trace(path: str | os.PathLike) -> tuple[pd.DataFrame, dict]:
         raise ProfileError("trace", "file not found", str(path))
     meta: dict[str, str] = {}
     body = []
-    for line in p.read_text().splitlines():
+    for line in read_text(p, "trace").splitlines():
         if line.startswith("#"):
             key, _, value = line[1:].partition(":")
             meta[key.strip()] = value.strip()

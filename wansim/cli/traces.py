@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from wansim.config.user_yaml import read_text
 from wansim.data import is_file
 from wansim.errors import WansimInputError
 
@@ -78,7 +79,7 @@ def cmd_traces_import(args: argparse.Namespace) -> int:
         if not is_file(path):
             raise WansimInputError("FILE", "file not found", args.file)
         profile = importers.profile_from_vllm(
-            path.read_text(), workload=args.workload, model=args.model, where=args.file
+            read_text(path, "FILE"), workload=args.workload, model=args.model, where=args.file
         )
     else:
         if args.k is None:

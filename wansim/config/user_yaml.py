@@ -106,14 +106,27 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
     p = Path(path)
     if not is_file(p):
         raise WansimInputError(what, "file not found", str(path))
-    if p.stat().st_size > MAX_FILE_BYTES:
+    if _size(p) > MAX_FILE_BYTES:
         raise WansimInputError(what, f"file larger than {MAX_FILE_BYTES >> 20} MiB", str(path))
     return load_yaml_text(read_text(p, what), what, str(path))
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # (read_text names why it cannot be read)
+        return 0
+
+
 def read_text(path: Path, what: str) -> str:
-    """A file's text as UTF-8 (a leading byte-order mark dropped)."""
-    data = path.read_bytes()
+    """A user's file's text as UTF-8 (a leading byte-order mark dropped); a file that cannot be
+    read (a device, no permission, an I/O error) or is not UTF-8 is one
+    :class:`WansimInputError` naming ``what`` with the file as its value."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        why = (exc.strerror or type(exc).__name__).lower()
+        raise WansimInputError(what, f"cannot be read ({why})", str(path)) from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wansim.config.user_yaml import read_text
 from wansim.data import is_file
 from wansim.errors import WansimInputError
 
@@ -151,7 +152,7 @@ def read_ping_csv(path: str | Path, node_names: list[str]) -> dict[tuple[str, st
     if not is_file(p):
         raise WansimInputError("ping_file", "file not found", str(path))
     out: dict[tuple[str, str], float] = {}
-    for i, row in enumerate(csv.reader(p.read_text().splitlines())):
+    for i, row in enumerate(csv.reader(read_text(p, "ping_file").splitlines())):
         if not row or row[0].startswith("#") or (i == 0 and row[-1].strip() == "rtt_ms"):
             continue
         if len(row) != 3:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from wansim.config.user_yaml import read_text
 from wansim.data import is_file
 from wansim.errors import WansimInputError
 
@@ -66,7 +67,7 @@ def tables_from_bundle(bundle_dir: Path, stages: int, bits: int, where: str) -> 
             where, "must be a profile bundle directory holding bundle.yaml", str(bundle_dir)
         )
     try:
-        man = yaml.safe_load(path.read_text())
+        man = yaml.safe_load(read_text(path, where))
         if man.get("format") != BUNDLE_FORMAT or man.get("version") != BUNDLE_VERSION:
             raise WansimInputError(
                 where, f"is not a {BUNDLE_FORMAT} version {BUNDLE_VERSION}", str(bundle_dir)

@@ -11,6 +11,10 @@ _UNSET = object()
 
 MAX_VALUE_CHARS = 80
 MAX_PATH_CHARS = 120
+MIN_PATH_CHARS = 40
+# a whole error line, the CLI's "error: " included, within 400 characters where a long path
+# can give way (WansimInputError)
+MAX_ERROR_CHARS = 400 - len("error: ")
 
 
 def format_value(value: object, _depth: int = 0) -> str:
@@ -59,14 +63,17 @@ class WansimInputError(ValueError):
         self.path = path
         self.problem = problem
         self.value = value
+        got = f", got {format_value(value)}" if value is not _UNSET else ""
+        # a long path gives way first (both ends kept: the file and the field inside it), so
+        # that the line fits where it can; what is allowed (the problem) is never cut
+        room = max(MIN_PATH_CHARS, MAX_ERROR_CHARS - len(problem) - len(got) - 2)
         shown = _one_line(path)
-        if len(shown) > MAX_PATH_CHARS:  # keep both ends: the file and the field inside it
-            head = MAX_PATH_CHARS // 3
-            shown = shown[:head] + "..." + shown[len(shown) - (MAX_PATH_CHARS - head - 3) :]
+        cap = min(MAX_PATH_CHARS, room)
+        if len(shown) > cap:
+            head = cap // 3
+            shown = shown[:head] + "..." + shown[len(shown) - (cap - head - 3) :]
         text = f"{shown}: {problem}" if path else problem
-        if value is not _UNSET:
-            text += f", got {format_value(value)}"
-        super().__init__(text)
+        super().__init__(text + got)
 
 
 class ScenarioError(WansimInputError):

@@ -451,3 +451,20 @@ def test_type_error_a_stage_inherits_a_compute_that_is_not_a_mapping():
             overrides=["model.compute=1e12", "model.stage_compute[5].points=.nan"],
         )
     one_line_error(excinfo, "model.compute", "is not a mapping")
+
+
+def test_a_long_problem_is_cut_to_fit_one_error_line(run_cli, tmp_path):
+    """Fuzz seed 4553 case 18785: a 10,000-character unknown key in an ``moe`` compute model:
+    the path (capped at 120) and the value (capped at 80) fit, but the list of the allowed keys
+    made the line 418 characters. Now a long path gives way first (both its ends kept), so the
+    CLI's line is at most 400 characters and the whole list stays."""
+    data = {"model": {"compute": {"kind": "moe", "x" * 10_000: "y" * 10_000}}}
+    with pytest.raises(ScenarioError) as excinfo:
+        load_scenario(data=data)
+    text = str(excinfo.value)
+    assert text.startswith("model.compute.xxx") and "unknown key (allowed: kind, " in text
+    assert "peak_tflops, overhead_ms), got 'yyy" in text
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    code, _, err = run_cli("validate", scenario)
+    assert code == 2 and err.count("\n") == 1 and len(err.rstrip("\n")) <= 400, err

@@ -468,3 +468,51 @@ def test_a_long_problem_is_cut_to_fit_one_error_line(run_cli, tmp_path):
     scenario.write_text(yaml.safe_dump(data))
     code, _, err = run_cli("validate", scenario)
     assert code == 2 and err.count("\n") == 1 and len(err.rstrip("\n")) <= 400, err
+
+
+def test_value_error_negative_delay_a_drift_factor_near_zero_under_jitter():
+    """Fuzz seed 4555 case 1858: a drift's latency factor of 1e-9 on a 0.5 ms hop with normal
+    jitter: a draw clamped at max(0, L + J) = 0 then got L * (factor - 1) ~ -0.5 ms added, a
+    delivery before its send (the DES's kernel: negative delay). The drifted propagation is now
+    never below 0, in the rule the DES and the emulator share."""
+    from wansim.config.network import Drift
+    from wansim.links.delivery import HopSender
+
+    data = with_(
+        SMALL,
+        network={
+            "latency_ms": 0.5,
+            "jitter": {"kind": "normal", "std_ms": 3.0},
+            "drift": {"latency_factor": 1e-9},
+        },
+        workload={"requests": 6, "concurrency": 3, "prompt_tokens": 16, "output_tokens": 21},
+    )
+    finite_metrics(simulate(load_scenario(data=data)))
+    drift = Drift(latency_factor=1e-9, over_ms=1.0)  # the factor reached after 1 ms
+    sender = HopSender(1000.0, 0.0, 0.0, 200.0, 0.5, drift=drift)
+    start, free, delivery = sender.send(10.0, 1000.0, 0, 0.0)  # a draw clamped at 0
+    assert delivery == free > start == 10.0
+
+
+def test_value_error_brentq_a_batch_whose_quantile_bounds_coincide():
+    """Fuzz seed 4555 case 6251: a 10-million-token prompt in continuous batching: the
+    per-request time is an atom of 4.5e7 ms with sd 0, so 12 sd either side rounds to the atom
+    itself and the quantile's bracket had no sign change (brentq: ValueError). Now such a
+    bracket's quantile is its bound: the atom."""
+    from wansim.analytical.serving import sum_quantiles
+
+    one = np.array([1.0])
+    q = sum_quantiles(np.array([4.48e7]), one, one, np.array([119.5]), np.array([0.0]), [0.5, 0.99])
+    assert list(q) == [4.48e7 + 119.5] * 2
+    data = with_(
+        SMALL,
+        stages=3,
+        schedule={"batching": "continuous"},
+        workload={
+            "requests": 1,
+            "concurrency": 2,
+            "prompt_tokens": 10_000_000,
+            "output_tokens": 16,
+        },
+    )
+    finite_metrics(analyze(load_scenario(data=data)))

@@ -99,7 +99,17 @@ def sum_quantiles(atoms, mass, w, mean, sd, qs) -> np.ndarray:
 
     lo = float((loc - 12 * sd).min())
     hi = float((loc + 12 * sd).max())
-    return np.array([brentq(lambda x, q=q: cdf(x) - q, lo, hi, xtol=1e-9) for q in qs])
+
+    def quantile(q: float) -> float:
+        # 12 sd below the float resolution of X (an atom of ~1e7 ms, sd ~0): the bounds
+        # coincide and bracket no sign change; the quantile is then the bound itself
+        if cdf(lo) >= q:
+            return lo
+        if cdf(hi) <= q:
+            return hi
+        return brentq(lambda x: cdf(x) - q, lo, hi, xtol=1e-9)
+
+    return np.array([quantile(q) for q in qs])
 
 
 def serving_metrics(scenario, means: dict) -> dict[str, float]:

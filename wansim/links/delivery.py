@@ -129,7 +129,8 @@ class HopSender:
     ) -> tuple[float, float, float]:
         """(start, free, delivery) of a message offered at ``offer_ms`` with ``losses`` lost
         transmissions and propagation max(0, L + J) = ``propagation`` (ms). A drift or trace
-        adds L * (latency factor - 1) to it and scales the bandwidth, at the message's start
+        adds L * (latency factor - 1) to it (never below 0) and scales the bandwidth, at the
+        message's start
         (the TCP window keeps the bandwidth it was built with: with tcp they change latency)."""
         start = self.free_ms if self.free_ms > offer_ms else offer_ms
         cache = self._lossless_busy
@@ -163,7 +164,8 @@ class HopSender:
         bandwidth = self.bandwidth_mbps
         if self.drift is not None:  # the hop as it is when the message starts
             lat_f, bw_f = self.drift.at(start)
-            propagation += self.latency_ms * (lat_f - 1.0)
+            # (never below 0: a factor near 0 on a hop whose jitter draw clamped at 0)
+            propagation = max(propagation + self.latency_ms * (lat_f - 1.0), 0.0)
             bandwidth *= bw_f
         if self.tcp is None:
             busy = busy_ms(n_bytes, bandwidth, per_message, self.codec_ms_per_mb, losses)

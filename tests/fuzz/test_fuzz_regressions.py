@@ -8,6 +8,7 @@ result computed with bounded work.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -516,3 +517,22 @@ def test_value_error_brentq_a_batch_whose_quantile_bounds_coincide():
         },
     )
     finite_metrics(analyze(load_scenario(data=data)))
+
+
+@pytest.mark.parametrize(
+    "data, shown",
+    [
+        ({" ": 1}, "' '"),
+        ({"network": {"": 2}}, "network.''"),
+        ({"network": {" x": 2}}, "network.' x'"),
+    ],
+)
+def test_a_blank_or_padded_unknown_key_is_quoted(run_cli, tmp_path, data, shown):
+    """Fuzz seed 4560 (CLI cases 509, 521): a key ' ' made the line 'error:  : unknown key',
+    whose field is invisible. Such a key is now shown quoted."""
+    with pytest.raises(ScenarioError, match=f"^{re.escape(shown)}: unknown key"):
+        load_scenario(data=data)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    code, _, err = run_cli("validate", scenario)
+    assert code == 2 and err.startswith(f"error: {shown}: unknown key") and err.count("\n") == 1

@@ -130,7 +130,8 @@ def _parse(cls: type, raw: Any, path: str, base: Any) -> Any:
     fields, names = _fields(cls)
     for key in raw:
         if key not in names:
-            where = f"{path}.{key}" if path else str(key)
+            shown = key if isinstance(key, str) and key.strip() == key != "" else repr(key)
+            where = f"{path}.{shown}" if path else shown  # (a blank or padded key: quoted)
             allowed = ", ".join(f.name for f in fields)
             raise ScenarioError(where, f"unknown key (allowed: {allowed})", raw[key])
     hints = _hints(cls)

@@ -536,3 +536,28 @@ def test_a_blank_or_padded_unknown_key_is_quoted(run_cli, tmp_path, data, shown)
     scenario.write_text(yaml.safe_dump(data))
     code, _, err = run_cli("validate", scenario)
     assert code == 2 and err.startswith(f"error: {shown}: unknown key") and err.count("\n") == 1
+
+
+def test_value_error_a_shifted_mixture_on_a_grid_finer_than_its_values_resolution():
+    """Fuzz seeds 4563-4565 (cases 19981, 7187, 14326): the same unresolved lap grid as case
+    13571 of seed 4546, met by the shifted mixture (a batch's convoy shifts) instead of the
+    waits: dt 0 made its grid size NaN or infinite. Both now take X as one atom at its mean
+    (``one_atom_if_unresolved``)."""
+    from wansim.analytical.distribution import one_atom_if_unresolved, shifted_mixture
+
+    values = 8.2e12 + np.arange(4) * 1e-5
+    pmf = np.full(4, 0.25)
+    atom_values, atom_pmf = one_atom_if_unresolved(values, pmf)
+    assert len(atom_values) == 1 and atom_pmf.sum() == pytest.approx(1.0)
+    out_values, out_pmf = shifted_mixture(values, pmf, [4.0], [0.25])
+    assert np.all(np.isfinite(out_values)) and out_pmf.sum() == pytest.approx(1.0)
+    assert np.dot(out_values, out_pmf) == pytest.approx(8.2e12 + 1.0, rel=1e-12)
+    data = with_(
+        SMALL,
+        stages=1,
+        model={"hidden_size": 64, "compute": {"kind": "roofline", "mem_bandwidth_gbs": 1e-9}},
+        network={"latency_ms": 0, "jitter": {"kind": "empirical", "samples_ms": [0, 1.5, 12]}},
+        schedule={"batching": "continuous"},
+        workload={"requests": 6, "concurrency": 2, "prompt_tokens": 16, "output_tokens": 27},
+    )
+    finite_metrics(analyze(load_scenario(data=data)))

@@ -182,6 +182,16 @@ def mixture_normal_quantiles(weights, means, sds, qs) -> np.ndarray:
     )
 
 
+def one_atom_if_unresolved(values: np.ndarray, pmf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """X as one atom at its mean where its uniform grid's spacing is below the float resolution
+    of its values (laps of ~1e13 ms: values[1] - values[0] is 0), on which no grid of shifts or
+    waits can be built; else X as it is."""
+    if len(values) > 1 and not values[1] - values[0] > 0:
+        mass = float(np.sum(pmf))
+        return np.array([float(np.dot(values, pmf)) / mass]), np.array([mass])
+    return values, pmf
+
+
 def shifted_mixture(
     values: np.ndarray, pmf: np.ndarray, shifts_ms, weights
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -193,6 +203,7 @@ def shifted_mixture(
     keep = np.asarray(weights, dtype=float) > NEGLIGIBLE
     shifts_ms = np.asarray(shifts_ms, dtype=float)[keep]
     weights = np.asarray(weights, dtype=float)[keep]
+    values, pmf = one_atom_if_unresolved(np.asarray(values, dtype=float), np.asarray(pmf))
     if len(values) == 1 and not len(shifts_ms):
         return values, pmf
     if len(values) == 1:
@@ -235,9 +246,7 @@ def with_waits(values: np.ndarray, pmf: np.ndarray, waits, shift_ms: float = 0.0
     if not waits:
         return values, pmf
     extra = sum(hi for _, _, hi in waits)
-    if len(values) > 1 and not values[1] - values[0] > 0:  # a spacing below the values' float
-        mass = float(pmf.sum())  # resolution (laps of ~1e13 ms): X is one atom at its mean
-        values, pmf = np.array([float(np.dot(values, pmf)) / mass]), np.array([mass])
+    values, pmf = one_atom_if_unresolved(values, pmf)
     if len(values) == 1:
         dt = max(extra / 4096, 1e-9)
     else:

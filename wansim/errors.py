@@ -75,6 +75,11 @@ class WansimInputError(ValueError):
         text = f"{shown}: {problem}" if path else problem
         super().__init__(text + got)
 
+    def __reduce__(self):
+        """Pickled as its three parts (a process pool's worker sends it to the parent)."""
+        given = () if self.value is _UNSET else (self.value,)
+        return type(self), (self.path, self.problem, *given)
+
 
 class ScenarioError(WansimInputError):
     """A scenario field (or override) is wrong."""

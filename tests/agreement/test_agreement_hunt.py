@@ -256,3 +256,13 @@ def test_reanswer_of_a_missing_or_foreign_table_is_one_line(tmp_path, capsys):
     assert hunt.main(["--reanswer", str(foreign), "--out", str(tmp_path / "o.csv")]) == 2
     err = capsys.readouterr().err.strip()
     assert "lacks the columns refused, des_half_rel" in err and "\n" not in err
+
+
+def test_the_hunt_draws_its_scenarios_from_any_folder(tmp_path, monkeypatch):
+    """Seed 44 sizes a KV capacity from the shipped request trace; the draw read it relative to
+    the working folder, so a hunt started outside the checkout stopped at its first such point
+    (seed 1090 of a hunt run from another folder). It reads the shipped copy now."""
+    monkeypatch.chdir(tmp_path)
+    data = hunt.draw_scenario(44)
+    assert data["workload"]["kv_capacity_tokens"] > 0
+    load_scenario(data=data)

@@ -181,9 +181,10 @@ def _serving(data: dict, seed: int) -> dict:
         elif kind == "lognormal":
             need = wl["lengths"]["max_prompt_tokens"] + wl["lengths"]["max_output_tokens"]
         else:  # the trace's largest prompt + output (every row must fit)
+            from wansim.data import shipped
             from wansim.serving.workload import read_trace
 
-            trace = read_trace(TRACE)
+            trace = read_trace(str(shipped(TRACE)))  # (from any folder: the shipped copy)
             need = int((trace.prompt_tokens + trace.output_tokens).max())
         slots = int(rng.integers(1, wl["concurrency"]))  # fewer than the users
         wl["kv_capacity_tokens"] = int(

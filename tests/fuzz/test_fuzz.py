@@ -17,15 +17,15 @@ case in ``test_fuzz_regressions.py``. Reproduce a case: ``python tests/fuzz/fuzz
 17 INDEX``.
 
 Fresh seeds (2026-12-06, main at 97dd400 and after): seeds 4545-4553, 4555-4559 and
-4561-4566 x 20,000 cases in process, and 3 x 600 CLI cases (seeds 4554, 4560, 4567), found 12
-defects in 10 places, each fixed with a regression case: an IndexError (a one-stage ring with
+4561-4566 x 20,000 cases in process, and 3 x 600 CLI cases (seeds 4554, 4560, 4567), found 11
+defects, each fixed with a regression case: an IndexError (a one-stage ring with
 an extra tensor and several requests), OverflowError/ValueError where a lap of ~1e13 ms has a
 grid finer than its float resolution (the waits' and the shifted mixture's grids), a brentq
 bracket that rounds to one point (a 1e7-token prompt), a negative delay (a drift factor near
 0 under jitter), a TypeError (a stage inheriting a model.compute that is not a mapping),
 OSErrors from a file name too long to look up and from a file that cannot be read
 (/proc/self/mem), and three error lines (a 10,053-character path, 418 characters, a blank
-key). The seeds run after their fixes found nothing more.
+key). Seeds 4550-4552, 4556-4559, 4561, 4562, 4566 and CLI 4554, 4567 found nothing.
 """
 
 from __future__ import annotations

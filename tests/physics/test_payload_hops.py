@@ -149,7 +149,11 @@ def test_micro_batched_ring_sizes_each_message_as_the_des():
     (a sequence's pass: n = 4 tokens): it had sized every hop's message without the extra
     tensors and every record as the bare ``return_bytes`` (no ids, no features)."""
     from wansim import speculation
-    from wansim.analytical.micro_batched import forward_sizes
+    from wansim.analytical.path import per_hop
+    from wansim.analytical.sync import prefill_sizes
+
+    def forward_sizes(sc, tokens, masks):  # as the micro-batched ring sizes a pass
+        return per_hop(prefill_sizes(sc, tokens), lambda n: n + masks)
 
     sc = load_scenario(data=ring(schedule={"batching": "continuous", "micro_batches": 2}))
     assert [float(x) for x in forward_sizes(sc, 4, 0.0)] == [HOP0, HOP1, HOP2]

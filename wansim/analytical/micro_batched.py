@@ -81,10 +81,11 @@ import numpy as np
 
 from wansim import speculation
 from wansim.analytical.concurrent import slowest_excess
-from wansim.analytical.path import hop_bytes, hop_service_ms, ring_sums
+from wansim.analytical.path import hop_bytes, hop_service_ms, per_hop, ring_sums
 from wansim.analytical.resequencing import ring_hol_ms
+from wansim.analytical.sync import prefill_sizes
 from wansim.links.expected_delay import expected_losses, hop_mean, hop_var
-from wansim.links.wire_bytes import forward_bytes, tree_mask_bytes
+from wansim.links.wire_bytes import tree_mask_bytes
 from wansim.serving.micro_batching import active_batches, prefill_chunks, serving_slots
 from wansim.stages.compute import mean_stage_ms, stage_ms_each
 
@@ -120,7 +121,8 @@ def ring(scenario, tokens, verified, records, terms, sequences) -> Ring:
     draft = np.where(
         verified > 0, speculation.drafter_ms(scenario, terms, verified), 0.0
     ) * np.asarray(scenario.k > 0, dtype=float)
-    fwd = forward_sizes(scenario, tokens, verified * tree_mask_bytes(tree))
+    masks = verified * tree_mask_bytes(tree)
+    fwd = per_hop(prefill_sizes(scenario, tokens), lambda n: n + masks)  # (the DES's sizes)
     # one verdict record a sequence, each the DES's (its ids, drafts and return-hop features)
     record = speculation.return_message_bytes(scenario, tree, 1, terms["tokens"], terms["nodes"])
     ret = np.maximum(records, 1.0) * record
@@ -154,24 +156,6 @@ def ring(scenario, tokens, verified, records, terms, sequences) -> Ring:
     for s in senders:
         slowest = np.maximum(slowest, s)
     return Ring(compute + fwd_ms + ret_ms, slowest, each, draft, fwd_ms, ret_ms, var, fwd, ret)
-
-
-def forward_sizes(scenario, tokens, masks_bytes):
-    """A pass's forward message of ``tokens`` tokens plus ``masks_bytes`` of tree masks, as the
-    DES sizes it: per forward hop (a tuple) where ``payload.extra_tensors`` ride some hops,
-    else the one size every hop carries."""
-    payload, hidden = scenario.payload, scenario.model.hidden_size
-    if not payload.extra_tensors:
-        return forward_bytes(payload, hidden, tokens) + masks_bytes
-    p = int(scenario.stages)
-    return tuple(forward_bytes(payload, hidden, tokens, h, p) + masks_bytes for h in range(p - 1))
-
-
-def scaled_sizes(sizes, factor):
-    """``sizes`` (one array, or a tuple of one per hop) times ``factor``."""
-    if isinstance(sizes, tuple):
-        return tuple(x * factor for x in sizes)
-    return sizes * factor
 
 
 def cycle_ms(lone_lap_ms, bottleneck_ms, batches) -> np.ndarray:
@@ -477,7 +461,7 @@ def micro_batched_run(scenario, parts: dict) -> MicroBatchedRun:
         ring_sums(
             scenario,
             lambda link, n: n * (1 + expected_losses(link.loss_rate)),
-            scaled_sizes(steady.forward_bytes, share),
+            per_hop(steady.forward_bytes, lambda n: n * share),
             steady.return_bytes,
         )
     )

@@ -44,6 +44,12 @@ def hop_bytes(sizes, hop: int):
     return sizes[hop] if isinstance(sizes, tuple) else sizes
 
 
+def per_hop(sizes, fn):
+    """``fn`` of each forward hop's message size in ``sizes`` (a tuple, one per hop, with
+    ``payload.extra_tensors``), or of the one size every hop carries."""
+    return tuple(fn(x) for x in sizes) if isinstance(sizes, tuple) else fn(sizes)
+
+
 def ring_sums(scenario, fn, n_bytes_fwd, n_bytes_ret) -> tuple[np.ndarray, np.ndarray]:
     """(sum over the forward hops of fn(link, n_bytes_fwd), fn(return link, n_bytes_ret)), with
     link a resolved ``Hop`` hop by hop when per-hop overrides are given, else the one

@@ -166,6 +166,7 @@ def _analytical_monotone(seed: int) -> None:
 @example(seed=617613)  # near saturation: Little's law (found by the fresh run)
 @example(seed=902833)
 @example(seed=18660)  # drift, micro-batches and a failure: the averaged ring had no makespan
+@example(seed=2058)  # 16 requests behind 158 ms prefills: the stagger's switch (found fresh)
 def test_analytical_monotone_and_utilisation_at_most_one(seed):
     _analytical_monotone(seed)
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wansim.acceptance import closed_form
 from wansim.analytical import analyze
-from wansim.analytical.concurrent import arrival_scv
+from wansim.analytical.concurrent import arrival_scv, stagger_fraction
 from wansim.analytical.resequencing import delay_atoms, resequencing_wait_ms
 from wansim.config.network import Jitter
 from wansim.config.scenario import load_scenario
@@ -346,6 +348,25 @@ def test_arrival_variability_limits():
     assert arrival_scv(100.0, 9.0, 500.0, 0.0) == 1.0  # jitter mixes the phases
     assert arrival_scv(100.0, 0.0, 50.0, 4.0) == 1.0  # so do random request lengths
     assert 0.0 < arrival_scv(100.0, 0.1, 50.0, 0.0) < 1.0
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 16])
+def test_stagger_fraction_counts_the_pairs_that_never_decode_together(n):
+    """Requests started one prefill service apart, k and j decode together iff |j - k| < r
+    (r = decode / spacing): the share of ordered pairs that never do, counted one by one."""
+    for r in range(1, n + 1):
+        apart = sum(1 for k in range(n) for j in range(n) if j != k and abs(j - k) >= r)
+        assert stagger_fraction(n, float(r)) == pytest.approx(apart / (n * (n - 1)), abs=1e-15)
+
+
+@settings(max_examples=200)
+@given(n=st.integers(1, 64), r=st.floats(0.0, 100.0), dr=st.floats(0.0, 10.0))
+def test_stagger_fraction_is_a_share_that_falls_with_the_decode(n, r, dr):
+    """Within [0, 1] and continuous, never larger for a longer decode (hunt seed 2058: the
+    all-or-none switch it replaced made a faster link lower tokens/s)."""
+    here, longer = stagger_fraction(n, r), stagger_fraction(n, r + dr)
+    assert 0.0 <= longer <= here <= 1.0
+    assert abs(stagger_fraction(n, r + 1e-9) - here) <= 1e-6
 
 
 # --------------------------------------------------------------------------- 6: short outputs

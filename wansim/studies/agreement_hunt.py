@@ -718,8 +718,10 @@ EXPLAINED = {
     "requests without speculation whose 4-token outputs ride behind 512-token prefills "
     "(seed 24, -31%). Seed 210 (+391%, now inside the DES's 95% interval): 8 requests whose "
     "7 MB prefills take 590 ms a hop at 100 Mbit/s start 590 ms apart, so requests of equal "
-    "length never finish together and their successors' prefills convoy them (`staggered` in "
-    "`wansim/analytical/concurrent.py`).",
+    "length never finish together and their successors' prefills convoy them; counted pair "
+    "by pair (`stagger_fraction` in `wansim/analytical/concurrent.py`: the pairs whose start "
+    "spacing outlasts a request's decode), so that a shorter decode moves the share "
+    "continuously (an all-or-none switch made a faster link lower tokens/s, seed 2058).",
     "no measured regime covers this combination": "the overlapped drafter with concurrent "
     "requests was never measured on a grid. Its drafter device is shared: a queued draft that "
     "starts after its request's lost bet is heard drafts from the correction, so a loaded "

@@ -21,6 +21,7 @@ import copy
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from wansim.analytical import analyze
@@ -259,3 +260,18 @@ def test_hunt_seed_1011_micro_batches_carry_the_extra_tensors():
     band = hunt.documented_band(row["regime"])
     assert abs(row["err tokens_per_s"]) <= band + 2 * row["des_half_rel"], row
     assert abs(row["err tokens_per_s"]) <= 0.10, row
+
+
+def test_hunt_seed_1429_a_prefill_back_inside_the_rto_warms_the_ring():
+    """Hunt seed 1429 (one request at a time, tcp, 5 ms hops, a 16 kB tree frame, 15 ms of
+    drafting): a lap under the initial window idles each hop 2.5 ms past the 200 ms RTO, so the
+    first request stays cold (lap 222 ms), but the next prompt, which skips the drafter, comes
+    back inside it and every later request runs warm (152 ms). The walk of one request from its
+    start stayed cold: -31% on tokens/s and +49% on the mean TTFT while validated (a silent
+    error). Walked request by request: -1.6% and 0%; bound: the sync band (3%) plus twice the
+    DES's half-width, and the TTFT within its own band plus twice its half-width."""
+    row = hunt.evaluate(1429)
+    assert row["validated"], row
+    assert abs(row["err tokens_per_s"]) <= row["band"] + 2 * row["des_half_rel"], row
+    assert abs(row["err tokens_per_s"]) <= 0.05, row
+    assert not bool(hunt.ttft_beyond(pd.DataFrame([row])).iloc[0]), row

@@ -74,6 +74,7 @@ from wansim.links.delivery import wire_ms
 from wansim.links.tcp import lossy_train_costs_ms, periodic_busy_ms, prefill_busy_ms, tcp_params
 
 ITERATIONS = 8
+REQUEST_WALK_PASSES = 256  # one request at a time: walked request by request up to this E[N]
 SETTLE_LAPS = 16  # laps a ring followed from its start runs before it may stop as settled
 
 
@@ -248,6 +249,17 @@ def ring_start_costs_ms(
             costs.append(free - start - float(soft))
         return costs, at
 
+    passes = float(np.asarray(parts.get("passes", 0.0)))
+    if (
+        probe_bytes is None
+        and batch <= 1
+        and scenario.schedule.batching == "none"
+        and 1.0 <= passes <= REQUEST_WALK_PASSES
+    ):
+        opening = list(prefill_ms)  # a last-stage drafter drafts the first block after it
+        if scenario.speculation.policy != "none" and scenario.drafter.placement != "first_stage":
+            opening[p - 1] += float(np.asarray(parts["draft_ms"]))
+        return _request_walk(scenario, lap, first, opening, verify, verify_ms, passes), None
     _, t = lap(first, prefill_ms, 0.0)
     busy = [[] for _ in hops]
     for n in range(1, laps + 1):
@@ -264,6 +276,44 @@ def ring_start_costs_ms(
         return out, None
     probe, _ = lap([v + x for v, x in zip(verify, [*probe_bytes, 0.0], strict=True)], verify_ms, t)
     return out, probe
+
+
+def _request_walk(scenario, lap, first, prefill_ms, verify, verify_ms, passes) -> list[float]:
+    """One request at a time: the run's requests one after another, each a prefill pass (its
+    prompt's frames; a first-stage drafter has not drafted yet) leaving S0 when the previous request's last verdict has
+    returned, then its verify passes (E[N] spread evenly: request r makes floor((r + 1) E[N])
+    - floor(r E[N]) of them). The per-hop window cost is the mean over the run's verify frames:
+    the requests walked until their costs repeat (a cycle of requests), the rest of the run
+    counted as that cycle. A ring whose verify laps idle just past the RTO stays cold within a
+    request but a prefill, which skips the drafter, can come back inside it and find the window
+    the previous request opened (agreement hunt seed 1429: the first request cold, every other
+    warm; the walk of one request from its start stayed cold, -31% on tokens/s)."""
+    from wansim.links.tcp import settled_cycle
+
+    requests = int(scenario.workload.requests)
+    hops = len(verify)
+    totals: list[list[float]] = [[] for _ in range(hops)]  # per hop, each request's summed cost
+    counts: list[int] = []
+    t = 0.0
+    for r in range(requests):
+        _, t = lap(first, prefill_ms, t)
+        n = math.floor((r + 1) * passes) - math.floor(r * passes)
+        sums = [0.0] * hops
+        for _ in range(n):
+            costs, t = lap(verify, verify_ms, t)
+            sums = [a + c for a, c in zip(sums, costs, strict=True)]
+        for h in range(hops):
+            totals[h].append(sums[h])
+        counts.append(n)
+        if r + 1 >= 3 and all(settled_cycle(v) for v in totals):
+            break
+    walked = len(counts)
+    cycle = max(settled_cycle(v) for v in totals) if walked < requests else 0
+    if cycle:  # the requests left repeat the last cycle
+        repeats = (requests - walked) / cycle
+        frames = sum(counts) + repeats * sum(counts[-cycle:])
+        return [(math.fsum(v) + repeats * math.fsum(v[-cycle:])) / frames for v in totals]
+    return [math.fsum(v) / max(sum(counts), 1) for v in totals]
 
 
 def messages_in_flight(scenario: Scenario) -> float:

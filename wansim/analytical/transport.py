@@ -15,7 +15,10 @@ wave whose prompts open the windows for frames that come back within the RTO lea
 warm (100 Mbit/s, 5 ms, one micro-batch of 4: a fixed point started cold stayed cold, -26% on
 tokens/s; followed from the start -3.5%). The prefill message has a window regime of its own
 (:func:`prefill_extra_ms`: a cold connection for the first request, then one lap after the
-previous request's train), added to TTFT.
+previous request's train), added to TTFT. One request at a time, the ring is followed request
+by request (:func:`_request_walk`): a prefill, which skips a first-stage drafter, can come back
+inside the RTO where the verify laps idle past it, so a ring cold for its first request can run
+warm for the rest (agreement hunt seed 1429).
 
 Several requests or async blocks in flight (lossless, without batching): each hop sees
 ``in_flight`` messages a lap (:func:`messages_in_flight`), taken as a periodic train of period

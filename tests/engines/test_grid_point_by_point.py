@@ -42,12 +42,15 @@ def test_every_point_is_what_wansim_run_answers(path):
 
 def test_the_tcp_grid_is_not_the_ideal_transports():
     """At 20 ms a hop every frame of the frame-per-lap ring restarts its window: a third of the
-    ideal ring's tokens/s; at 10 ms (RTT 20 ms < the lap) the window stays open."""
+    ideal ring's tokens/s; at 10 ms (RTT 20 ms < the lap) the window stays open, but for the
+    run's first request, whose prompt and first frames meet cold connections: 0.2% of the
+    run's tokens/s (on the scenario at 10 ms the DES's tcp/ideal is 0.9966, this 0.9967)."""
     tcp = evaluate_grid(load_scenario(TCP), GRID)
     ideal = evaluate_grid(load_scenario(TCP, ["network.transport=ideal"]), GRID)
     slow = tcp["network.latency_ms"] == 20.0
     ratio = tcp["tokens_per_s"] / ideal["tokens_per_s"]
-    assert (ratio[slow] < 0.4).all() and np.allclose(ratio[~slow], 1.0)
+    assert (ratio[slow] < 0.4).all()
+    assert ((ratio[~slow] <= 1.0) & (ratio[~slow] > 0.995)).all(), ratio
 
 
 def test_the_vectorised_forms_refuse_what_they_cannot_broadcast():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from wansim.analytical import analyze, evaluate_grid

@@ -262,7 +262,10 @@ def ring_start_costs_ms(
         opening = list(prefill_ms)  # a last-stage drafter drafts the first block after it
         if scenario.speculation.policy != "none" and scenario.drafter.placement != "first_stage":
             opening[p - 1] += float(np.asarray(parts["draft_ms"]))
-        return _request_walk(scenario, lap, first, opening, verify, verify_ms, passes), None
+        walk = _request_walk(
+            int(scenario.workload.requests), lap, first, opening, verify, verify_ms, passes
+        )
+        return walk, None
     _, t = lap(first, prefill_ms, 0.0)
     busy = [[] for _ in hops]
     for n in range(1, laps + 1):
@@ -281,11 +284,11 @@ def ring_start_costs_ms(
     return out, probe
 
 
-def _request_walk(scenario, lap, first, prefill_ms, verify, verify_ms, passes) -> list[float]:
-    """One request at a time: the run's requests one after another, each a prefill pass (its
-    prompt's frames; a first-stage drafter has not drafted yet) leaving S0 when the previous request's last verdict has
-    returned, then its verify passes (E[N] spread evenly: request r makes floor((r + 1) E[N])
-    - floor(r E[N]) of them). The per-hop window cost is the mean over the run's verify frames:
+def _request_walk(requests, lap, first, prefill_ms, verify, verify_ms, passes) -> list[float]:
+    """One request at a time: the run's ``requests`` one after another, each a prefill pass
+    (its prompt's frames; a first-stage drafter has not drafted yet) leaving S0 when the
+    previous request's last verdict has returned, then its verify passes (E[N] spread
+    evenly: request r makes floor((r + 1) E[N]) - floor(r E[N]) of them). The per-hop window cost is the mean over the run's verify frames:
     the requests walked until their costs repeat (a cycle of requests), the rest of the run
     counted as that cycle. A ring whose verify laps idle just past the RTO stays cold within a
     request but a prefill, which skips the drafter, can come back inside it and find the window
@@ -293,7 +296,6 @@ def _request_walk(scenario, lap, first, prefill_ms, verify, verify_ms, passes) -
     warm; the walk of one request from its start stayed cold, -31% on tokens/s)."""
     from wansim.links.tcp import settled_cycle
 
-    requests = int(scenario.workload.requests)
     hops = len(verify)
     totals: list[list[float]] = [[] for _ in range(hops)]  # per hop, each request's summed cost
     counts: list[int] = []

@@ -244,9 +244,13 @@ def ring_start_costs_ms(
         for h in hops
     ]
 
-    def lap(sizes, stages, at):
+    def lap(sizes, stages, at, closes=True):
+        """One pass from S0 (leaving at ``at``) back to S0; with ``closes`` False a request's
+        final pass, which ends at the last stage's verdict (nothing returns)."""
         costs = []
         for h, (hop, sender) in enumerate(zip(hops, senders, strict=True)):
+            if not closes and h == p - 1:
+                return [*costs, 0.0], at + stages[h]
             start, free, at = sender.send(at + stages[h], sizes[h], 0, hop.latency_ms)
             soft = software_ms(sizes[h], hop.per_message_ms, hop.codec_ms_per_mb)
             costs.append(free - start - float(soft))
@@ -262,8 +266,11 @@ def ring_start_costs_ms(
         opening = list(prefill_ms)  # a last-stage drafter drafts the first block after it
         if scenario.speculation.policy != "none" and scenario.drafter.placement != "first_stage":
             opening[p - 1] += float(np.asarray(parts["draft_ms"]))
+        final = list(verify_ms)  # a finished request leaves: no drafting after its verdicts
+        if scenario.speculation.policy != "none" and scenario.drafter.placement != "first_stage":
+            final[p - 1] -= float(np.asarray(parts["draft_ms"]))
         walk = _request_walk(
-            int(scenario.workload.requests), lap, first, opening, verify, verify_ms, passes
+            int(scenario.workload.requests), lap, first, opening, verify, (verify_ms, final), passes
         )
         return walk, None
     _, t = lap(first, prefill_ms, 0.0)
@@ -284,11 +291,14 @@ def ring_start_costs_ms(
     return out, probe
 
 
-def _request_walk(requests, lap, first, prefill_ms, verify, verify_ms, passes) -> list[float]:
+def _request_walk(requests, lap, first, prefill_ms, verify, stages, passes) -> list[float]:
     """One request at a time: the run's ``requests`` one after another, each a prefill pass
     (its prompt's frames; a first-stage drafter has not drafted yet) leaving S0 when the
-    previous request's last verdict has returned, then its verify passes (E[N] spread
-    evenly: request r makes floor((r + 1) E[N]) - floor(r E[N]) of them). The per-hop window cost is the mean over the run's verify frames:
+    previous request's last verdict (a finished request leaves: its final pass sends nothing
+    back, and a last-stage drafter drafts nothing after it), then its verify passes (E[N]
+    spread evenly: request r makes floor((r + 1) E[N]) - floor(r E[N]) of them; ``stages``:
+    the per-stage times of a verify pass and of a request's final one). The per-hop window
+    cost is the mean over the run's verify frames:
     the requests walked until their costs repeat (a cycle of requests), the rest of the run
     counted as that cycle. A ring whose verify laps idle just past the RTO stays cold within a
     request but a prefill, which skips the drafter, can come back inside it and find the window
@@ -301,11 +311,11 @@ def _request_walk(requests, lap, first, prefill_ms, verify, verify_ms, passes) -
     counts: list[int] = []
     t = 0.0
     for r in range(requests):
-        _, t = lap(first, prefill_ms, t)
+        opened, t = lap(first, prefill_ms, t)
         n = math.floor((r + 1) * passes) - math.floor(r * passes)
-        sums = [0.0] * hops
-        for _ in range(n):
-            costs, t = lap(verify, verify_ms, t)
+        sums = [0.0] * (hops - 1) + [opened[-1]]  # the return hop: the prefill's, n - 1 verdicts
+        for i in range(n):  # the last ends at its verdict (:func:`ring_start_costs_ms`)
+            costs, t = lap(verify, stages[i == n - 1], t, closes=i < n - 1)
             sums = [a + c for a, c in zip(sums, costs, strict=True)]
         for h in range(hops):
             totals[h].append(sums[h])
@@ -361,8 +371,10 @@ def prefill_extra_ms(scenario: Scenario, equivalent: Scenario, lap_ms: float) ->
     window cost). The sender's idle gaps around a prefill follow where the hop lies on the
     ring: a pass reaches hop h after the stages and hops before it, a verify pass sooner than
     a prefill (less compute, smaller messages), so the gap from a request's last frame to the
-    next prefill is a lap plus that difference (and its first frame follows the prefill by
-    the prefill's lap less it)."""
+    next prefill is a lap plus that difference, less what a finished request skips: the
+    return hop (the next request enters at the last verdict) and a last-stage drafter's
+    drafting; its first frame follows the prefill by the prefill's lap (with a last-stage
+    drafter's first block) less that difference."""
     from wansim.analytical.path import hop_bytes
     from wansim.analytical.sync import lap_parts, prefill_sizes, ring_message_bytes
     from wansim.links.expected_delay import hop_mean
@@ -390,7 +402,15 @@ def prefill_extra_ms(scenario: Scenario, equivalent: Scenario, lap_ms: float) ->
         legs.append((at_verify, at_prefill))
         at_verify += float(hop_mean(eq_hops[h], sizes[h]))
         at_prefill += float(hop_mean(eq_hops[h], float(hop_bytes(pre, h))))
-    prefill_lap = at_prefill + prefill_stage[p - 1] + float(hop_mean(eq_hops[p - 1], sizes[-1]))
+    back = float(hop_mean(eq_hops[p - 1], sizes[-1]))
+    prefill_lap = at_prefill + prefill_stage[p - 1] + back
+    # a finished request leaves at its last verdict: no drafting after it, nothing sent back
+    # and a last-stage drafter drafts the first block after the prefill, a verify block after
+    # each pass but the last
+    after = 0.0
+    if scenario.speculation.policy != "none" and not drafting:
+        after = float(np.asarray(parts["draft_ms"]))
+    closing = back + after
     extra = 0.0
     for h in range(p - 1):
         hop, size = hops[h], float(hop_bytes(pre, h))
@@ -405,8 +425,8 @@ def prefill_extra_ms(scenario: Scenario, equivalent: Scenario, lap_ms: float) ->
             float(lap_ms),
             int(scenario.workload.requests),
             round(float(np.asarray(parts["passes"]))),
-            to_first_frame_ms=prefill_lap - prefill_at + verify_at,
-            to_prefill_ms=float(lap_ms) - verify_at + prefill_at,
+            to_first_frame_ms=prefill_lap + after - prefill_at + verify_at,
+            to_prefill_ms=float(lap_ms) - closing - verify_at + prefill_at,
             loss_rate=hop.loss_rate,
         )
         charged = float(wire_ms(size, hop.bandwidth_mbps)) + eq_hops[h].per_message_ms

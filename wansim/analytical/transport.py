@@ -13,12 +13,12 @@ connections, then verify frames each leave when the one before has returned (mea
 sizes, the DES's sender), and the settled frames' costs are the per-message costs. A first
 wave whose prompts open the windows for frames that come back within the RTO leaves the ring
 warm (100 Mbit/s, 5 ms, one micro-batch of 4: a fixed point started cold stayed cold, -26% on
-tokens/s; followed from the start -3.5%). The prefill message has a window regime of its own
-(:func:`prefill_extra_ms`: a cold connection for the first request, then one lap after the
-previous request's train), added to TTFT. One request at a time, the ring is followed request
-by request (:func:`_request_walk`): a prefill, which skips a first-stage drafter, can come back
-inside the RTO where the verify laps idle past it, so a ring cold for its first request can run
-warm for the rest (agreement hunt seed 1429).
+tokens/s; followed from the start -3.5%). One request at a time, the ring is followed request
+by request (:func:`request_walk_ms`): a prefill, which skips a first-stage drafter, can come
+back inside the RTO where the verify laps idle past it, so a ring cold for its first request
+can run warm for the rest (agreement hunt seed 1429); and a prompt's slow frames lengthen the
+gaps after them, so the windows restart behind it (seed 58). The prefill message's window
+cost, from that walk, is added to TTFT (:func:`prefill_extra_ms`).
 
 Several requests or async blocks in flight (lossless, without batching): each hop sees
 ``in_flight`` messages a lap (:func:`messages_in_flight`), taken as a periodic train of period
@@ -67,6 +67,7 @@ batching other than one micro-batch (above).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -198,85 +199,106 @@ def prompt_frame_bytes(scenario: Scenario) -> list[float]:
     return [float(hop_bytes(sizes, h)) - header for h in range(int(scenario.stages) - 1)]
 
 
-def ring_start_costs_ms(
-    scenario: Scenario, parts: dict, probe_bytes: list[float] | None = None, laps: int = 64
-) -> tuple[list[float], list[float] | None]:
-    """Each hop's window cost per verify frame (busy time beyond its software cost) on a ring
-    that carries one frame a lap, followed from the run's start: a first pass carrying the
-    first wave's prompts (the request's, or every slot's of one micro-batch) from cold
-    connections, then verify passes, each leaving stage 0 when the one before has returned
-    (deterministic: mean compute, mean sizes, latencies; :class:`wansim.links.delivery.HopSender`,
-    the DES's sender); the mean over the settled cycle of the last laps. So a prompt that
-    opens the windows for verify frames that come back within the RTO leaves the ring warm,
-    where a fixed point started cold would stay cold. With ``probe_bytes`` (per hop), also
-    the cost of one more pass whose forward frames are that much bigger (a pass that carries a
-    prompt beside the verify blocks) in the settled ring."""
-    from wansim.analytical.path import hop_bytes
-    from wansim.analytical.sync import prefill_sizes, ring_message_bytes
-    from wansim.links.delivery import HopSender, software_ms
-    from wansim.links.tcp import settled_cycle
-    from wansim.stages.compute import stage_ms_each
+@dataclasses.dataclass(frozen=True)
+class _Ring:
+    """A ring that carries one frame a lap, for following it pass by pass (deterministic: mean
+    compute, mean sizes, latencies; :class:`wansim.links.delivery.HopSender`, the DES's sender).
+    ``first``: the first pass's frames (the first wave's prompts, every slot's of one
+    micro-batch; the return hop a verify frame's), ``prefill_ms`` its per-stage times (with a
+    last-stage drafter's first block), ``verify``/``verify_ms`` a verify pass's, ``final_ms``
+    a request's final pass's (a finished request leaves: no drafting after its verdicts)."""
 
-    tcp = tcp_params(scenario.network)
-    hops = scenario.resolved_hops()
-    p = int(scenario.stages)
-    verify = ring_message_bytes(scenario, parts)
-    batch = float(np.asarray(parts["batch"]))  # the frame's members (one_pass): the first wave
-    wave_tokens = batch * prompt_chunk_tokens(scenario)
-    wave = prefill_sizes(scenario, wave_tokens)
-    first = [float(hop_bytes(wave, h)) for h in range(p - 1)] + [verify[-1]]
-    verify_ms = [
-        float(x) for x in stage_ms_each(scenario, batch * float(parts["tokens"]), sequences=batch)
-    ]
-    prefill_ms = [float(x) for x in stage_ms_each(scenario, wave_tokens, sequences=batch)]
-    if scenario.speculation.policy != "none":  # the drafter's passes, where it is hosted
-        draft_stage = 0 if scenario.drafter.placement == "first_stage" else p - 1
-        verify_ms[draft_stage] += float(np.asarray(parts["draft_ms"]))
-    senders = [
-        HopSender(
-            h.bandwidth_mbps,
-            h.per_message_ms,
-            h.codec_ms_per_mb,
-            h.retransmit_ms,
-            h.latency_ms,
-            tcp,
-        )
-        for h in hops
-    ]
+    scenario: Scenario
+    first: list[float]
+    prefill_ms: list[float]
+    verify: list[float]
+    verify_ms: list[float]
+    final_ms: list[float]
 
-    def lap(sizes, stages, at, closes=True):
-        """One pass from S0 (leaving at ``at``) back to S0; with ``closes`` False a request's
-        final pass, which ends at the last stage's verdict (nothing returns)."""
+    @classmethod
+    def of(cls, scenario: Scenario, parts: dict) -> _Ring:
+        from wansim.analytical.path import hop_bytes
+        from wansim.analytical.sync import prefill_sizes, ring_message_bytes
+        from wansim.stages.compute import stage_ms_each
+
+        p = int(scenario.stages)
+        verify = [float(x) for x in ring_message_bytes(scenario, parts)]
+        batch = float(np.asarray(parts["batch"]))  # the frame's members (one_pass)
+        wave_tokens = batch * prompt_chunk_tokens(scenario)
+        wave = prefill_sizes(scenario, wave_tokens)
+        first = [float(hop_bytes(wave, h)) for h in range(p - 1)] + [verify[-1]]
+        tokens = batch * float(parts["tokens"])
+        verify_ms = [float(x) for x in stage_ms_each(scenario, tokens, sequences=batch)]
+        prefill_ms = [float(x) for x in stage_ms_each(scenario, wave_tokens, sequences=batch)]
+        final_ms = list(verify_ms)
+        if scenario.speculation.policy != "none":  # the drafter's passes, where it is hosted
+            draft = float(np.asarray(parts["draft_ms"]))
+            if scenario.drafter.placement == "first_stage":
+                verify_ms[0] += draft
+                final_ms[0] += draft
+            else:  # after the verdicts: the first block after the prefill, none after the last
+                verify_ms[p - 1] += draft
+                prefill_ms[p - 1] += draft
+        return cls(scenario, first, prefill_ms, verify, verify_ms, final_ms)
+
+    def senders(self) -> list:
+        from wansim.links.delivery import HopSender
+
+        tcp = tcp_params(self.scenario.network)
+        return [
+            HopSender(
+                h.bandwidth_mbps,
+                h.per_message_ms,
+                h.codec_ms_per_mb,
+                h.retransmit_ms,
+                h.latency_ms,
+                tcp,
+            )
+            for h in self.scenario.resolved_hops()
+        ]
+
+    def lap(self, senders, sizes, stages, at, closes=True) -> tuple[list[float], float]:
+        """One pass leaving S0 at ``at``: each hop's window cost (busy time beyond its
+        software cost) and when it is back at S0; with ``closes`` False a request's final
+        pass, which ends at the last stage's verdict (nothing returns: a cost of 0)."""
+        from wansim.links.delivery import software_ms
+
+        hops = self.scenario.resolved_hops()
         costs = []
         for h, (hop, sender) in enumerate(zip(hops, senders, strict=True)):
-            if not closes and h == p - 1:
+            if not closes and h == len(hops) - 1:
                 return [*costs, 0.0], at + stages[h]
             start, free, at = sender.send(at + stages[h], sizes[h], 0, hop.latency_ms)
             soft = software_ms(sizes[h], hop.per_message_ms, hop.codec_ms_per_mb)
             costs.append(free - start - float(soft))
         return costs, at
 
-    passes = float(np.asarray(parts.get("passes", 0.0)))
-    if (
-        probe_bytes is None
-        and batch <= 1
-        and scenario.schedule.batching == "none"
-        and 1.0 <= passes <= REQUEST_WALK_PASSES
-    ):
-        opening = list(prefill_ms)  # a last-stage drafter drafts the first block after it
-        if scenario.speculation.policy != "none" and scenario.drafter.placement != "first_stage":
-            opening[p - 1] += float(np.asarray(parts["draft_ms"]))
-        final = list(verify_ms)  # a finished request leaves: no drafting after its verdicts
-        if scenario.speculation.policy != "none" and scenario.drafter.placement != "first_stage":
-            final[p - 1] -= float(np.asarray(parts["draft_ms"]))
-        walk = _request_walk(
-            int(scenario.workload.requests), lap, first, opening, verify, (verify_ms, final), passes
-        )
-        return walk, None
-    _, t = lap(first, prefill_ms, 0.0)
-    busy = [[] for _ in hops]
+
+def ring_start_costs_ms(
+    scenario: Scenario, parts: dict, probe_bytes: list[float] | None = None, laps: int = 64
+) -> tuple[list[float], list[float] | None]:
+    """Each hop's window cost per verify frame (busy time beyond its software cost) on a ring
+    that carries one frame a lap (``parts``: ``lap_parts(one_pass(scenario))``), followed from
+    the run's start (:class:`_Ring`): a first pass carrying the first wave's prompts from cold
+    connections, then verify passes, each leaving stage 0 when the one before has returned;
+    the mean over the settled cycle of the last laps. So a prompt that opens the windows for
+    verify frames that come back within the RTO leaves the ring warm, where a fixed point
+    started cold would stay cold. One request at a time, the run's requests one after another
+    (:func:`request_walk_ms`). With ``probe_bytes`` (per hop), also the cost of one more pass
+    whose forward frames are that much bigger (a pass that carries a prompt beside the verify
+    blocks) in the settled ring."""
+    from wansim.links.tcp import settled_cycle
+
+    if probe_bytes is None:
+        walked = request_walk_ms(scenario)
+        if walked is not None:
+            return list(walked[0]), None
+    ring = _Ring.of(scenario, parts)
+    senders = ring.senders()
+    _, t = ring.lap(senders, ring.first, ring.prefill_ms, 0.0)
+    busy: list[list[float]] = [[] for _ in ring.verify]
     for n in range(1, laps + 1):
-        costs, t = lap(verify, verify_ms, t)
+        costs, t = ring.lap(senders, ring.verify, ring.verify_ms, t)
         for h, cost in enumerate(costs):
             busy[h].append(cost)
         if probe_bytes is None and n >= SETTLE_LAPS and all(map(settled_cycle, busy)):
@@ -287,48 +309,74 @@ def ring_start_costs_ms(
         out.append(values[-1] if cycle <= 1 else math.fsum(values[-cycle:]) / cycle)
     if probe_bytes is None:
         return out, None
-    probe, _ = lap([v + x for v, x in zip(verify, [*probe_bytes, 0.0], strict=True)], verify_ms, t)
-    return out, probe
+    probe = [v + x for v, x in zip(ring.verify, [*probe_bytes, 0.0], strict=True)]
+    return out, ring.lap(senders, probe, ring.verify_ms, t)[0]
 
 
-def _request_walk(requests, lap, first, prefill_ms, verify, stages, passes) -> list[float]:
-    """One request at a time: the run's ``requests`` one after another, each a prefill pass
-    (its prompt's frames; a first-stage drafter has not drafted yet) leaving S0 when the
-    previous request's last verdict (a finished request leaves: its final pass sends nothing
-    back, and a last-stage drafter drafts nothing after it), then its verify passes (E[N]
-    spread evenly: request r makes floor((r + 1) E[N]) - floor(r E[N]) of them; ``stages``:
-    the per-stage times of a verify pass and of a request's final one). The per-hop window
-    cost is the mean over the run's verify frames:
-    the requests walked until their costs repeat (a cycle of requests), the rest of the run
-    counted as that cycle. A ring whose verify laps idle just past the RTO stays cold within a
-    request but a prefill, which skips the drafter, can come back inside it and find the window
-    the previous request opened (agreement hunt seed 1429: the first request cold, every other
-    warm; the walk of one request from its start stayed cold, -31% on tokens/s)."""
+@functools.lru_cache(maxsize=16)
+def request_walk_ms(scenario: Scenario) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """One request at a time (no batching, 1 <= E[N] <= :data:`REQUEST_WALK_PASSES`): per hop,
+    the mean window cost of a verify frame, and per forward hop the mean window cost of a
+    prompt's frame (its busy time beyond its software cost), over the run's requests walked one after another; None where the walk
+    does not apply. Each request is a prefill pass (its prompt's frames; a first-stage
+    drafter has not drafted yet) leaving S0 at the previous request's last verdict (a
+    finished request leaves: its final pass sends nothing back, and a last-stage drafter
+    drafts nothing after it), then its verify passes (E[N] spread evenly: request r makes
+    floor((r + 1) E[N]) - floor(r E[N]) of them). The requests are walked until their costs
+    repeat (a cycle of requests), the rest of the run counted as that cycle. So every gap a
+    frame meets is the ring's own under the window: a prompt's slow frames lengthen the gap
+    to the next hop's prompt and to the first verify frame, and the window restarts there
+    (agreement hunt seed 58: a 1 MB prompt on a ring warmed only by 2 kB frames). A ring
+    whose verify laps idle just past the RTO stays cold within a request but a prefill, which
+    skips the drafter, can come back inside it and find the window the previous request
+    opened (agreement hunt seed 1429: the first request cold, every other warm; the walk of
+    one request from its start stayed cold, -31% on tokens/s)."""
+    from wansim.analytical.sync import lap_parts
     from wansim.links.tcp import settled_cycle
 
-    hops = len(verify)
+    parts = lap_parts(one_pass(scenario))
+    passes = float(np.asarray(parts.get("passes", 0.0)))
+    if not (
+        float(np.asarray(parts["batch"])) <= 1
+        and scenario.schedule.batching == "none"
+        and 1.0 <= passes <= REQUEST_WALK_PASSES
+    ):
+        return None
+    ring = _Ring.of(scenario, parts)
+    senders = ring.senders()
+    requests = int(scenario.workload.requests)
+    hops = len(ring.verify)
     totals: list[list[float]] = [[] for _ in range(hops)]  # per hop, each request's summed cost
+    prompts: list[list[float]] = [[] for _ in range(hops - 1)]  # per forward hop, its busy
     counts: list[int] = []
     t = 0.0
     for r in range(requests):
-        opened, t = lap(first, prefill_ms, t)
+        opened, t = ring.lap(senders, ring.first, ring.prefill_ms, t)
+        for h in range(hops - 1):
+            prompts[h].append(opened[h])
         n = math.floor((r + 1) * passes) - math.floor(r * passes)
-        sums = [0.0] * (hops - 1) + [opened[-1]]  # the return hop: the prefill's, n - 1 verdicts
-        for i in range(n):  # the last ends at its verdict (:func:`ring_start_costs_ms`)
-            costs, t = lap(verify, stages[i == n - 1], t, closes=i < n - 1)
+        sums = [0.0] * (hops - 1) + [opened[-1]]  # the return hop: the prefill's, n - 1 verdicts'
+        for i in range(n):  # the last ends at its verdict
+            last = i == n - 1
+            stages = ring.final_ms if last else ring.verify_ms
+            costs, t = ring.lap(senders, ring.verify, stages, t, closes=not last)
             sums = [a + c for a, c in zip(sums, costs, strict=True)]
         for h in range(hops):
             totals[h].append(sums[h])
         counts.append(n)
-        if r + 1 >= 3 and all(settled_cycle(v) for v in totals):
+        if r + 1 >= 3 and all(settled_cycle(v) for v in totals + prompts):
             break
     walked = len(counts)
-    cycle = max(settled_cycle(v) for v in totals) if walked < requests else 0
+    cycle = max(settled_cycle(v) for v in totals + prompts) if walked < requests else 0
     if cycle:  # the requests left repeat the last cycle
         repeats = (requests - walked) / cycle
         frames = sum(counts) + repeats * sum(counts[-cycle:])
-        return [(math.fsum(v) + repeats * math.fsum(v[-cycle:])) / frames for v in totals]
-    return [math.fsum(v) / max(sum(counts), 1) for v in totals]
+        verify = [(math.fsum(v) + repeats * math.fsum(v[-cycle:])) / frames for v in totals]
+        prompt = [(math.fsum(v) + repeats * math.fsum(v[-cycle:])) / requests for v in prompts]
+    else:
+        verify = [math.fsum(v) / max(sum(counts), 1) for v in totals]
+        prompt = [math.fsum(v) / walked for v in prompts]
+    return tuple(verify), tuple(prompt)
 
 
 def messages_in_flight(scenario: Scenario) -> float:
@@ -365,10 +413,13 @@ def tcp_equivalent(scenario: Scenario, lap_of, in_flight: float = 1.0) -> Scenar
 
 def prefill_extra_ms(scenario: Scenario, equivalent: Scenario, lap_ms: float) -> float:
     """TTFT under TCP beyond what the ideal ``equivalent`` (:func:`tcp_equivalent`) charges:
-    per forward hop, the prefill message's mean busy time under the window
-    (:func:`wansim.links.tcp.prefill_busy_ms`: each request's prefill, then its verify frames
-    one ``lap_ms`` apart) less the equivalent's (its serialisation plus the verify frame's
-    window cost). The sender's idle gaps around a prefill follow where the hop lies on the
+    per forward hop, the prefill message's mean busy time under the window less the
+    equivalent's (its serialisation plus the verify frame's window cost). The busy time is
+    the request walk's (:func:`request_walk_ms`) on lossless hops where it applies; else
+    (lossy hops, E[N] beyond the walk) :func:`wansim.links.tcp.prefill_busy_ms`: each
+    request's prefill, then its verify frames one ``lap_ms`` apart, with gaps from the ideal
+    equivalent's pass (not the prompt's own window: its slow frames' restarts behind it are
+    the walk's). The sender's idle gaps around a prefill follow where the hop lies on the
     ring: a pass reaches hop h after the stages and hops before it, a verify pass sooner than
     a prefill (less compute, smaller messages), so the gap from a request's last frame to the
     next prefill is a lap plus that difference, less what a finished request skips: the
@@ -411,10 +462,15 @@ def prefill_extra_ms(scenario: Scenario, equivalent: Scenario, lap_ms: float) ->
     if scenario.speculation.policy != "none" and not drafting:
         after = float(np.asarray(parts["draft_ms"]))
     closing = back + after
+    walked = request_walk_ms(scenario)
     extra = 0.0
     for h in range(p - 1):
         hop, size = hops[h], float(hop_bytes(pre, h))
         verify_at, prefill_at = legs[h]
+        if walked is not None and hop.loss_rate <= 0:  # the ring's own gaps, walked
+            charged = float(wire_ms(size, hop.bandwidth_mbps)) + eq_hops[h].per_message_ms
+            extra += walked[1][h] + hop.per_message_ms - charged
+            continue
         busy = prefill_busy_ms(
             tcp,
             hop.bandwidth_mbps,

@@ -55,6 +55,7 @@ from wansim.analytical.sync import (
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import (
     messages_in_flight,
+    mixed_request_walk_ms,
     prefill_extra_ms,
     prompt_window_ms,
     tcp_equivalent,
@@ -65,6 +66,7 @@ from wansim.links.nonstationary import network_modulation
 from wansim.results.metric_names import stage_utilization
 from wansim.results.result import Result
 from wansim.serving.micro_batching import micro_batched
+from wansim.serving.workload import trace_rows
 from wansim.speculation.block_schedule import flushes, uses_blocks
 from wansim.speculation.hybrid_rounds import (
     async_scenario,
@@ -173,8 +175,15 @@ def analyze(scenario: Scenario) -> Result:
         if scenario.faults.events:
             return _hybrid_with_faults(scenario)
         return analyze_hybrid(scenario, analyze)
+    return _analyze_stationary(scenario)
+
+
+def _analyze_stationary(scenario: Scenario, walked=None) -> Result:
+    """:func:`analyze`'s answer for like requests on stationary links (faults in expected
+    value on top); ``walked``: a tcp ring's walk of its requests among others
+    (:func:`wansim.analytical.transport.mixed_request_walk_ms`)."""
     requested = scenario
-    answer, scenario, judged, queued = _stationary_answer(scenario)
+    answer, scenario, judged, queued = _stationary_answer(scenario, walked)
     metrics, details = _metrics(answer), {**answer.details, "decode": answer.decode}
     metrics.update(serving_metrics(scenario, answer.means))
     trust = approximation(judged).to_json()
@@ -206,7 +215,7 @@ def analyze(scenario: Scenario) -> Result:
     return Result.analytical(scenario, metrics, details, trust)
 
 
-def _stationary_answer(requested: Scenario) -> tuple[Answer, Scenario, Scenario, bool]:
+def _stationary_answer(requested: Scenario, walked=None) -> tuple[Answer, Scenario, Scenario, bool]:
     """The answer for like requests on stationary links (no faults counted yet): (answer, the
     scenario it was computed on -- KV-admitted, tcp as its ideal equivalent --, the scenario
     the regime is judged on, whether a KV admission queue was added)."""
@@ -215,7 +224,9 @@ def _stationary_answer(requested: Scenario) -> tuple[Answer, Scenario, Scenario,
     alone = not (uses_blocks(scenario) or batched(scenario) or concurrent(scenario))
     if scenario.network.transport == "tcp" and alone:
         # the sync lap under the window, then the ideal closed forms (transport.py)
-        scenario = tcp_equivalent(scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"])
+        scenario = tcp_equivalent(
+            scenario, lambda sc: sync_metrics(sc)["lap_ms_mean"], walked=walked
+        )
     elif scenario.network.transport == "tcp":  # the full ideal model's lap, loaded trains
         scenario = tcp_equivalent(
             scenario,
@@ -226,7 +237,7 @@ def _stationary_answer(requested: Scenario) -> tuple[Answer, Scenario, Scenario,
     answer = _one_request(scenario, parts)
     if judged.network.transport == "tcp" and alone:  # the prefill's own window (transport.py)
         answer = _tcp_prefill(
-            answer, prefill_extra_ms(judged, scenario, answer.means["lap_ms_mean"])
+            answer, prefill_extra_ms(judged, scenario, answer.means["lap_ms_mean"], walked)
         )
     if micro_batched(scenario):
         answer = _micro_batched(scenario, parts, answer)
@@ -449,7 +460,15 @@ def _kv_queue(answer: Answer, users: int, slots: int, decode_tokens: int) -> Ans
 def _over_nodes(scenario: Scenario) -> Result:
     """Requests that differ (lengths, acceptance rows): expectations over nodes
     (:mod:`wansim.analytical.mixture`)."""
-    parts = [(w, node, analyze(node)) for w, node in nodes(scenario)]
+    weighted = nodes(scenario)
+    walks = _mixed_walks(scenario, weighted)
+    if walks is None:
+        parts = [(w, node, analyze(node)) for w, node in weighted]
+    else:  # one request at a time on tcp: each node's windows those its neighbours left
+        parts = [
+            (w, node, _analyze_stationary(node, k))
+            for (w, node), k in zip(weighted, walks, strict=True)
+        ]
     metrics = combine([(w, r.metrics, node.workload.output_tokens) for w, node, r in parts])
     # the rate of the slots kept busy (open arrivals' flow-equivalent server reads it), before
     # the finite run's unequal finishes lengthen its makespan
@@ -465,6 +484,26 @@ def _over_nodes(scenario: Scenario) -> Result:
     )
     details = {"approximation": trust.regime, "nodes": len(parts), "steady_throughput": steady}
     return Result.analytical(scenario, metrics, details, trust.to_json())
+
+
+def _mixed_walks(scenario: Scenario, weighted) -> list | None:
+    """Requests that differ, one at a time on a tcp ring (no faults or hybrid rounds): each node's costs from one walk of requests of every node
+    (:func:`wansim.analytical.transport.mixed_request_walk_ms`); else None (each node its own
+    walk of like requests); a trace's rows are walked in their order."""
+    alone = not (uses_blocks(scenario) or batched(scenario) or concurrent(scenario))
+    if not (
+        scenario.network.transport == "tcp"
+        and alone
+        and len(weighted) > 1
+        and not scenario.faults.events
+        and not is_hybrid(scenario)
+    ):
+        return None
+    wl = scenario.workload
+    order = None
+    if wl.lengths.kind == "trace" and not wl.mix:  # the trace's rows in order: their nodes
+        order = trace_rows(wl)[0]
+    return mixed_request_walk_ms(weighted, int(wl.requests), order)
 
 
 def _with_faults(scenario: Scenario, answer: Answer, metrics: dict, details: dict):

@@ -19,6 +19,10 @@ that node's lengths and acceptance) and the answers are combined:
   engine with those of :mod:`wansim.analytical.decode_tails` (each request's own passes, the
   population's waits), where every node gives its decode parts.
 
+One request at a time on a tcp ring, a node's window costs are its requests' share of one
+walk of the nodes' requests in sequence (:func:`wansim.analytical.transport.mixed_request_walk_ms`),
+not of like requests only: the windows carry state from one request to the next.
+
 Regime: exact for means of one request at a time whose lengths enter linearly; at concurrency
 > 1 each node is a pipe of like requests, while in a real run requests of different lengths
 share it. Validated where measured (:func:`wansim.analytical.regime.varied_approximation`:

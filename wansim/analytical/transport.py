@@ -18,7 +18,9 @@ by request (:func:`request_walk_ms`): a prefill, which skips a first-stage draft
 back inside the RTO where the verify laps idle past it, so a ring cold for its first request
 can run warm for the rest (agreement hunt seed 1429); and a prompt's slow frames lengthen the
 gaps after them, so the windows restart behind it (seed 58). The prefill message's window
-cost, from that walk, is added to TTFT (:func:`prefill_extra_ms`).
+cost, from that walk, is added to TTFT (:func:`prefill_extra_ms`). Requests that differ in
+length are walked together, each meeting the windows its neighbours left
+(:func:`mixed_request_walk_ms`), and each length node answered from its share of that walk.
 
 Several requests or async blocks in flight (lossless, without batching): each hop sees
 ``in_flight`` messages a lap (:func:`messages_in_flight`), taken as a periodic train of period
@@ -275,7 +277,11 @@ class _Ring:
 
 
 def ring_start_costs_ms(
-    scenario: Scenario, parts: dict, probe_bytes: list[float] | None = None, laps: int = 64
+    scenario: Scenario,
+    parts: dict,
+    probe_bytes: list[float] | None = None,
+    laps: int = 64,
+    walked: Walked | None = None,
 ) -> tuple[list[float], list[float] | None]:
     """Each hop's window cost per verify frame (busy time beyond its software cost) on a ring
     that carries one frame a lap (``parts``: ``lap_parts(one_pass(scenario))``), followed from
@@ -284,24 +290,29 @@ def ring_start_costs_ms(
     the mean over the settled cycle of the last laps. So a prompt that opens the windows for
     verify frames that come back within the RTO leaves the ring warm, where a fixed point
     started cold would stay cold. One request at a time, the run's requests one after another
-    (:func:`request_walk_ms`). With ``probe_bytes`` (per hop), also the cost of one more pass
+    (:func:`request_walk_ms`, or ``walked``: a mixed walk's). With ``probe_bytes`` (per hop),
+    also the cost of one more pass
     whose forward frames are that much bigger (a pass that carries a prompt beside the verify
     blocks) in the settled ring."""
     from wansim.links.tcp import settled_cycle
 
     if probe_bytes is None:
-        walked = request_walk_ms(scenario)
+        walked = walked or request_walk_ms(scenario)
         if walked is not None:
             return list(walked[0]), None
     ring = _Ring.of(scenario, parts)
     senders = ring.senders()
     _, t = ring.lap(senders, ring.first, ring.prefill_ms, 0.0)
     busy: list[list[float]] = [[] for _ in ring.verify]
+    windows: list[list[float]] = [[] for _ in range(2 * len(ring.verify))]
     for n in range(1, laps + 1):
         costs, t = ring.lap(senders, ring.verify, ring.verify_ms, t)
         for h, cost in enumerate(costs):
             busy[h].append(cost)
-        if probe_bytes is None and n >= SETTLE_LAPS and all(map(settled_cycle, busy)):
+        for series, value in zip(windows, _window_state(senders), strict=True):
+            series.append(value)
+        settled = all(map(settled_cycle, busy + windows))
+        if probe_bytes is None and n >= SETTLE_LAPS and settled:
             break  # every hop repeats its cycle (a probe meets the window of all the laps)
     out = []
     for values in busy:
@@ -313,8 +324,11 @@ def ring_start_costs_ms(
     return out, ring.lap(senders, probe, ring.verify_ms, t)[0]
 
 
+Walked = tuple[tuple[float, ...], tuple[float, ...]]  # (verify frame, prompt frame) costs
+
+
 @functools.lru_cache(maxsize=16)
-def request_walk_ms(scenario: Scenario) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+def request_walk_ms(scenario: Scenario) -> Walked | None:
     """One request at a time (no batching, 1 <= E[N] <= :data:`REQUEST_WALK_PASSES`): per hop,
     the mean window cost of a verify frame, and per forward hop the mean window cost of a
     prompt's frame (its busy time beyond its software cost), over the run's requests walked one after another; None where the walk
@@ -324,50 +338,43 @@ def request_walk_ms(scenario: Scenario) -> tuple[tuple[float, ...], tuple[float,
     drafts nothing after it), then its verify passes (E[N] spread evenly: request r makes
     floor((r + 1) E[N]) - floor(r E[N]) of them). The requests are walked until their costs
     repeat (a cycle of requests), the rest of the run counted as that cycle. So every gap a
-    frame meets is the ring's own under the window: a prompt's slow frames lengthen the gap
+    frame meets is the ring's own under the window (settled only where the windows repeat
+    too: :func:`_window_state`): a prompt's slow frames lengthen the gap
     to the next hop's prompt and to the first verify frame, and the window restarts there
     (agreement hunt seed 58: a 1 MB prompt on a ring warmed only by 2 kB frames). A ring
     whose verify laps idle just past the RTO stays cold within a request but a prefill, which
     skips the drafter, can come back inside it and find the window the previous request
     opened (agreement hunt seed 1429: the first request cold, every other warm; the walk of
     one request from its start stayed cold, -31% on tokens/s)."""
-    from wansim.analytical.sync import lap_parts
     from wansim.links.tcp import settled_cycle
 
-    parts = lap_parts(one_pass(scenario))
-    passes = float(np.asarray(parts.get("passes", 0.0)))
-    if not (
-        float(np.asarray(parts["batch"])) <= 1
-        and scenario.schedule.batching == "none"
-        and 1.0 <= passes <= REQUEST_WALK_PASSES
-    ):
+    walkable = _walkable(scenario)
+    if walkable is None:
         return None
-    ring = _Ring.of(scenario, parts)
+    ring, passes = walkable
     senders = ring.senders()
     requests = int(scenario.workload.requests)
     hops = len(ring.verify)
     totals: list[list[float]] = [[] for _ in range(hops)]  # per hop, each request's summed cost
     prompts: list[list[float]] = [[] for _ in range(hops - 1)]  # per forward hop, its busy
+    windows: list[list[float]] = [[] for _ in range(2 * hops)]  # each sender's cwnd, ssthresh
     counts: list[int] = []
     t = 0.0
     for r in range(requests):
-        opened, t = ring.lap(senders, ring.first, ring.prefill_ms, t)
-        for h in range(hops - 1):
-            prompts[h].append(opened[h])
         n = math.floor((r + 1) * passes) - math.floor(r * passes)
-        sums = [0.0] * (hops - 1) + [opened[-1]]  # the return hop: the prefill's, n - 1 verdicts'
-        for i in range(n):  # the last ends at its verdict
-            last = i == n - 1
-            stages = ring.final_ms if last else ring.verify_ms
-            costs, t = ring.lap(senders, ring.verify, stages, t, closes=not last)
-            sums = [a + c for a, c in zip(sums, costs, strict=True)]
+        prompt, sums, t = _walk_request(ring, senders, n, t)
+        for h in range(hops - 1):
+            prompts[h].append(prompt[h])
         for h in range(hops):
             totals[h].append(sums[h])
         counts.append(n)
-        if r + 1 >= 3 and all(settled_cycle(v) for v in totals + prompts):
+        for series, value in zip(windows, _window_state(senders), strict=True):
+            series.append(value)
+        if r + 1 >= 3 and all(settled_cycle(v) for v in totals + prompts + windows):
             break
     walked = len(counts)
-    cycle = max(settled_cycle(v) for v in totals + prompts) if walked < requests else 0
+    series = totals + prompts + windows
+    cycle = max(settled_cycle(v) for v in series) if walked < requests else 0
     if cycle:  # the requests left repeat the last cycle
         repeats = (requests - walked) / cycle
         frames = sum(counts) + repeats * sum(counts[-cycle:])
@@ -377,6 +384,127 @@ def request_walk_ms(scenario: Scenario) -> tuple[tuple[float, ...], tuple[float,
         verify = [math.fsum(v) / max(sum(counts), 1) for v in totals]
         prompt = [math.fsum(v) / walked for v in prompts]
     return tuple(verify), tuple(prompt)
+
+
+MIXED_WALK_REQUESTS = 256  # requests that differ: the most a mixed walk follows ...
+MIXED_WALK_PASSES = 16384  # ... or fewer, once it has walked this many passes
+MIXED_NODE_PASSES = 1024  # the longest node's E[N] a mixed walk takes on
+MIXED_WALK_SEED = 0  # the walk's fixed sequence of kinds (the answer is deterministic)
+
+
+def mixed_request_walk_ms(
+    weighted: list[tuple[float, Scenario]], requests: int, order=None
+) -> list | None:
+    """Requests that differ (lengths), one at a time: each node's (weight, scenario of like
+    requests; :func:`wansim.analytical.mixture.nodes`) :data:`Walked` costs from one walk in
+    which the nodes' requests follow each other, as the run's do, instead of each node's own
+    walk of like requests (:func:`request_walk_ms`); None where a node is not walkable. The
+    windows a request meets are the ones its predecessors left, whatever their lengths: a ring
+    is bistable where a short request's slow prompt restarts the windows behind it and a long
+    one's many frames open them for the next prompt (3 stages, 20 ms hops, 10 Gbit/s,
+    lognormal outputs of mean 128 and cv 0.78: the node of 31-token outputs walked alone stayed
+    cold, TTFT 381 ms, where in the DES every request's was ~140 ms: the run's mean TTFT +22%,
+    now +0.1%; tests/physics/test_tcp.py). The sequence: :data:`MIXED_WALK_REQUESTS` requests whose kinds are drawn by
+    weight from a fixed generator (:data:`MIXED_WALK_SEED`; pairs of neighbours as independent
+    as the run's draws), cut once :data:`MIXED_WALK_PASSES` passes are walked; each node's
+    verify passes spread evenly over its own requests. ``order``: the run's own sequence of
+    nodes where the workload fixes it (a trace's rows in order), walked instead. A node's
+    means are over its requests after the first (warm); the run's first request is cold, which
+    adds its node's cold excess (that request walked alone from fresh connections, less the
+    node's warm mean) over the node's share of the run's requests -- with ``order`` the first
+    request's node; else each node's, once in ``requests`` (the expectation over which node
+    comes first) -- (over their E[N] frames for the verify costs). A node the sequence never
+    drew keeps its own walk."""
+    kinds = [_walkable(node, MIXED_NODE_PASSES) for _, node in weighted]
+    if not kinds or any(k is None for k in kinds):
+        return None
+    w = np.array([float(x) for x, _ in weighted])
+    w = w / w.sum()
+    drawn = order is None
+    if drawn:
+        order = np.random.default_rng(MIXED_WALK_SEED).choice(
+            len(kinds), size=MIXED_WALK_REQUESTS, p=w
+        )
+    hops = len(kinds[0][0].verify)
+    prompt_sum = np.zeros((len(kinds), hops - 1))
+    verify_sum = np.zeros((len(kinds), hops))
+    seen = np.zeros(len(kinds), dtype=int)  # each kind's requests so far
+    frames = np.zeros(len(kinds))
+    senders = kinds[0][0].senders()
+    t, walked_passes = 0.0, 0
+    for r, k in enumerate(order):
+        ring, passes = kinds[k]
+        c = int(seen[k])
+        n = math.floor((c + 1) * passes) - math.floor(c * passes)
+        prompt, sums, t = _walk_request(ring, senders, n, t)
+        seen[k] += 1
+        walked_passes += n + 1
+        if r > 0:  # the first request is cold: counted once in the run below
+            prompt_sum[k] += prompt
+            verify_sum[k] += sums
+            frames[k] += n
+        if walked_passes >= MIXED_WALK_PASSES:
+            break
+    warm = seen - (np.arange(len(kinds)) == order[0])
+    out = []
+    for k, (ring, passes) in enumerate(kinds):
+        if warm[k] == 0:
+            out.append(request_walk_ms(weighted[k][1]))
+            continue
+        prompt = prompt_sum[k] / warm[k]
+        verify = verify_sum[k] / max(frames[k], 1.0)
+        if drawn or k == order[0]:  # the cold first request's share of this node's requests
+            share = requests if drawn else max(w[k] * requests, 1.0)
+            n = math.floor(passes)
+            cold_prompt, cold_sums, _ = _walk_request(ring, ring.senders(), n, 0.0)
+            prompt = prompt + (np.asarray(cold_prompt) - prompt) / share
+            verify = verify + (np.asarray(cold_sums) - n * verify) / (share * passes)
+        out.append((tuple(float(x) for x in verify), tuple(float(x) for x in prompt)))
+    return out
+
+
+def _walkable(scenario: Scenario, most: float = REQUEST_WALK_PASSES) -> tuple[_Ring, float] | None:
+    """The ring and E[N] of a scenario the walks follow: one request's frame a lap (no
+    batching), E[N] from 1 (two output tokens: a prefill and a verify pass) to ``most``."""
+    from wansim.analytical.sync import lap_parts
+
+    parts = lap_parts(one_pass(scenario))
+    passes = float(np.asarray(parts.get("passes", 0.0)))
+    if not (
+        float(np.asarray(parts["batch"])) <= 1
+        and scenario.schedule.batching == "none"
+        and 1.0 <= passes <= most
+    ):
+        return None
+    return _Ring.of(scenario, parts), passes
+
+
+def _window_state(senders) -> list[float]:
+    """Each hop's congestion window and slow-start threshold (bytes; a large finite stand-in
+    for an unset threshold): a walk has settled only where these repeat too, since equal
+    busy times can hide a window still growing underneath (a 262 kB prompt that takes the
+    same round trips request after request while the window grows by it each time, until it
+    fits: 19 requests at TTFT ~186 ms, then ~111)."""
+    out = []
+    for sender in senders:
+        tcp = sender.tcp
+        out += [tcp.cwnd, min(tcp.ssthresh, 1e300)] if tcp is not None else [0.0, 0.0]
+    return out
+
+
+def _walk_request(ring: _Ring, senders, n: int, t: float):
+    """One request from ``t`` (its prompt leaving S0): its prefill pass and ``n`` verify
+    passes, the last ending at its verdict. (per forward hop its prompt frame's window cost,
+    per hop its frames' summed window cost -- the return hop: the prefill's and n - 1
+    verdicts' --, when the next request's prompt leaves S0)."""
+    opened, t = ring.lap(senders, ring.first, ring.prefill_ms, t)
+    sums = [0.0] * (len(opened) - 1) + [opened[-1]]
+    for i in range(n):
+        last = i == n - 1
+        stages = ring.final_ms if last else ring.verify_ms
+        costs, t = ring.lap(senders, ring.verify, stages, t, closes=not last)
+        sums = [a + c for a, c in zip(sums, costs, strict=True)]
+    return opened[:-1], sums, t
 
 
 def messages_in_flight(scenario: Scenario) -> float:
@@ -391,7 +519,9 @@ def messages_in_flight(scenario: Scenario) -> float:
     return out
 
 
-def tcp_equivalent(scenario: Scenario, lap_of, in_flight: float = 1.0) -> Scenario:
+def tcp_equivalent(
+    scenario: Scenario, lap_of, in_flight: float = 1.0, walked: Walked | None = None
+) -> Scenario:
     """Fixed point of lap -> TCP busy times -> lap; ``lap_of(scenario)`` is the ideal engine's
     mean lap and ``lap_parts`` its message sizes (``wansim.analytical.sync``). One frame a
     lap (``in_flight`` 1): the lossless hops' costs followed from the start instead
@@ -399,7 +529,8 @@ def tcp_equivalent(scenario: Scenario, lap_of, in_flight: float = 1.0) -> Scenar
     from wansim.analytical.sync import lap_parts
 
     parts = lap_parts(one_pass(scenario))
-    settled = ring_start_costs_ms(scenario, parts)[0] if float(in_flight) <= 1.0 else None
+    one = float(in_flight) <= 1.0
+    settled = ring_start_costs_ms(scenario, parts, walked=walked)[0] if one else None
     lap = math.inf  # a connection starts cold (cwnd = IW), as the DES's and a real one do
     out = scenario
     for _ in range(ITERATIONS):
@@ -411,11 +542,14 @@ def tcp_equivalent(scenario: Scenario, lap_of, in_flight: float = 1.0) -> Scenar
     return out
 
 
-def prefill_extra_ms(scenario: Scenario, equivalent: Scenario, lap_ms: float) -> float:
+def prefill_extra_ms(
+    scenario: Scenario, equivalent: Scenario, lap_ms: float, walked: Walked | None = None
+) -> float:
     """TTFT under TCP beyond what the ideal ``equivalent`` (:func:`tcp_equivalent`) charges:
     per forward hop, the prefill message's mean busy time under the window less the
     equivalent's (its serialisation plus the verify frame's window cost). The busy time is
-    the request walk's (:func:`request_walk_ms`) on lossless hops where it applies; else
+    the request walk's (:func:`request_walk_ms`, or ``walked``: a mixed walk's) on lossless
+    hops where it applies; else
     (lossy hops, E[N] beyond the walk) :func:`wansim.links.tcp.prefill_busy_ms`: each
     request's prefill, then its verify frames one ``lap_ms`` apart, with gaps from the ideal
     equivalent's pass (not the prompt's own window: its slow frames' restarts behind it are
@@ -462,7 +596,7 @@ def prefill_extra_ms(scenario: Scenario, equivalent: Scenario, lap_ms: float) ->
     if scenario.speculation.policy != "none" and not drafting:
         after = float(np.asarray(parts["draft_ms"]))
     closing = back + after
-    walked = request_walk_ms(scenario)
+    walked = walked or request_walk_ms(scenario)
     extra = 0.0
     for h in range(p - 1):
         hop, size = hops[h], float(hop_bytes(pre, h))

@@ -386,8 +386,8 @@ def request_walk_ms(scenario: Scenario) -> Walked | None:
     return tuple(verify), tuple(prompt)
 
 
-MIXED_WALK_REQUESTS = 256  # requests that differ: the most a mixed walk follows ...
-MIXED_WALK_PASSES = 16384  # ... or fewer, once it has walked this many passes
+MIXED_WALK_REQUESTS = 128  # requests that differ: the most a mixed walk follows ...
+MIXED_WALK_PASSES = 8192  # ... or fewer, once it has walked this many passes
 MIXED_NODE_PASSES = 1024  # the longest node's E[N] a mixed walk takes on
 MIXED_WALK_SEED = 0  # the walk's fixed sequence of kinds (the answer is deterministic)
 

@@ -283,6 +283,10 @@ def outside(scenario) -> str:
             " the window restarts after idle where a lap's gaps cross the RTO, which jitter"
             " blurs (agreement hunt seed 260, 5 ms: lap -2%, TTFT -1%)"
         )
+    if scenario.network.transport == "tcp" and name == "sync" and jitter_ms > 0:
+        reason = _restart_on_the_edge(scenario, jitter_ms)
+        if reason:
+            return reason
     window = scenario.schedule.kind == "async" and scenario.schedule.max_inflight_blocks > 1
     if lossy and (many or window):
         return "loss with several messages in flight (head-of-line blocking, rough model)"
@@ -438,6 +442,31 @@ MICRO_BATCHES_MEASURED = 10
 MICRO_STAGES_MEASURED = 10
 CHUNK_PASS_RATIO_MEASURED = 2.2
 TCP_JITTER_MS_MEASURED = 3.0  # the tcp grid's lognormal jitter
+RESTART_MARGIN_SDS = 3.0  # a restart decided within this many gap sds of the RTO: not validated
+
+
+def _restart_on_the_edge(scenario, jitter_ms: float) -> str | None:
+    """One request at a time on a tcp ring with jitter: why it is not validated where the
+    request walk decided a window's restart after idle within :data:`RESTART_MARGIN_SDS`
+    sds of the RTO (a gap spans about a lap of hops: sd sqrt(stages) x the largest hop's
+    jitter sd), else None. The walk follows the mean delays; a ring with a warm and a cold
+    state can be sent into either for good by the jitter there
+    (:func:`wansim.analytical.transport.restart_margin_ms`)."""
+    from wansim.analytical.transport import restart_margin_ms
+
+    margin = restart_margin_ms(scenario)
+    spread = float(np.sqrt(int(scenario.stages))) * jitter_ms
+    if margin is None or margin >= RESTART_MARGIN_SDS * spread:
+        return None
+    return (
+        f"transport tcp: a window's restart after idle is decided {margin:.2g} ms from the"
+        f" RTO, within {RESTART_MARGIN_SDS:g} sds ({spread:.2g} ms) of the lap's jitter: a"
+        " ring can run warm or cold for good by which way the jitter tips it (3 stages, 2.45"
+        " ms of jitter, 2.5 ms from the RTO: TTFT 520 ms on one DES seed, ~122 ms on two"
+        " others; tests/physics/test_tcp.py)"
+    )
+
+
 JITTER_MS_MEASURED = 5.0  # concurrency was measured with 3 ms lognormal jitter
 CERTAIN_ALPHA = 0.99
 SLOW_MBPS = 1000.0

@@ -401,8 +401,9 @@ def _edge_ring(seed: int, jitter_ms: float) -> dict:
 
 def test_a_restart_decided_at_the_rto_under_jitter_is_not_validated():
     """The ring of :func:`_edge_ring` with 2.45 ms of lognormal jitter: on DES seed 433 its
-    first 12 requests run cold (~520 ms each, mean TTFT 242 ms), on seed 1 warm (138); the analytical
-    engine follows the mean delays (warm) and says it is not validated, naming the margin.
+    first 12 requests run cold (~520 ms each, mean TTFT 242 ms), on seed 1 warm (138); the
+    analytical engine follows the mean delays (warm) and says it is not validated, naming the
+    margin.
     Without jitter the same ring is validated and exact."""
     cold = simulate(load_scenario(data=_edge_ring(433, 2.45))).metrics["ttft_ms_mean"]
     warm = simulate(load_scenario(data=_edge_ring(1, 2.45))).metrics["ttft_ms_mean"]

@@ -221,7 +221,7 @@ def _stationary_answer(requested: Scenario, walked=None) -> tuple[Answer, Scenar
     the regime is judged on, whether a KV admission queue was added)."""
     scenario = kv_admitted(requested)
     judged = scenario  # the regime is judged on the transport asked for
-    alone = not (uses_blocks(scenario) or batched(scenario) or concurrent(scenario))
+    alone = _one_frame_a_lap(scenario)
     if scenario.network.transport == "tcp" and alone:
         # the sync lap under the window, then the ideal closed forms (transport.py)
         scenario = tcp_equivalent(
@@ -486,14 +486,19 @@ def _over_nodes(scenario: Scenario) -> Result:
     return Result.analytical(scenario, metrics, details, trust.to_json())
 
 
+def _one_frame_a_lap(scenario: Scenario) -> bool:
+    """One request's frame a lap: no block schedule, batching or concurrent requests."""
+    return not (uses_blocks(scenario) or batched(scenario) or concurrent(scenario))
+
+
 def _mixed_walks(scenario: Scenario, weighted) -> list | None:
-    """Requests that differ, one at a time on a tcp ring (no faults or hybrid rounds): each node's costs from one walk of requests of every node
+    """Requests that differ, one at a time on a tcp ring (no faults or hybrid rounds): each
+    node's costs from one walk of requests of every node
     (:func:`wansim.analytical.transport.mixed_request_walk_ms`); else None (each node its own
     walk of like requests); a trace's rows are walked in their order."""
-    alone = not (uses_blocks(scenario) or batched(scenario) or concurrent(scenario))
     if not (
         scenario.network.transport == "tcp"
-        and alone
+        and _one_frame_a_lap(scenario)
         and len(weighted) > 1
         and not scenario.faults.events
         and not is_hybrid(scenario)

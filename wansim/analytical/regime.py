@@ -490,9 +490,10 @@ def _restart_on_the_edge(scenario, jitter_ms: float) -> str | None:
     return (
         f"transport tcp: a window's restart after idle is decided {margin:.2g} ms from the"
         f" RTO, within {RESTART_MARGIN_SDS:g} sds ({spread:.2g} ms) of the lap's jitter: a"
-        " ring can run warm or cold for many requests by which way the jitter tips it (3 stages, 2.45"
-        " ms of jitter, 2.4 ms from the RTO: on one DES seed the first 12 requests ran cold,"
-        " ~520 ms each, mean TTFT 242 ms against ~137 on two others; tests/physics/test_tcp.py)"
+        " ring can run warm or cold for many requests by which way the jitter tips it (3"
+        " stages, 2.45 ms of jitter, 2.4 ms from the RTO: on one DES seed the first 12"
+        " requests ran cold, ~520 ms each, mean TTFT 242 ms against ~137 on two others;"
+        " tests/physics/test_tcp.py)"
     )
 
 

@@ -339,9 +339,10 @@ Walked = tuple[tuple[float, ...], tuple[float, ...], float]
 def request_walk_ms(scenario: Scenario) -> Walked | None:
     """One request at a time (no batching, 1 <= E[N] <= :data:`REQUEST_WALK_PASSES`): per hop,
     the mean window cost of a verify frame, and per forward hop the mean window cost of a
-    prompt's frame (its busy time beyond its software cost), over the run's requests walked one after another; None where the walk
-    does not apply. Each request is a prefill pass (its prompt's frames; a first-stage
-    drafter has not drafted yet) leaving S0 at the previous request's last verdict (a
+    prompt's frame (its busy time beyond its software cost), over the run's requests walked
+    one after another, and the walk's closest restart margin (:func:`restart_margin_ms`);
+    None where the walk does not apply. Each request is a prefill pass (its prompt's frames; a
+    first-stage drafter has not drafted yet) leaving S0 at the previous request's last verdict (a
     finished request leaves: its final pass sends nothing back, and a last-stage drafter
     drafts nothing after it), then its verify passes (E[N] spread evenly: request r makes
     floor((r + 1) E[N]) - floor(r E[N]) of them). The requests are walked until their costs
@@ -412,7 +413,8 @@ def mixed_request_walk_ms(
     one's many frames open them for the next prompt (3 stages, 20 ms hops, 10 Gbit/s,
     lognormal outputs of mean 128 and cv 0.78: the node of 31-token outputs walked alone stayed
     cold, TTFT 381 ms, where in the DES every request's was ~140 ms: the run's mean TTFT +22%,
-    now +0.1%; tests/physics/test_tcp.py). The sequence: :data:`MIXED_WALK_REQUESTS` requests whose kinds are drawn by
+    now +0.1%; tests/physics/test_tcp.py). The sequence: :data:`MIXED_WALK_REQUESTS`
+    requests whose kinds are drawn by
     weight from a fixed generator (:data:`MIXED_WALK_SEED`; pairs of neighbours as independent
     as the run's draws), cut once :data:`MIXED_WALK_PASSES` passes are walked; each node's
     verify passes spread evenly over its own requests. ``order``: the run's own sequence of

@@ -398,3 +398,30 @@ def split_gain(scenario) -> float:
     whole, _ = at(b)
     half, busiest = at(b // 2)
     return max(0.0, 1.0 - max(half, 2.0 * busiest) / whole)
+
+
+def prefill_lead(scenario) -> float:
+    """How a replacement's prefill keeps pace with the batch it joins: the largest ratio, over
+    the live stations, of its prefill pass's service (one prompt) to the batch's decode pass
+    (b sequences; drafting on S0 with the batch). Below 1 the prefill is faster than the batch
+    everywhere and runs ahead of it: nothing holds the batch behind it, so the replacement
+    never meets the batch in a queue and travels as a group of its own (the DES's batch
+    fragments: 16-token prompts on the grid's 10-stage ring, K = 7, 16 users: -12% on
+    tokens/s; agreement hunt seeds 167, 1780, 1796: -10% to -18%). At 1 or more the batch
+    waits behind a prompt somewhere and the two merge (the grid's 512-token prompts)."""
+    from wansim.analytical.sync import lap_parts
+
+    parts = lap_parts(scenario)
+    stages = np.asarray(scenario.stages)
+    pmax = int(np.max(stages))
+    b = parts["batch"]
+    batch, live = _path(scenario, b * parts["tokens"], forward_sizes(parts), pmax, stages, b)
+    if scenario.drafter.placement == "first_stage":
+        batch[0] = batch[0] + parts["draft_ms"]
+    prompt = np.asarray(scenario.workload.prompt_tokens, dtype=float)
+    one, _ = _path(scenario, prompt, prefill_sizes(scenario, prompt), pmax, stages, 1)
+    ratios = [
+        np.where(on, p / np.maximum(d, 1e-12), 0.0)
+        for p, d, on in zip(one, batch, live, strict=True)
+    ]
+    return float(np.min(np.max(np.stack(np.broadcast_arrays(*ratios)), axis=0)))

@@ -478,7 +478,9 @@ def _over_nodes(scenario: Scenario) -> Result:
     if all(d is not None for _, d in decode):  # own passes, the population's waits
         p50, p99 = population_tpot_quantiles(decode)
         metrics["tpot_ms_p50"], metrics["tpot_ms_p99"] = float(p50), float(p99)
-    trust = varied_approximation(scenario, [dict(r.approximation or {}) for _, _, r in parts])
+    trust = varied_approximation(
+        scenario, [dict(r.approximation or {}) for _, _, r in parts], weighted
+    )
     trust = dataclasses.replace(
         trust, regime=f"{trust.regime} + expectation over {len(parts)} workload nodes"
     )

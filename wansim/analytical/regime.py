@@ -290,8 +290,11 @@ def outside(scenario) -> str:
     window = scenario.schedule.kind == "async" and scenario.schedule.max_inflight_blocks > 1
     if lossy and (many or window):
         return "loss with several messages in flight (head-of-line blocking, rough model)"
-    if many and (jitter_ms > JITTER_MS_MEASURED or heavy):
-        return f"jitter beyond {JITTER_MS_MEASURED:g} ms (or heavy-tailed) on a loaded ring"
+    if (many or window) and (jitter_ms > JITTER_MS_MEASURED or heavy):
+        return (
+            f"jitter beyond {JITTER_MS_MEASURED:g} ms (or heavy-tailed) on a loaded ring"
+            " (several requests, or an async window of blocks: messages held behind late ones)"
+        )
     model = scenario.model
     if model.straggler.fraction and model.straggler.episode_ms > 0:
         return (
@@ -324,15 +327,9 @@ def outside(scenario) -> str:
             " 100 Mbit/s, 8 requests: -54%)"
         )
     if many and name != "micro-batched" and name != "continuous batching":
-        share = prefill_share(scenario)
-        if share > PREFILL_SHARE_MEASURED:
-            return (
-                f"several requests whose prefill is {share:.0%} of a stage's work per request"
-                f" (beyond {PREFILL_SHARE_MEASURED:.0%}): the prompts' passes crowd the"
-                " others' decode and the queueing model misses it (agreement hunt seed 1590:"
-                " 16 requests of 9 tokens behind 512-token prompts, 59%: tokens/s -48%; the"
-                " grid measured up to 9%, the hunt's validated points up to 43%)"
-            )
+        why = _prefill_crowds(prefill_share(scenario))
+        if why:
+            return why
     if name == "micro-batched":
         return _outside_micro_batches(scenario)
     return ""
@@ -341,9 +338,24 @@ def outside(scenario) -> str:
 PREFILL_SHARE_MEASURED = 0.5  # several requests: the prefill's share of a stage's work checked
 
 
-def prefill_share(scenario) -> float:
-    """The largest share of a stage's work per request that its prefill takes: prefill
-    service / (prefill service + E[N] x verify service), per stage (compute only)."""
+PREFILL_CROWDS = "several requests whose prefill is"  # (the why's start, below)
+
+
+def _prefill_crowds(share: float) -> str:
+    """Why several requests' prefills lie beyond the measured share ('' when inside)."""
+    if share <= PREFILL_SHARE_MEASURED:
+        return ""
+    return (
+        f"{PREFILL_CROWDS} {share:.0%} of a stage's work per request"
+        f" (beyond {PREFILL_SHARE_MEASURED:.0%}): the prompts' passes crowd the"
+        " others' decode and the queueing model misses it (agreement hunt seed 1590:"
+        " 16 requests of 9 tokens behind 512-token prompts, 59%: tokens/s -48%; the"
+        " grid measured up to 9%, the hunt's validated points up to 43%)"
+    )
+
+
+def _prefill_work_ms(scenario) -> tuple[np.ndarray, np.ndarray]:
+    """(prefill service, E[N] x verify service) of one request, per stage (compute only)."""
     from wansim.analytical.sync import lap_parts
     from wansim.analytical.transport import one_pass
     from wansim.stages.compute import stage_ms_each
@@ -354,7 +366,27 @@ def prefill_share(scenario) -> float:
     prompt = np.asarray(scenario.workload.prompt_tokens, dtype=float)
     prefill = np.asarray(stage_ms_each(alone, prompt, sequences=1), dtype=float)
     verify = np.asarray(stage_ms_each(alone, np.asarray(parts["tokens"]), sequences=1), dtype=float)
-    return float(np.max(prefill / np.maximum(prefill + passes * verify, 1e-300)))
+    return prefill, passes * verify
+
+
+def prefill_share(scenario) -> float:
+    """The largest share of a stage's work per request that its prefill takes: prefill
+    service / (prefill service + E[N] x verify service), per stage (compute only)."""
+    prefill, decode = _prefill_work_ms(scenario)
+    return float(np.max(prefill / np.maximum(prefill + decode, 1e-300)))
+
+
+def workload_prefill_share(weighted) -> float:
+    """:func:`prefill_share` of requests that differ, over their ``(weight, node)`` pairs
+    (:func:`wansim.analytical.mixture.nodes`): the prefills' share of the work the workload
+    brings a stage, E[prefill] / E[prefill + decode]. Every request's prompt crowds the
+    others' decode, not only the long ones', so the share is the workload's, not a node's
+    (a node of the longest prompts and shortest outputs would be over half on its own)."""
+    prefill = decode = 0.0
+    for w, node in weighted:
+        p, d = _prefill_work_ms(node)
+        prefill, decode = prefill + w * p, decode + w * d
+    return float(np.max(prefill / np.maximum(prefill + decode, 1e-300)))
 
 
 def drift_outside(scenario, request_ms: float) -> str:
@@ -566,19 +598,23 @@ def length_cvs(workload) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def varied_approximation(scenario, node_approximations: list[dict]) -> Approximation:
-    """The approximation of requests that differ (expectations over workload nodes): the
-    nodes' regime, validated where every node is and the workload lies in the measured domain
-    (a regime measured with varied lengths, at most ``VARIED_USERS_MEASURED`` users, length
-    CVs up to ``LENGTH_CV_MEASURED``, no acceptance mix), with the wider of the nodes' band and
-    ``VARIED_LENGTHS_BAND`` per metric."""
+def varied_approximation(scenario, node_approximations: list[dict], weighted) -> Approximation:
+    """The approximation of requests that differ (expectations over the ``(weight, node)``
+    pairs ``weighted``): the nodes' regime, validated where every node is and the workload
+    lies in the measured domain (a regime measured with varied lengths, at most
+    ``VARIED_USERS_MEASURED`` users, length CVs up to ``LENGTH_CV_MEASURED``, no acceptance
+    mix, the prefills' share of the workload's work, :func:`workload_prefill_share`, not a
+    node's), with the wider of the nodes' band and ``VARIED_LENGTHS_BAND`` per metric."""
     first = node_approximations[0]
     name = first.get("regime", "")
     base = regime_name(scenario)
     wl = scenario.workload
-    why = next(
-        (a.get("why") or "not validated" for a in node_approximations if not a.get("validated")), ""
-    )
+    unvalidated = [
+        a.get("why") or "not validated" for a in node_approximations if not a.get("validated")
+    ]
+    why = next((w for w in unvalidated if not w.startswith(PREFILL_CROWDS)), "")
+    if not why and unvalidated:  # only the prefill's share: the workload's, not a node's
+        why = _prefill_crowds(workload_prefill_share(weighted))
     cvs = length_cvs(wl)
     if not why and wl.mix:
         why = "a mix of acceptance rows per request: not measured against the DES"

@@ -775,6 +775,15 @@ EXPLAINED = {
     "window's blocks queue the same way behind one request's late messages (seed 256: a "
     "window of 11 behind 0.8-87 ms of empirical jitter, +17% on 256 requests; a window of "
     "one, -0.4%).",
+    "jitter of": "an async window's blocks are held behind late ones, more than the "
+    "resequencing wait carries once the ring's jitter is a large share of its lap "
+    "(`wansim.analytical.regime.jitter_share`; fresh hunt seed 2028: 5 ms hops with 5 ms of "
+    "lognormal jitter, a window of 4: tokens/s +14% at 22% of the lap; on the same ring +3% "
+    "at 7% and +9% at 19%). The async grid measured up to 13% (its 2-stage, 5 ms points).",
+    "KV admission with requests that differ": "the analytical engine answers requests that "
+    "differ node by node, and each node's KV queue as if every user were of its kind, where "
+    "the DES's requests share one pool (fresh hunt seed 1926, the shipped trace's lengths "
+    "behind an 8,225-token cache: mean TTFT +45% to +69% on 256 requests).",
     "micro-batches with loss or long trees": "micro-batched rings are `validated: false` "
     "outside their measured grid (chunked prefill, no loss). With loss a retransmission "
     "(200 ms, several laps) holds the other micro-batches' messages too: the lap gains the "

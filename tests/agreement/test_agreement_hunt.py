@@ -267,3 +267,46 @@ def test_the_hunt_draws_its_scenarios_from_any_folder(tmp_path, monkeypatch):
     data = hunt.draw_scenario(44)
     assert data["workload"]["kv_capacity_tokens"] > 0
     load_scenario(data=data)
+
+
+def test_deepen_candidates_are_validated_points_inside_their_noise_only():
+    """A validated point whose error is beyond its band but inside the band plus twice the
+    DES's half-width is a candidate (tokens/s or TTFT); one inside its band, one already
+    counted silent (out of band), and an unvalidated one are not."""
+    base = {
+        "seed": 1,
+        "refused": "",
+        "regime": "sync",
+        "band": 0.03,
+        "validated": True,
+        "out_of_band": False,
+        "err tokens_per_s": 0.0,
+        "err ttft_ms_mean": 0.0,
+        "des ttft_ms_mean": 100.0,
+        "des_ttft_half_rel": 0.5,
+    }
+    rows = [
+        {**base, "err tokens_per_s": 0.05},  # beyond 3%, inside its noise
+        {**base, "err ttft_ms_mean": 0.05},  # beyond the sync TTFT band (1%), inside 1% + 100%
+        {**base, "err tokens_per_s": 0.02},  # inside its band
+        {**base, "err tokens_per_s": 0.30, "out_of_band": True},  # counted silent already
+        {**base, "err tokens_per_s": 0.05, "validated": False},
+    ]
+    assert list(hunt.deepen_candidates(pd.DataFrame(rows))) == [True, True, False, False, False]
+
+
+def test_deepened_runs_the_des_again_on_the_candidates():
+    """Seed 2 (validated, sync band 3%): +7.4% against the DES's 16 requests, whose half-width
+    is 24% - a candidate. Deepened (2 seeds of 64 requests) its pooled half-width shrinks and
+    the answer stays inside band + 2 half-widths (not silent); seed 20 (+0.2%) is not run."""
+    table = pd.DataFrame([hunt.evaluate(2), hunt.evaluate(20)])
+    table["refused"] = table["refused"].fillna("")
+    deep = hunt.deepened(table)
+    first, second = deep.iloc[0], deep.iloc[1]
+    assert first["deep des_half_rel"] < first["des_half_rel"] / 2
+    assert abs(first["deep err tokens_per_s"]) <= 0.03 + 2 * first["deep des_half_rel"]
+    assert not first["deep silent"] and not first["deep ttft_silent"]
+    assert pd.isna(second["deep des tokens_per_s"])
+    s = hunt.summary(deep)
+    assert (s["deepened"], s["deep_silent"], s["deep_ttft_silent"]) == (1, 0, 0)
+    assert hunt.main(["--deepen", "/nonexistent.csv"]) == 2

@@ -360,6 +360,24 @@ def jitter_share(scenario) -> float:
     return float(np.sqrt(np.sum(sds**2))) / max(lap, 1e-300)
 
 
+def locked_phases(scenario) -> bool:
+    """Several requests without batching whose passes nothing random moves but the workload's
+    lengths: no speculation (a request's passes are its length), no jitter and no loss. Each
+    node of like requests is then a deterministic cyclic ring whose requests keep their
+    phases (:func:`wansim.analytical.concurrent.arrival_scv` = 0) and never wait below the
+    bottleneck's capacity; in the run, requests of unequal lengths end out of step and their
+    successors enter at mixed phases."""
+    if int(np.max(np.asarray(scenario.workload.concurrency))) <= 1:
+        return False
+    if scenario.schedule.batching != "none" or scenario.speculation.policy != "none":
+        return False
+    links = _links(scenario)
+    return all(
+        link.jitter.kind == "none" and float(np.max(np.asarray(link.loss_rate))) == 0
+        for link in links
+    )
+
+
 PREFILL_CROWDS = "several requests whose prefill is"  # (the why's start, below)
 
 
@@ -654,6 +672,13 @@ def varied_approximation(scenario, node_approximations: list[dict], weighted) ->
         why = f"varied lengths with {base}: not measured against the DES"
     elif not why and int(np.max(np.asarray(wl.concurrency))) > VARIED_USERS_MEASURED:
         why = f"varied lengths beyond {VARIED_USERS_MEASURED} users: not measured"
+    elif not why and locked_phases(scenario):
+        why = (
+            "requests that differ without speculation on a ring without link randomness: each"
+            " node's like requests lock into a rotation that never waits, where the"
+            " workload's unequal lengths mix their phases and they queue (agreement hunt seed"
+            " 2198: the shipped trace's lengths, 8 users on 10 stages: tokens/s +37%)"
+        )
     elif not why and max(cvs) > LENGTH_CV_MEASURED:
         why = (
             f"lengths with a coefficient of variation of {max(cvs):.2f}: measured up to"

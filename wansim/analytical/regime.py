@@ -360,6 +360,15 @@ def jitter_share(scenario) -> float:
     return float(np.sqrt(np.sum(sds**2))) / max(lap, 1e-300)
 
 
+def finish_together(scenario) -> bool:
+    """A batch's sequences of one length finish at the same pass: no speculation, or
+    near-certain acceptance."""
+    acc = scenario.drafter.acceptance
+    return scenario.speculation.policy == "none" or (
+        acc.alpha is not None and acc.alpha >= CERTAIN_ALPHA and not acc.dispersion
+    )
+
+
 def locked_phases(scenario) -> bool:
     """Several requests without batching whose passes nothing random moves but the workload's
     lengths: no speculation (a request's passes are its length), no jitter and no loss. Each
@@ -469,11 +478,7 @@ def _batching_outside(scenario) -> str:
     however slow the ring."""
     from wansim.analytical.batched import prefill_lead, split_gain
 
-    acc = scenario.drafter.acceptance
-    together = scenario.speculation.policy == "none" or (
-        acc.alpha is not None and acc.alpha >= CERTAIN_ALPHA and not acc.dispersion
-    )
-    if together:
+    if finish_together(scenario):
         return ""
     gain = split_gain(scenario)
     if gain > SPLIT_GAIN:
@@ -489,6 +494,16 @@ def _batching_outside(scenario) -> str:
             " as a group of its own and the batch fragments, where the lockstep model keeps it"
             " whole (agreement hunt seeds 1780, 1796: tokens/s -18%; the grid's ring with"
             " 16-token prompts -12%)"
+        )
+    from wansim.stages.compute import stage_sequence_costs_ms
+
+    per_sequence = max(stage_sequence_costs_ms(scenario)) + scenario.drafter.sequence_ms
+    if per_sequence > 0:
+        return (
+            "continuous batching with a cost per sequence (model.sequence_ms,"
+            " drafter.sequence_ms), which the grid did not measure: sequences that finish"
+            " apart split the DES's batch into groups that pay less of it than the lockstep"
+            " batch (agreement hunt seed 2485: tokens/s -12%, +1% without the cost)"
         )
     return ""
 
@@ -672,6 +687,20 @@ def varied_approximation(scenario, node_approximations: list[dict], weighted) ->
         why = f"varied lengths with {base}: not measured against the DES"
     elif not why and int(np.max(np.asarray(wl.concurrency))) > VARIED_USERS_MEASURED:
         why = f"varied lengths beyond {VARIED_USERS_MEASURED} users: not measured"
+    elif (
+        not why
+        and scenario.schedule.batching == "continuous"
+        and scenario.schedule.micro_batches is None
+        and int(np.max(np.asarray(wl.concurrency))) > 1
+        and finish_together(scenario)
+        and cvs[1] > 0
+    ):
+        why = (
+            "continuous batching of requests that differ in output without speculation: each"
+            " node's batch of like requests finishes together and refills in one wave of"
+            " prompts, where outputs of unequal lengths end apart and their replacements"
+            " prefill in small groups (agreement hunt seed 2095: mean TTFT +70% to +87%)"
+        )
     elif not why and locked_phases(scenario):
         why = (
             "requests that differ without speculation on a ring without link randomness: each"

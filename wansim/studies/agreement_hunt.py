@@ -924,33 +924,13 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     if args.deepen:
-        return _deepen_main(args.deepen, args.out)
+        need = ["seed", "refused", "validated", "regime", "band", "out_of_band"]
+        need += ["err tokens_per_s", "err ttft_ms_mean", "des ttft_ms_mean", "des_ttft_half_rel"]
+        return _rework("--deepen", args.deepen, args.out, need, deepened)
     if args.reanswer:
-        import pandas as pd
-
-        try:
-            old = pd.read_csv(args.reanswer, keep_default_na=False, na_values=[""])
-        except (OSError, ValueError) as err:
-            print(f"--reanswer: {args.reanswer}: cannot read a CSV table ({err})", file=sys.stderr)
-            return 2
         need = ["seed", "mechanisms", "refused", "des_half_rel"]
         need += [f"des {m}" for m in (*COMPARED, "max_utilization")]
-        missing = [c for c in need if c not in old.columns]
-        if missing:
-            print(
-                f"--reanswer: {args.reanswer} lacks the columns {', '.join(missing)}"
-                " (a table written by this module's --out)",
-                file=sys.stderr,
-            )
-            return 2
-        old["refused"] = old["refused"].fillna("")
-        table = reanswered(old, progress=lambda i, n: print(f"\r{i}/{n}", end="", file=sys.stderr))
-        print(file=sys.stderr)
-        table.to_csv(args.out, index=False, float_format="%.6g")
-        s = summary(table)
-        for key, value in s.items():
-            print(f"{key}: {value}")
-        return 0 if s["silent"] == 0 else 1
+        return _rework("--reanswer", args.reanswer, args.out, need, reanswered)
 
     partial = open(args.out + ".jsonl", "w")  # noqa: SIM115 - appended to as points finish
 
@@ -967,26 +947,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if s["silent"] == 0 else 1
 
 
-def _deepen_main(path: str, out: str) -> int:
+def _rework(flag: str, path: str, out: str, need: list[str], transform) -> int:
+    """An earlier run's table at ``path``, ``transform``-ed (:func:`reanswered`,
+    :func:`deepened`; progress on stderr), written to ``out``, its summary printed. Exit 2 for
+    a table this module did not write, 1 where a silent error remains."""
     import pandas as pd
 
     try:
         table = pd.read_csv(path, keep_default_na=False, na_values=[""])
     except (OSError, ValueError) as err:
-        print(f"--deepen: {path}: cannot read a CSV table ({err})", file=sys.stderr)
+        print(f"{flag}: {path}: cannot read a CSV table ({err})", file=sys.stderr)
         return 2
-    need = ["seed", "refused", "validated", "regime", "band", "out_of_band"]
-    need += ["err tokens_per_s", "err ttft_ms_mean", "des ttft_ms_mean", "des_ttft_half_rel"]
     missing = [c for c in need if c not in table.columns]
     if missing:
         print(
-            f"--deepen: {path} lacks the columns {', '.join(missing)}"
+            f"{flag}: {path} lacks the columns {', '.join(missing)}"
             " (a table written by this module's --out)",
             file=sys.stderr,
         )
         return 2
     table["refused"] = table["refused"].fillna("")
-    table = deepened(table, progress=lambda i, n: print(f"\r{i}/{n}", end="", file=sys.stderr))
+    table = transform(table, progress=lambda i, n: print(f"\r{i}/{n}", end="", file=sys.stderr))
     print(file=sys.stderr)
     table.to_csv(out, index=False, float_format="%.6g")
     s = summary(table)

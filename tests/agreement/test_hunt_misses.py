@@ -283,13 +283,23 @@ def test_prefill_share_by_hand():
     work 20 / (20 + 10 x 10.1) = 16.5% is its prefill."""
     from wansim.analytical.regime import prefill_share
 
+    assert prefill_share(_plain_ring(100, 11)) == pytest.approx(20.0 / 121.0, rel=1e-12)
+
+
+def _plain_ring(prompt: int, output: int):
+    """4 of 8 requests without speculation on 3 stages of 10 ms + 0.1 ms a token."""
     data = {
         "stages": 3,
         "model": {"compute": {"kind": "linear", "base_ms": 10.0, "per_token_ms": 0.1}},
         "speculation": {"policy": "none"},
-        "workload": {"requests": 8, "concurrency": 4, "prompt_tokens": 100, "output_tokens": 11},
+        "workload": {
+            "requests": 8,
+            "concurrency": 4,
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+        },
     }
-    assert prefill_share(load_scenario(data=data)) == pytest.approx(20.0 / 121.0, rel=1e-12)
+    return load_scenario(data=data)
 
 
 def test_prefills_that_crowd_the_decode_are_not_validated():
@@ -388,21 +398,7 @@ def test_workload_prefill_share_by_hand():
     110) / (0.75 x 121 + 0.25 x 120.1) = 35.2%."""
     from wansim.analytical.regime import prefill_share, workload_prefill_share
 
-    def node(prompt, output):
-        data = {
-            "stages": 3,
-            "model": {"compute": {"kind": "linear", "base_ms": 10.0, "per_token_ms": 0.1}},
-            "speculation": {"policy": "none"},
-            "workload": {
-                "requests": 8,
-                "concurrency": 4,
-                "prompt_tokens": prompt,
-                "output_tokens": output,
-            },
-        }
-        return load_scenario(data=data)
-
-    short, long = node(100, 11), node(1000, 2)
+    short, long = _plain_ring(100, 11), _plain_ring(1000, 2)
     assert prefill_share(long) == pytest.approx(110.0 / 120.1, rel=1e-12)
     share = workload_prefill_share([(0.75, short), (0.25, long)])
     assert share == pytest.approx((0.75 * 20 + 0.25 * 110) / (0.75 * 121 + 0.25 * 120.1), rel=1e-12)

@@ -344,9 +344,6 @@ def outside(scenario) -> str:
     return ""
 
 
-PREFILL_SHARE_MEASURED = 0.5  # several requests: the prefill's share of a stage's work checked
-
-
 def jitter_share(scenario) -> float:
     """The ring's jitter against its lap: sqrt(sum over hops of the jitter's variance) / the
     sync schedule's mean lap (one request)."""
@@ -366,6 +363,20 @@ def finish_together(scenario) -> bool:
     acc = scenario.drafter.acceptance
     return scenario.speculation.policy == "none" or (
         acc.alpha is not None and acc.alpha >= CERTAIN_ALPHA and not acc.dispersion
+    )
+
+
+def refills_in_one_wave(scenario, output_cv: float) -> bool:
+    """Continuous batching (no micro-batches) of several requests whose sequences of one
+    length finish together (:func:`finish_together`), where the outputs differ
+    (``output_cv`` > 0): each node's batch of like requests refills in one wave of prompts,
+    the run's do not."""
+    return (
+        scenario.schedule.batching == "continuous"
+        and scenario.schedule.micro_batches is None
+        and int(np.max(np.asarray(scenario.workload.concurrency))) > 1
+        and finish_together(scenario)
+        and output_cv > 0
     )
 
 
@@ -477,6 +488,7 @@ def _batching_outside(scenario) -> str:
     Sequences that finish together (no speculation, near-certain acceptance) stay one batch,
     however slow the ring."""
     from wansim.analytical.batched import prefill_lead, split_gain
+    from wansim.stages.compute import stage_sequence_costs_ms
 
     if finish_together(scenario):
         return ""
@@ -495,8 +507,6 @@ def _batching_outside(scenario) -> str:
             " whole (agreement hunt seeds 1780, 1796: tokens/s -18%; the grid's ring with"
             " 16-token prompts -12%)"
         )
-    from wansim.stages.compute import stage_sequence_costs_ms
-
     per_sequence = max(stage_sequence_costs_ms(scenario)) + scenario.drafter.sequence_ms
     if per_sequence > 0:
         return (
@@ -576,7 +586,7 @@ RESTART_MARGIN_SDS = 3.0  # a restart decided within this many gap sds of the RT
 
 def _restart_on_the_edge(scenario, jitter_ms: float) -> str | None:
     """One request at a time on a tcp ring with jitter: why it is not validated where the
-        request walk decided a window's restart after idle within :data:`RESTART_MARGIN_SDS`
+    request walk decided a window's restart after idle within :data:`RESTART_MARGIN_SDS`
     sds of the RTO (a gap spans about a lap of hops: sd sqrt(stages) x the largest hop's
     jitter sd), else None. The walk follows the mean delays; a ring with a warm and a cold
     state can be sent into either, for many requests, by the jitter there
@@ -598,6 +608,7 @@ def _restart_on_the_edge(scenario, jitter_ms: float) -> str | None:
 
 
 JITTER_MS_MEASURED = 5.0  # concurrency was measured with 3 ms lognormal jitter
+PREFILL_SHARE_MEASURED = 0.5  # several requests: the prefill's share of a stage's work checked
 # an async window: the async grid's largest jitter against its lap (2 stages, 5 ms hops)
 ASYNC_JITTER_SHARE_MEASURED = 0.132  # (0.1313: its 2-stage, 5 ms points)
 CERTAIN_ALPHA = 0.99
@@ -687,14 +698,7 @@ def varied_approximation(scenario, node_approximations: list[dict], weighted) ->
         why = f"varied lengths with {base}: not measured against the DES"
     elif not why and int(np.max(np.asarray(wl.concurrency))) > VARIED_USERS_MEASURED:
         why = f"varied lengths beyond {VARIED_USERS_MEASURED} users: not measured"
-    elif (
-        not why
-        and scenario.schedule.batching == "continuous"
-        and scenario.schedule.micro_batches is None
-        and int(np.max(np.asarray(wl.concurrency))) > 1
-        and finish_together(scenario)
-        and cvs[1] > 0
-    ):
+    elif not why and refills_in_one_wave(scenario, output_cv=cvs[1]):
         why = (
             "continuous batching of requests that differ in output without speculation: each"
             " node's batch of like requests finishes together and refills in one wave of"

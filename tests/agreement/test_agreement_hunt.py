@@ -246,17 +246,22 @@ def test_reanswered_keeps_the_des_and_repeats_an_unchanged_engine():
     assert rerun.loc[0, "des tokens_per_s"] == table.loc[0, "des tokens_per_s"]
 
 
-def test_reanswer_of_a_missing_or_foreign_table_is_one_line(tmp_path, capsys):
-    """``--reanswer`` of a file that is not there, or of a CSV without the hunt's columns:
-    exit 2 and one line naming the option, the file and what is missing."""
-    assert hunt.main(["--reanswer", str(tmp_path / "none.csv")]) == 2
+@pytest.mark.parametrize("flag", ["--reanswer", "--deepen"])
+def test_rework_of_a_missing_or_foreign_table_is_one_line(flag, tmp_path, capsys):
+    """``--reanswer`` or ``--deepen`` of a file that is not there, or of a CSV without the
+    hunt's columns: exit 2 and one line naming the option, the file and what is missing; no
+    output table is written."""
+    out = tmp_path / "o.csv"
+    assert hunt.main([flag, str(tmp_path / "none.csv"), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("--reanswer:") and "none.csv" in err and "\n" not in err
+    assert err.startswith(f"{flag}:") and "none.csv" in err and "\n" not in err
     foreign = tmp_path / "foreign.csv"
     foreign.write_text("seed,mechanisms\n1,sync\n")
-    assert hunt.main(["--reanswer", str(foreign), "--out", str(tmp_path / "o.csv")]) == 2
+    assert hunt.main([flag, str(foreign), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "lacks the columns refused, des_half_rel" in err and "\n" not in err
+    assert err.startswith(f"{flag}:") and "foreign.csv" in err and "\n" not in err
+    assert "lacks the columns refused, " in err and "mechanisms" not in err.split("lacks")[1]
+    assert not out.exists()
 
 
 def test_the_hunt_draws_its_scenarios_from_any_folder(tmp_path, monkeypatch):

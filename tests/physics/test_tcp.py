@@ -71,6 +71,43 @@ def test_restart_after_idle_is_a_switch():
     assert busy == pytest.approx(open_, rel=0.01)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    first_bytes=st.floats(1e3, 5e5),
+    gap_ms=st.floats(0.0, 600.0),
+    per_message_ms=st.floats(0.0, 5.0),
+    restart=st.booleans(),
+)
+def test_the_window_idle_reading_decides_the_restart_the_send_makes(
+    first_bytes, gap_ms, per_message_ms, restart
+):
+    """``HopSender.window_idle_ms`` (what the analytical walk reads for its restart margin)
+    is the idle the next send's window sees: the second message restarts from the initial
+    window exactly when that idle exceeds the RTO (restart on), never otherwise; checked by
+    sending it and comparing its busy time with a fresh sender's (cold) and a warm one's."""
+    tcp = TcpParams(1448, 10, 4e6, restart)
+    hop = {"bandwidth_mbps": 1000.0, "per_message_ms": per_message_ms, "codec_ms_per_mb": 0.0}
+
+    def sender() -> HopSender:
+        return HopSender(retransmit_ms=200.0, latency_ms=20.0, tcp=tcp, **hop)
+
+    warm = sender()
+    assert warm.window_idle_ms(0.0, first_bytes) is None  # nothing sent yet
+    _, free, _ = warm.send(0.0, first_bytes, 0, 20.0)
+    offer, size = free + gap_ms, 2e5
+    idle = warm.window_idle_ms(offer, size)
+    assert idle == pytest.approx(offer + per_message_ms - warm.tcp.last_sent_ms)
+    restarts = warm.tcp.restarts(offer + per_message_ms)
+    acked = all(at <= offer + per_message_ms for at, _ in warm.tcp.acks)
+    assert restarts == (restart and acked and idle > 200.0)
+    start, second, _ = warm.send(offer, size, 0, 20.0)
+    cold_start, cold_free, _ = sender().send(0.0, size, 0, 20.0)
+    if restarts:  # the window is the initial one again (its ACKs all in: as cold)
+        assert second - start == pytest.approx(cold_free - cold_start)
+    elif acked:  # nothing in flight, the window kept: never slower than from cold
+        assert second - start <= cold_free - cold_start + 1e-9
+
+
 def test_a_train_idling_past_the_rto_every_few_frames_costs_its_cycle_mean():
     """244 kB every 242 ms on a 30 ms hop (hunt seed 902031 with latency halved): a cold frame
     (240 ms) leaves the window open for the next (58 ms) and the one after (2 ms), which

@@ -201,7 +201,7 @@ def prompt_frame_bytes(scenario: Scenario) -> list[float]:
     return [float(hop_bytes(sizes, h)) - header for h in range(int(scenario.stages) - 1)]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _Ring:
     """A ring that carries one frame a lap, for following it pass by pass (deterministic: mean
     compute, mean sizes, latencies; :class:`wansim.links.delivery.HopSender`, the DES's sender).
@@ -217,8 +217,8 @@ class _Ring:
     verify_ms: list[float]
     final_ms: list[float]
     # the closest any send came to the RTO when the window's restart after idle was decided
-    # (ms; :func:`restart_margin_ms`), updated as the ring is followed
-    margin_ms: list[float] = dataclasses.field(default_factory=lambda: [math.inf], repr=False)
+    # (ms; :func:`restart_margin_ms`), the walk's running minimum as the ring is followed
+    margin_ms: float = dataclasses.field(default=math.inf, repr=False)
 
     @classmethod
     def of(cls, scenario: Scenario, parts: dict) -> _Ring:
@@ -275,9 +275,10 @@ class _Ring:
                 return [*costs, 0.0], at + stages[h]
             soft = software_ms(sizes[h], hop.per_message_ms, hop.codec_ms_per_mb)
             tcp = sender.tcp
-            if tcp is not None and tcp.params.restart_after_idle and tcp.last_sent_ms > -math.inf:
-                idle = max(at + stages[h], sender.free_ms) + float(soft) - tcp.last_sent_ms
-                self.margin_ms[0] = min(self.margin_ms[0], abs(idle - tcp.rto_ms))
+            if tcp is not None and tcp.params.restart_after_idle:
+                idle = sender.window_idle_ms(at + stages[h], sizes[h])
+                if idle is not None:
+                    self.margin_ms = min(self.margin_ms, abs(idle - tcp.rto_ms))
             start, free, at = sender.send(at + stages[h], sizes[h], 0, hop.latency_ms)
             costs.append(free - start - float(soft))
         return costs, at
@@ -392,7 +393,7 @@ def request_walk_ms(scenario: Scenario) -> Walked | None:
     else:
         verify = [math.fsum(v) / max(sum(counts), 1) for v in totals]
         prompt = [math.fsum(v) / walked for v in prompts]
-    return tuple(verify), tuple(prompt), ring.margin_ms[0]
+    return tuple(verify), tuple(prompt), ring.margin_ms
 
 
 MIXED_WALK_REQUESTS = 128  # requests that differ: the most a mixed walk follows ...
@@ -456,7 +457,7 @@ def mixed_request_walk_ms(
         if walked_passes >= MIXED_WALK_PASSES:
             break
     warm = seen - (np.arange(len(kinds)) == order[0])
-    margin = min(ring.margin_ms[0] for ring, _ in kinds)
+    margin = min(ring.margin_ms for ring, _ in kinds)
     out = []
     for k, (ring, passes) in enumerate(kinds):
         if warm[k] == 0:

@@ -44,6 +44,8 @@ Expected values on an idle hop (the analytical engine; G's mean is q / (1 - q)):
 
 from __future__ import annotations
 
+import math
+
 from wansim.links.nonstationary import Modulation, drift_factors  # noqa: F401 (drift_factors: API)
 
 
@@ -150,6 +152,20 @@ class HopSender:
         self.free_ms = free
         self.last_delivery_ms = delivery
         return start, free, delivery
+
+    def window_idle_ms(self, offer_ms: float, n_bytes: float) -> float | None:
+        """For a message offered at ``offer_ms``: how long its tcp window will have been idle
+        when its bytes start (after its software cost), i.e. what decides the window's restart
+        after idle (:meth:`wansim.links.tcp.TcpSender.idle_ms`); None without tcp or before the
+        first send. No state changes."""
+        tcp = self.tcp
+        if tcp is None or tcp.last_sent_ms == -math.inf:
+            return None
+        start = self.free_ms if self.free_ms > offer_ms else offer_ms
+        per_message = self.per_message_ms
+        if self.idle_extra is not None:
+            per_message = per_message + self.idle_extra(start - self.free_ms)
+        return tcp.idle_ms(start + software_ms(n_bytes, per_message, self.codec_ms_per_mb))
 
     def _busy_repair(
         self, start: float, n_bytes: float, losses: int, propagation: float

@@ -106,13 +106,29 @@ class TcpSender:
     def in_flight(self) -> int:
         return sum(b for _, b in self.acks)
 
+    def idle_ms(self, start_ms: float) -> float:
+        """How long the sender will have sent nothing when a message starts at ``start_ms``
+        (inf before its first send): what decides the window's restart after idle."""
+        return start_ms - self.last_sent_ms
+
+    def restarts(self, start_ms: float) -> bool:
+        """Whether a message starting at ``start_ms`` restarts from the initial window: restart
+        after idle is on, every segment is acknowledged by then, and the sender idled longer
+        than the RTO. No state changes."""
+        acks = self.acks
+        return (
+            self.params.restart_after_idle
+            and (not acks or acks[-1][0] <= start_ms)
+            and self.idle_ms(start_ms) > self.rto_ms
+        )
+
     def send(self, start_ms: float, n_bytes: float, losses: int) -> tuple[float, float]:
         """(busy_ms, repair_ms): the message's bytes leave from ``start_ms`` (the link free)
         until ``start_ms + busy_ms``; its losses delay delivery by ``repair_ms`` more."""
         p = self.params
         mss = p.mss_bytes
         self._ack_until(start_ms)
-        if p.restart_after_idle and not self.acks and start_ms - self.last_sent_ms > self.rto_ms:
+        if self.restarts(start_ms):
             self.cwnd = min(self.cwnd, float(p.initial_window_segments * mss))
         ms_per_byte = 8.0 / (self.bandwidth_mbps * 1e3)
         remaining = max(math.ceil(n_bytes), 1)

@@ -225,7 +225,7 @@ def test_reanswered_keeps_the_des_and_repeats_an_unchanged_engine():
     five = hunt.mechanisms(hunt.draw_scenario(5))
     rows.append({"seed": 5, "mechanisms": five, "refused": "network.transport: ..."})
     table = pd.DataFrame(rows)
-    table["refused"] = table["refused"].fillna("")
+    table["refused"] = table["refused"].astype(object).fillna("")
     again = hunt.reanswered(table)
     pd.testing.assert_frame_equal(again, table)
     stale = table.copy()
@@ -244,6 +244,26 @@ def test_reanswered_keeps_the_des_and_repeats_an_unchanged_engine():
     rerun = hunt.reanswered(moved)
     assert rerun.loc[0, "mechanisms"] == table.loc[0, "mechanisms"]
     assert rerun.loc[0, "des tokens_per_s"] == table.loc[0, "des tokens_per_s"]
+
+
+def test_reanswer_of_a_table_where_nothing_was_refused(tmp_path, capsys):
+    """A hunt with no refused point writes its ``refused`` column empty, which pandas reads
+    back as floats: ``--reanswer`` blanks it without a pandas warning (filling floats with a
+    string warns in pandas 3 and is an error in pandas 4) and repeats the table's answer."""
+    import warnings
+
+    table = tmp_path / "hunt.csv"
+    pd.DataFrame([hunt.evaluate(20)]).assign(refused="").to_csv(table, index=False)
+    assert pd.read_csv(table, keep_default_na=False, na_values=[""])["refused"].dtype == float
+    out = tmp_path / "again.csv"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert hunt.main(["--reanswer", str(table), "--out", str(out)]) == 0
+    assert "refused: 0" in capsys.readouterr().out
+    again = pd.read_csv(out)
+    assert again["ana tokens_per_s"].iloc[0] == pytest.approx(
+        pd.read_csv(table)["ana tokens_per_s"].iloc[0], rel=1e-5
+    )
 
 
 @pytest.mark.parametrize("flag", ["--reanswer", "--deepen"])
@@ -305,7 +325,7 @@ def test_deepened_runs_the_des_again_on_the_candidates():
     is 24% - a candidate. Deepened (2 seeds of 64 requests) its pooled half-width shrinks and
     the answer stays inside band + 2 half-widths (not silent); seed 20 (+0.2%) is not run."""
     table = pd.DataFrame([hunt.evaluate(2), hunt.evaluate(20)])
-    table["refused"] = table["refused"].fillna("")
+    table["refused"] = table["refused"].astype(object).fillna("")
     deep = hunt.deepened(table)
     first, second = deep.iloc[0], deep.iloc[1]
     assert first["deep des_half_rel"] < first["des_half_rel"] / 2

@@ -75,7 +75,7 @@ def read_trace(path: str | os.PathLike) -> tuple[pd.DataFrame, dict]:
         raise ProfileError(
             f"{path}: accepted", "must be in 0..k with k >= 1", f"k={row.k} accepted={row.accepted}"
         )
-    frame["workload"] = frame["workload"].fillna("").astype(str)
+    frame["workload"] = frame["workload"].astype(object).fillna("").astype(str)
     if any(c in frame.columns for c in TREE_COLUMNS):
         try:
             tree_walks(frame)

@@ -966,7 +966,7 @@ def _rework(flag: str, path: str, out: str, need: list[str], transform) -> int:
             file=sys.stderr,
         )
         return 2
-    table["refused"] = table["refused"].fillna("")
+    table["refused"] = table["refused"].astype(object).fillna("")
     table = transform(table, progress=lambda i, n: print(f"\r{i}/{n}", end="", file=sys.stderr))
     print(file=sys.stderr)
     table.to_csv(out, index=False, float_format="%.6g")

@@ -8,19 +8,25 @@ REF    := scenarios/v4pro-dspark-10stage-wan.yaml
 # pytest workers: both cores by default; PYTEST_WORKERS=0 runs serially.
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-slow figures approximations bench lint format clean
+.PHONY: demo test test-slow figures approximations bench lint format clean lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(BASE): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+# installs are constrained to the tested versions (constraints.txt; `make lock` rewrites it)
+$(BASE): pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	touch $@
 
-$(FULL): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,real,dist]'
+$(FULL): pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,real,dist]'
 	touch $@ $(BASE)
+
+# after a deliberate upgrade (pip install -U ... in .venv) and a green `make test`
+lock: $(FULL)
+	@{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable \
+	   | grep -v '^-e\|@ file\|^wansim'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 demo: $(BASE)
 	$(BIN)/wansim run $(REF) --engine both --out out/demo

@@ -225,7 +225,7 @@ def test_reanswered_keeps_the_des_and_repeats_an_unchanged_engine():
     five = hunt.mechanisms(hunt.draw_scenario(5))
     rows.append({"seed": 5, "mechanisms": five, "refused": "network.transport: ..."})
     table = pd.DataFrame(rows)
-    table["refused"] = table["refused"].astype(object).fillna("")
+    table["refused"] = table["refused"].fillna("")
     again = hunt.reanswered(table)
     pd.testing.assert_frame_equal(again, table)
     stale = table.copy()
@@ -325,7 +325,7 @@ def test_deepened_runs_the_des_again_on_the_candidates():
     is 24% - a candidate. Deepened (2 seeds of 64 requests) its pooled half-width shrinks and
     the answer stays inside band + 2 half-widths (not silent); seed 20 (+0.2%) is not run."""
     table = pd.DataFrame([hunt.evaluate(2), hunt.evaluate(20)])
-    table["refused"] = table["refused"].astype(object).fillna("")
+    table["refused"] = table["refused"].fillna("")
     deep = hunt.deepened(table)
     first, second = deep.iloc[0], deep.iloc[1]
     assert first["deep des_half_rel"] < first["des_half_rel"] / 2

@@ -947,14 +947,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if s["silent"] == 0 else 1
 
 
+def read_table(path):
+    """A table this module wrote (``--out``), as written: empty cells NaN, but ``refused``
+    text ("" where both engines answered, also in a table where nothing was refused, which
+    pandas would read as floats)."""
+    import pandas as pd
+
+    table = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"refused": "str"})
+    if "refused" in table.columns:
+        table["refused"] = table["refused"].fillna("")
+    return table
+
+
 def _rework(flag: str, path: str, out: str, need: list[str], transform) -> int:
     """An earlier run's table at ``path``, ``transform``-ed (:func:`reanswered`,
     :func:`deepened`; progress on stderr), written to ``out``, its summary printed. Exit 2 for
     a table this module did not write, 1 where a silent error remains."""
-    import pandas as pd
 
     try:
-        table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        table = read_table(path)
     except (OSError, ValueError) as err:
         print(f"{flag}: {path}: cannot read a CSV table ({err})", file=sys.stderr)
         return 2
@@ -966,7 +977,6 @@ def _rework(flag: str, path: str, out: str, need: list[str], transform) -> int:
             file=sys.stderr,
         )
         return 2
-    table["refused"] = table["refused"].astype(object).fillna("")
     table = transform(table, progress=lambda i, n: print(f"\r{i}/{n}", end="", file=sys.stderr))
     print(file=sys.stderr)
     table.to_csv(out, index=False, float_format="%.6g")

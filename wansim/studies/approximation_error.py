@@ -735,8 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.hunt:
         from wansim.studies import agreement_hunt
 
-        hunt = pd.read_csv(args.hunt, keep_default_na=False, na_values=[""])
-        hunt["refused"] = hunt["refused"].astype(object).fillna("")
+        hunt = agreement_hunt.read_table(args.hunt)
         text += "\n" + agreement_hunt.markdown(hunt, args.hunt_before)
     out.write_text(text)
     if not args.from_table or Path(args.from_table).resolve() != out.with_suffix(".csv").resolve():

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import NO_SPEC, PROFILE, REFERENCE
+import pytest
+
+from tests.conftest import NO_SPEC, PROFILE, REFERENCE, ROOT
 from wansim.results.metric_names import METRICS
 
 
@@ -36,6 +38,23 @@ def test_readable_table_and_out_dir(run_cli, tmp_path):
     assert code == 0 and "tokens_per_s" in out and "tok/s" in out
     assert json.loads((tmp_path / "o" / "metrics.json").read_text())["engine"] == "analytical"
     assert "tokens_per_s" in (tmp_path / "o" / "table.txt").read_text()
+
+
+def test_the_readable_table_says_how_far_an_analytical_answer_is_trusted(run_cli):
+    """Under the table, the analytical answer's trust as its JSON has it: the reference is
+    validated with its band; a tcp ring with two requests is NOT validated, says why, and
+    gives its window range (every window cold .. open), the same numbers as --json."""
+    code, out, _ = run_cli("run", REFERENCE, "--engine", "analytical")
+    assert code == 0 and "analytical: sync, validated (tokens_per_s within 3%" in out
+    tcp = ROOT / "scenarios" / "tcp-ring-frame-per-lap.yaml"
+    args = ("run", tcp, "--engine", "analytical", "--set", "workload.concurrency=2")
+    code, out, _ = run_cli(*args)
+    assert code == 0 and "analytical: concurrent, NOT validated: transport tcp beyond" in out
+    line = next(x for x in out.splitlines() if x.startswith("  range tokens_per_s: "))
+    low, high = (float(v) for v in line.split(": ")[1].split(" .. "))
+    _, js, _ = run_cli(*args, "--json")
+    want = json.loads(js)["approximation"]["range"]["tokens_per_s"]
+    assert (low, high) == pytest.approx(want, rel=1e-3) and low < high / 4
 
 
 def test_traces_show(run_cli):

@@ -85,19 +85,15 @@ def check_supported(scenario: Scenario) -> None:
                 scenario.k,
             )
         )
-        lossless = not any(h.loss_rate > 0 for h in scenario.resolved_hops())
-        alone = not (blocks or concurrent(scenario))
-        one_batch = sched.batching == "none" or (
-            sched.micro_batches == 1 and lossless and not blocks
-        )
+        one_batch = sched.batching == "none" or (sched.micro_batches is not None and not blocks)
         unsupported.append(
             (
                 "network.transport",
                 "tcp",
-                scalar and one_batch and (lossless or alone),
-                "tcp with loss beyond one request in the sync schedule, with continuous batching"
-                " other than one lossless micro-batch (schedule.micro_batches: 1) or on a grid"
-                " (one point at a time) is",
+                scalar and one_batch,
+                "tcp with continuous batching without schedule.micro_batches (the batch splits"
+                " into groups), micro-batches under the block schedule, or on a grid (one point"
+                " at a time) is",
             )
         )
     if scenario.faults.events:

@@ -59,6 +59,8 @@ from wansim.analytical.transport import (
     prefill_extra_ms,
     prompt_window_ms,
     tcp_equivalent,
+    walk_misses_windows,
+    window_extremes,
 )
 from wansim.config.scenario import Scenario
 from wansim.errors import ScenarioError
@@ -152,21 +154,32 @@ def _scalars(raw: dict) -> dict[str, float]:
 
 def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
-    with the approximation it was answered by (:mod:`wansim.analytical.regime`)."""
+    with the approximation it was answered by (:mod:`wansim.analytical.regime`); a tcp ring
+    whose windows the walk does not follow (several frames a lap, a lossy batch) also carries
+    the answers with every window cold and open (``approximation["range"]``,
+    :func:`wansim.analytical.transport.window_extremes`)."""
+    result = _analyzed(scenario)
+    if walk_misses_windows(scenario):
+        result = _with_window_range(scenario, result)
+    return result
+
+
+def _analyzed(scenario: Scenario) -> Result:
+    """:func:`analyze` without the window range (the models' own recursion)."""
     check_supported(scenario)
     if idle_cost.in_scenario(scenario):  # a fixed point of the stages' idles (idle_cost.py)
-        return analyze_idle_cost(scenario, analyze)
+        return analyze_idle_cost(scenario, _analyzed)
     modulated = network_modulation(scenario.network) is not None
     if modulated and scenario.workload.arrival != "closed":  # pieces of open-arrival queues
-        return analyze_pieces(scenario, analyze)
+        return analyze_pieces(scenario, _analyzed)
     if scenario.workload.arrival != "closed":  # the flow-equivalent server (open_arrivals.py)
-        return analyze_open(scenario, analyze)
+        return analyze_open(scenario, _analyzed)
     if contended(scenario):  # computes share the host's cores (wansim.analytical.shared_host)
-        return analyze_shared_host(scenario, analyze)
+        return analyze_shared_host(scenario, _analyzed)
     if network_modulation(scenario.network) is not None:  # drift, trace: quasi-static pieces
         if scenario.faults.events:
             return _pieces_with_faults(scenario)
-        return analyze_pieces(scenario, analyze)
+        return analyze_pieces(scenario, _analyzed)
     if varies(scenario):
         if scenario.faults.events:
             return _nodes_with_faults(scenario)
@@ -174,8 +187,25 @@ def analyze(scenario: Scenario) -> Result:
     if is_hybrid(scenario):  # two schedules mixed per round (wansim.analytical.hybrid)
         if scenario.faults.events:
             return _hybrid_with_faults(scenario)
-        return analyze_hybrid(scenario, analyze)
+        return analyze_hybrid(scenario, _analyzed)
     return _analyze_stationary(scenario)
+
+
+WINDOW_RANGE_METRICS = ("tokens_per_s", "throughput_tokens_per_s", "lap_ms_mean")
+
+
+def _with_window_range(scenario: Scenario, result: Result) -> Result:
+    """``result`` with ``approximation["range"]``: per metric of
+    :data:`WINDOW_RANGE_METRICS`, [low, high] over the answers with every window cold and
+    every window open (:func:`wansim.analytical.transport.window_extremes`)."""
+    answers = [_analyzed(extreme).metrics for extreme in window_extremes(scenario)]
+    span = {}
+    for key in WINDOW_RANGE_METRICS:
+        values = [float(np.asarray(a[key])) for a in answers]
+        if all(np.isfinite(values)):
+            span[key] = [min(values), max(values)]
+    trust = {**result.approximation, "range": span}
+    return dataclasses.replace(result, approximation=trust)
 
 
 def _analyze_stationary(scenario: Scenario, walked=None) -> Result:
@@ -241,7 +271,8 @@ def _stationary_answer(requested: Scenario, walked=None) -> tuple[Answer, Scenar
         )
     if micro_batched(scenario):
         answer = _micro_batched(scenario, parts, answer)
-        if judged.network.transport == "tcp":  # a prompt's pass under the window (transport.py)
+        if judged.network.transport == "tcp" and messages_in_flight(judged) <= 1:
+            # one micro-batch: a prompt's pass under the window (transport.py)
             answer = _tcp_prompt_window(answer, prompt_window_ms(judged))
     elif batched(scenario) and uses_blocks(scenario):
         answer = async_batched(scenario, parts, answer)
@@ -463,7 +494,7 @@ def _over_nodes(scenario: Scenario) -> Result:
     weighted = nodes(scenario)
     walks = _mixed_walks(scenario, weighted)
     if walks is None:
-        parts = [(w, node, analyze(node)) for w, node in weighted]
+        parts = [(w, node, _analyzed(node)) for w, node in weighted]
     else:  # one request at a time on tcp: each node's windows those its neighbours left
         parts = [
             (w, node, _analyze_stationary(node, k))

@@ -1,5 +1,5 @@
 """``network.transport: tcp`` in the analytical engine: the sync schedule, one request (or one
-micro-batch).
+micro-batch) followed from its start; several frames a lap as trains, with a window range.
 
 Each hop carries one message per lap. Its busy time under the window
 (:class:`wansim.links.tcp.TcpSender`, the code the DES and the emulator run) beyond the ideal
@@ -44,12 +44,27 @@ replacement's prompt rides a pass whose frame is bigger: its window cost beyond 
 frame's is added to TTFT (:func:`prompt_window_ms`; the other members' laps through that pass
 are not charged). On the frame-per-lap ring against the DES: tokens/s -3.5% to +2.1%, TTFT
 -8.7% to -0.8% (without the prompt's window -15.6% and -10.7% with restart after idle;
-tests/physics/test_tcp_loaded.py). Several micro-batches (or continuous batching without
-them, whose batch splits into groups) are refused: they start together and travel as a
-platoon, bunched or spread by their history, and the train's window restarts or stays open
-accordingly (2 and 4 micro-batches of 8 requests on that ring: the evenly spaced train +450%
-and +400% on tokens/s; a platoon spaced by the slowest station fixed these and broke agreement
-hunt seeds 174 and 276, -19% -> +61% and -14% -> +92%, not kept).
+tests/physics/test_tcp_loaded.py). Several micro-batches: one frame a lap per micro-batch
+(:func:`messages_in_flight`), a frame holding one micro-batch's members (:func:`one_pass`),
+taken as an evenly spaced train as for several requests (no prompt window in TTFT). They
+start together and travel as a platoon, bunched or spread by their history, and the window
+restarts or stays open accordingly (2 and 4 micro-batches of 8 requests on that ring: the
+evenly spaced train +458% and +403% on tokens/s; a platoon spaced by the slowest station
+fixed these and broke agreement hunt seeds 174 and 276, -19% -> +61% and -14% -> +92%, not
+kept). Continuous batching without micro-batches (whose batch splits into groups) is refused.
+
+The window range. Where the walk does not follow the windows (several frames a lap, a lossy
+micro-batch: :func:`walk_misses_windows`) the answer is ``validated: false`` and carries
+``approximation["range"]``: tokens/s, throughput and the mean lap with every frame's window
+closed and with every window open (:func:`window_extremes`), prompts' frames included (the
+point answer charges them a verify frame's window: hunt seed 1571, 1 MB prompts on 120 ms
+round trips, +224%). Each message's window cost lies between the two whatever the spacing
+the run gives the frames, so the DES lies between, up to the loaded models' own error: on
+the frame-per-lap ring (2 to 8 requests, 1% loss, an async window, 1 to 4 micro-batches)
+within 15% plus twice the DES's half-width of the range where the point answer was -45% to
++458% off (tests/physics/test_tcp_loaded.py); likewise all 90 such points of the agreement
+hunts (seeds 0-299, 1450-3599; the per-round hybrid, whose two schedules' frames differ,
+carries no range).
 
 Loss, one request in the sync schedule: a loss leaves ssthresh at half the flight, and the
 windows after it grow from there (with restart after idle, every frame slow-starts only up to
@@ -60,10 +75,11 @@ windows those losses leave (:func:`wansim.links.tcp.prefill_busy_ms` with ``loss
 Evenly spaced losses understate the clumps of random ones (1% loss on the frame-per-lap
 ring: tokens/s -1%, TTFT -13%; ``validated: false``). Where the run expects fewer than one
 loss a stretch, one loss's excess is weighted by where the run's first loss falls (its window
-does not recover within the run; hunt seed 127, 0.1%: -76% -> -12%). Not modelled (refused, use the DES):
-loss with several requests or async blocks (a prefill on a shrunken window holds the FIFO
-sender for every frame behind it: +136% at 4 requests), loss with batching, and continuous
-batching other than one micro-batch (above).
+does not recover within the run; hunt seed 127, 0.1%: -76% -> -12%). Loss with several
+requests or async blocks: the lossy train at lap / in_flight apart, with the window range
+(above): a prefill on a shrunken window holds the FIFO sender for every frame behind it, which
+the train does not see (+136% to +170% at 4 requests, 1% loss); a lossy micro-batch likewise
+(-45% on tokens/s with one micro-batch of 8).
 """
 
 from __future__ import annotations
@@ -77,7 +93,13 @@ import numpy as np
 from wansim.config.network import HopOverride
 from wansim.config.scenario import Scenario
 from wansim.links.delivery import wire_ms
-from wansim.links.tcp import lossy_train_costs_ms, periodic_busy_ms, prefill_busy_ms, tcp_params
+from wansim.links.tcp import (
+    lossy_train_costs_ms,
+    open_window_busy_ms,
+    periodic_busy_ms,
+    prefill_busy_ms,
+    tcp_params,
+)
 
 ITERATIONS = 8
 REQUEST_WALK_PASSES = 256  # one request at a time: walked request by request up to this E[N]
@@ -85,7 +107,11 @@ SETTLE_LAPS = 16  # laps a ring followed from its start runs before it may stop 
 
 
 def tcp_as_ideal(
-    scenario: Scenario, lap_ms, parts: dict, in_flight: float = 1.0, settled=None
+    scenario: Scenario,
+    lap_ms,
+    parts: dict,
+    in_flight: float = 1.0,
+    settled=None,
 ) -> Scenario:
     """The ideal-transport scenario whose hops cost what TCP costs at a lap of ``lap_ms`` with
     ``in_flight`` messages a lap on each hop; ``settled``: the lossless hops' window costs
@@ -135,8 +161,14 @@ def tcp_as_ideal(
                 codec_ms_per_mb=hop.codec_ms_per_mb,
             )
         )
-    network = dataclasses.replace(net, transport="ideal", hops=tuple(overrides))
-    if repairs:  # one retransmission wait for the ring: the loss-weighted mean over its hops
+    return _ideal_with(scenario, overrides, repairs)
+
+
+def _ideal_with(scenario: Scenario, overrides: list, repairs: list) -> Scenario:
+    """``scenario`` on the ideal transport with hops ``overrides`` and, for lossy hops, one
+    retransmission wait for the ring: the loss-weighted mean of ``repairs`` ((q, wait ms))."""
+    network = dataclasses.replace(scenario.network, transport="ideal", hops=tuple(overrides))
+    if repairs:
         weight = sum(q for q, _ in repairs)
         wait = sum(q * r for q, r in repairs) / weight
         network = dataclasses.replace(network, retransmit_ms=max(wait, 0.0))
@@ -174,12 +206,15 @@ def one_pass(scenario: Scenario) -> Scenario:
     """The scenario whose :func:`~wansim.analytical.sync.lap_parts` describe one frame of the
     ring: with one micro-batch its members are the serving slots
     (:func:`~wansim.serving.micro_batching.serving_slots`: ``max_batch_size`` caps them), not
-    every user."""
-    from wansim.serving.micro_batching import serving_slots
+    every user; with N' micro-batches holding sequences, a frame holds one of them (the
+    slots / N', rounded)."""
+    from wansim.serving.micro_batching import active_batches, serving_slots
 
     if scenario.schedule.batching == "none":
         return scenario
     slots = int(np.asarray(serving_slots(scenario)))
+    if scenario.schedule.micro_batches is not None:  # N' micro-batches: a frame holds one
+        slots = max(round(slots / int(np.asarray(active_batches(scenario)))), 1)
     return dataclasses.replace(
         scenario, workload=dataclasses.replace(scenario.workload, concurrency=slots)
     )
@@ -535,14 +570,128 @@ def _walk_request(ring: _Ring, senders, n: int, t: float):
 
 def messages_in_flight(scenario: Scenario) -> float:
     """Messages a hop carries per lap: without batching one per request in flight, times the
-    block schedule's window under async; one micro-batch's pass, one."""
+    block schedule's window under async; micro-batched, one per micro-batch holding
+    sequences (:func:`~wansim.serving.micro_batching.active_batches`)."""
+    from wansim.serving.micro_batching import active_batches
+
     wl, sched = scenario.workload, scenario.schedule
-    if sched.batching != "none":  # one micro-batch (the batched ring answered): one frame a lap
-        return 1.0
+    if sched.batching != "none":  # a frame a lap per micro-batch holding sequences
+        return float(np.asarray(active_batches(scenario))) if sched.micro_batches else 1.0
     out = float(min(wl.concurrency, wl.requests))
     if sched.kind == "async":
         out *= float(sched.max_inflight_blocks)
     return out
+
+
+def walk_misses_windows(scenario: Scenario) -> bool:
+    """A tcp ring whose windows the ring's walk does not follow: several frames a lap
+    (several requests without batching, an async window or an overlapped drafter's blocks,
+    several micro-batches), whose spacing the run decides and an evenly spaced train stands
+    in for, or a lossy micro-batch (its losses spread evenly over one frame a lap). Its
+    answer carries the range of :func:`window_extremes` (not the per-round hybrid's, whose
+    answer mixes two schedules' frames of different sizes)."""
+    if scenario.network.transport != "tcp":
+        return False
+    from wansim.analytical.coverage import concurrent
+    from wansim.speculation.block_schedule import uses_blocks
+    from wansim.speculation.hybrid_rounds import is_hybrid
+
+    if is_hybrid(scenario):  # two schedules' frames, each its own sizes: no one range
+        return False
+
+    if scenario.schedule.batching != "none":
+        lossy = any(h.loss_rate > 0 for h in scenario.resolved_hops())
+        return messages_in_flight(scenario) > 1 or lossy
+    return bool(uses_blocks(scenario) or concurrent(scenario))
+
+
+def window_extremes(scenario: Scenario) -> tuple[Scenario, Scenario]:
+    """The ideal-transport equivalents of a tcp ring with every message's window closed and
+    with every window open (:func:`window_cost_ms`), verify frames and frames carrying a prompt
+    alike (each hop's cost beyond its serialisation as a fixed and a per-byte part through
+    the two sizes). Every message's window cost lies between the two, whatever the frames'
+    spacing: the run's own (a platoon that restarts its windows every lap, a train that keeps
+    them open, frames that drift between) decides where (module docstring). The range spans
+    the windows only: the loaded models' other approximations (queueing, faults, KV
+    admission) come on top."""
+    from wansim.analytical.path import hop_bytes
+    from wansim.analytical.sync import lap_parts, prefill_sizes, ring_message_bytes
+
+    parts = lap_parts(one_pass(scenario))
+    sizes = [float(x) for x in ring_message_bytes(scenario, parts)]
+    if scenario.schedule.batching == "none":  # a request's own prefill (or chunk) message
+        pre = prefill_sizes(scenario, prompt_chunk_tokens(scenario))
+        prompts = [float(hop_bytes(pre, h)) for h in range(len(sizes) - 1)]
+    else:  # a batched pass that carries a joiner's prompt (or chunk)
+        prompts = [v + p for v, p in zip(sizes, prompt_frame_bytes(scenario), strict=False)]
+    tcp = tcp_params(scenario.network)
+    run = int(scenario.workload.requests * (float(np.asarray(parts["passes"])) + 1.0))
+    out = []
+    for extreme in ("closed", "open"):
+        overrides, repairs = [], []
+        for h, hop in enumerate(scenario.resolved_hops()):
+            prompt = prompts[h] if h < len(prompts) else 0.0
+            override, repair = _hop_at_extreme(tcp, hop, sizes[h], prompt, extreme, run)
+            overrides.append(override)
+            if repair is not None:
+                repairs.append((hop.loss_rate, repair))
+        out.append(_ideal_with(scenario, overrides, repairs))
+    return out[0], out[1]
+
+
+def _hop_at_extreme(tcp, hop, size: float, prompt: float, extreme: str, run: int):
+    """(the ideal hop, its repair wait beyond the frame's serialisation or None) whose costs
+    are ``hop``'s window cost at ``extreme`` for a frame of ``size`` bytes and, where
+    ``prompt`` is bigger, one of ``prompt`` bytes: a fixed part and a per-byte part through
+    the two (never a negative fixed part: then the per-byte part alone, exact at the
+    prompt's frame, a little dearer for the verify frame)."""
+    from wansim.links.expected_delay import expected_losses
+
+    resent = 1.0 + float(expected_losses(hop.loss_rate))  # the ideal ring re-sends the frame
+    busy, repair = window_cost_ms(tcp, hop, size, extreme, run)
+    wire = float(wire_ms(size, hop.bandwidth_mbps))
+    extra, per_byte = busy - wire * resent, 0.0
+    if prompt > size:
+        grown = window_cost_ms(tcp, hop, prompt, extreme, run)[0]
+        grown -= float(wire_ms(prompt, hop.bandwidth_mbps)) * resent
+        per_byte = max((grown - extra) / (prompt - size), 0.0)
+        extra = grown - per_byte * prompt
+        if extra < 0.0:
+            extra, per_byte = 0.0, max(grown, 0.0) / prompt
+    override = HopOverride(
+        latency_ms=hop.latency_ms,
+        bandwidth_mbps=hop.bandwidth_mbps,
+        jitter=hop.jitter,
+        loss_rate=hop.loss_rate,
+        per_message_ms=hop.per_message_ms + max(extra, 0.0),
+        codec_ms_per_mb=hop.codec_ms_per_mb + per_byte * 1e6,
+    )
+    return override, None if repair is None else repair - wire
+
+
+def window_cost_ms(tcp, hop, n_bytes: float, extreme: str, run_messages: int):
+    """(busy ms, repair ms per loss or None without loss) of a message of ``n_bytes`` on
+    ``hop`` at an extreme of its window. "open": a window as wide as it gets with nothing in
+    flight (:func:`wansim.links.tcp.open_window_busy_ms`), a loss repaired by a fast
+    retransmit (a round trip and a segment). "closed": the most a window costs, a cold
+    connection's (the initial window; with loss, the lossy train of idle messages,
+    :func:`wansim.links.tcp.lossy_train_costs_ms`) or the message at the full window's own
+    rate (max_window_bytes a round trip: frames that queue, where the window and not the
+    link sets the rate), whichever is more."""
+    from wansim.links.expected_delay import expected_losses
+
+    args = (tcp, hop.bandwidth_mbps, hop.latency_ms, hop.retransmit_ms, float(n_bytes))
+    rtt = 2.0 * hop.latency_ms
+    if extreme == "open":
+        busy = open_window_busy_ms(*args)
+        if hop.loss_rate <= 0:
+            return busy, None
+        return busy, rtt + min(tcp.mss_bytes, float(n_bytes)) * 8.0 / (hop.bandwidth_mbps * 1e3)
+    saturated = float(n_bytes) * rtt / tcp.max_window_bytes
+    if hop.loss_rate <= 0:
+        return max(periodic_busy_ms(*args, math.inf), saturated), None
+    busy, repair = lossy_train_costs_ms(*args, math.inf, hop.loss_rate, run_messages=run_messages)
+    return max(busy, saturated), repair / float(expected_losses(hop.loss_rate))
 
 
 def tcp_equivalent(

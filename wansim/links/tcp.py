@@ -187,6 +187,19 @@ def periodic_busy_ms(
     return busy[-1] if cycle <= 1 else math.fsum(busy[-cycle:]) / cycle
 
 
+def open_window_busy_ms(
+    params: TcpParams, bandwidth_mbps: float, latency_ms: float, rto_ms: float, n_bytes: float
+) -> float:
+    """Busy time of a message of ``n_bytes`` on a connection whose window is as wide as it
+    gets (``max_window_bytes``) with nothing in flight: its serialisation, and a round trip
+    per further window where the message is bigger than one. No message can leave faster
+    (the least window cost; :func:`periodic_busy_ms` with an infinite period is the most)."""
+    sender = TcpSender(params, bandwidth_mbps, latency_ms, rto_ms)
+    sender.cwnd = float(params.max_window_bytes)
+    sender.last_sent_ms = 0.0  # (sent just now: no restart after idle)
+    return sender.send(0.0, n_bytes, 0)[0]
+
+
 def settled_cycle(values: list[float]) -> int:
     """The shortest c <= :data:`MAX_CYCLE` with which the last 3c values repeat (each equal to
     the one c before it, to 1e-9 relative); 0 when none."""

@@ -75,7 +75,30 @@ def format_table(results: dict[str, Result]) -> str:
         cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
         cells += [c.rjust(w) for c, w in zip(r[2:], widths[2:], strict=True)]
         lines.append("  ".join(cells))
+    for engine, res in results.items():
+        if res.approximation is not None:
+            lines += trust_lines(engine, res.approximation)
     return "\n".join(lines)
+
+
+def trust_lines(engine: str, approximation: dict) -> list[str]:
+    """An analytical answer's trust under the table: its regime, whether it is validated
+    (with the band measured there) or why not, and its range where it has one."""
+    import textwrap
+
+    a = approximation
+    if a.get("validated"):
+        band = a.get("error_band", {}).get("tokens_per_s")
+        head = f"{engine}: {a.get('regime')}, validated"
+        text = head + (
+            f" (tokens_per_s within {band:.0%} of the DES where measured)" if band else ""
+        )
+    else:
+        text = f"{engine}: {a.get('regime')}, NOT validated: {a.get('why', '')}"
+    out = ["", *textwrap.wrap(text, 100, subsequent_indent="  ", break_on_hyphens=False)]
+    for metric, (low, high) in a.get("range", {}).items():
+        out.append(f"  range {metric}: {_fmt(low)} .. {_fmt(high)}")
+    return out
 
 
 def results_json(results: dict[str, Result]) -> dict:

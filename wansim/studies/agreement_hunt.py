@@ -214,8 +214,9 @@ def stage_failure(rng: np.random.Generator, stages: int) -> dict:
 def wan_physics(data: dict, seed: int) -> dict:
     """Issue 13's mechanisms on a drawn scenario, from a stream of their own (seed, 13): the
     base draws of every seed stay what they were. Each is added where both engines model it
-    (the analytical engine refuses the rest: tcp with loss beyond one request or with
-    continuous batching other than one micro-batch, answered since the table and not drawn;
+    (the analytical engine refused the rest when the table was drawn: tcp with loss beyond
+    one request or with continuous batching other than one micro-batch, answered since with
+    a window range and not drawn, so that every seed keeps its scenario;
     faults with the per-round hybrid, refused when the table was drawn, are
     answered since, with like requests and with requests that differ:
     tests/physics/test_faults_hybrid.py). The hybrid is drawn with one
@@ -820,9 +821,11 @@ EXPLAINED = {
     "connections, then verify frames; a ring can settle warm or cold under restart-after-idle "
     "and the DES picks by its start), a replacement's prompt frame's window in TTFT. Against "
     "the DES on scenarios/tcp-ring-frame-per-lap.yaml (tests/physics/test_tcp_loaded.py): "
-    "tokens/s -3.5% to +2.1%, TTFT -8.7% to -0.8%. Several micro-batches, batching without "
-    "micro-batches and lossy batched rings are refused (several frames a lap travel as a "
-    "platoon whose window restarts by its history: +400% for the evenly spaced train).",
+    "tokens/s -3.5% to +2.1%, TTFT -8.7% to -0.8%. Several micro-batches and lossy batches "
+    "are answered since as trains (`validated: false`: several frames a lap travel as a "
+    "platoon whose window restarts by its history, +458% for the evenly spaced train of 2 "
+    "micro-batches) with the window range (`approximation.range`: every window cold to every "
+    "window open, the DES inside it); batching without micro-batches is refused.",
     "transport tcp with loss": "one request on a lossy tcp ring: a loss leaves ssthresh at "
     "half the flight and the windows after it never grow back within the run, so what a "
     "loss costs depends on where in the run it falls; the model runs each hop's train and "

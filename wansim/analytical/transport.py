@@ -315,7 +315,7 @@ class _Ring:
             if tcp is not None and tcp.params.restart_after_idle:
                 idle = sender.window_idle_ms(at + stages[h], sizes[h])
                 if idle is not None:
-                    self.margin_ms = min(self.margin_ms, abs(idle - tcp.rto_ms))
+                    self.margin_ms = min(self.margin_ms, tcp.restart_margin_ms(idle))
             start, free, at = sender.send(at + stages[h], sizes[h], 0, hop.latency_ms)
             costs.append(free - start - float(soft))
         return costs, at

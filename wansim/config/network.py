@@ -86,17 +86,24 @@ class Hop:
     codec_ms_per_mb: float = 0.0
 
 
+IDLE_RESTARTS = ("initial_window", "halve_per_rto")
+
+
 @dataclasses.dataclass(frozen=True)
 class Tcp:
     """``network.transport: tcp`` (:mod:`wansim.links.tcp`): segments of ``mss_bytes``, an
     initial window of ``initial_window_segments`` segments, the receiver's window
     ``max_window_bytes``, and the window's restart after an idle period longer than
-    ``network.retransmit_ms`` (``restart_after_idle``; Linux's tcp_slow_start_after_idle)."""
+    ``network.retransmit_ms`` (``restart_after_idle``; Linux's tcp_slow_start_after_idle):
+    from the initial window (``idle_restart: initial_window``, RFC 5681 section 4.1) or halved
+    once per RTO of idle beyond the first, down to the initial window (``halve_per_rto``,
+    RFC 2861 as Linux's tcp_cwnd_restart does it)."""
 
     mss_bytes: int = spec(1448, ge=64, le=65535)
     initial_window_segments: int = spec(10, ge=1, le=1000)
     max_window_bytes: float = spec(4194304.0, gt=0)
     restart_after_idle: bool = spec(True)
+    idle_restart: str = spec("initial_window", choices=IDLE_RESTARTS)
 
     def check(self, path: str) -> None:
         if self.max_window_bytes < self.mss_bytes:

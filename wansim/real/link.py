@@ -66,6 +66,7 @@ class LinkSpec:
     tcp_initial_window_segments: int = 10
     tcp_max_window_bytes: float = 4194304.0
     tcp_restart_after_idle: bool = True
+    tcp_idle_restart: str = "initial_window"
     # time-varying link (wansim.links.nonstationary): a drift and/or a replayed trace, in ms
     # from the first message (the emulator's clock origin)
     drift_latency_factor: float = 1.0
@@ -178,6 +179,7 @@ class LinkSpec:
                 "tcp_initial_window_segments": tcp.initial_window_segments,
                 "tcp_max_window_bytes": tcp.max_window_bytes,
                 "tcp_restart_after_idle": tcp.restart_after_idle,
+                "tcp_idle_restart": tcp.idle_restart,
             }
         return cls(
             latency_ms=hop.latency_ms,
@@ -276,6 +278,7 @@ class LinkScheduler:
                 spec.tcp_initial_window_segments,
                 spec.tcp_max_window_bytes,
                 spec.tcp_restart_after_idle,
+                spec.tcp_idle_restart,
             )
         bw = math.inf if spec.bandwidth_mbps is None else spec.bandwidth_mbps
         self.sender = HopSender(

@@ -140,7 +140,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "network.transport": ("ideal",),
     **{  # read only by transport: tcp
         f"network.tcp.{name}": ANY
-        for name in ("mss_bytes", "initial_window_segments", "max_window_bytes")
+        for name in ("mss_bytes", "initial_window_segments", "max_window_bytes", "idle_restart")
     },
     "network.tcp.restart_after_idle": ANY,
     "network.drift.latency_factor": (1.0,),

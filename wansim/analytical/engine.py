@@ -156,7 +156,7 @@ def analyze(scenario: Scenario) -> Result:
     """Every metric of one scenario, by the model that covers it (:func:`check_supported`),
     with the approximation it was answered by (:mod:`wansim.analytical.regime`); a tcp ring
     whose windows the walk does not follow (several frames a lap, a lossy batch) also carries
-    the answers with every window cold and open (``approximation["range"]``,
+    the answers with every window closed and open (``approximation["range"]``,
     :func:`wansim.analytical.transport.window_extremes`)."""
     result = _analyzed(scenario)
     if walk_misses_windows(scenario):
@@ -196,7 +196,7 @@ WINDOW_RANGE_METRICS = ("tokens_per_s", "throughput_tokens_per_s", "lap_ms_mean"
 
 def _with_window_range(scenario: Scenario, result: Result) -> Result:
     """``result`` with ``approximation["range"]``: per metric of
-    :data:`WINDOW_RANGE_METRICS`, [low, high] over the answers with every window cold and
+    :data:`WINDOW_RANGE_METRICS`, [low, high] over the answers with every window closed and
     every window open (:func:`wansim.analytical.transport.window_extremes`)."""
     answers = [_analyzed(extreme).metrics for extreme in window_extremes(scenario)]
     span = {}

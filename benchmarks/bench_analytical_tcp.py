@@ -1,8 +1,9 @@
-"""The analytical engine's answer on a tcp ring with one frame a lap: CPU seconds of one
-``analyze`` (best of ``--repeat``, the request walk's cache cleared before each) for one
-request, one request with a last-stage drafter, one request of lognormal lengths and one
-micro-batch of 8 on ``scenarios/tcp-ring-frame-per-lap.yaml``, with a digest of the metrics
-to 9 significant digits (equal answers).
+"""The analytical engine's answer on a tcp ring: CPU seconds of one ``analyze`` (best of
+``--repeat``, the request walk's cache cleared before each) for one request, one request with
+a last-stage drafter, one request of lognormal lengths and one micro-batch of 8 (one frame a
+lap, walked), and 8 requests without batching (a train, with the window range where the tree
+has it) on ``scenarios/tcp-ring-frame-per-lap.yaml``, with a digest of the metrics to 9
+significant digits (equal answers).
 
 Run paired against an older tree: .venv/bin/python benchmarks/paired.py --base DIR --repeat 5
 --field one_batch_s -- $PWD/benchmarks/bench_analytical_tcp.py
@@ -30,6 +31,7 @@ CASES = {
         "schedule": {"batching": "continuous", "micro_batches": 1},
         "workload": {"concurrency": 8},
     },
+    "eight_requests": {"workload": {"concurrency": 8}},
 }
 
 

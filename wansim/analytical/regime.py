@@ -20,6 +20,7 @@ import dataclasses
 import numpy as np
 
 from wansim.acceptance.model import quality_for
+from wansim.analytical.transport import walk_misses_windows
 from wansim.speculation.block_schedule import uses_blocks
 
 RELATIVE = ("tokens_per_s", "throughput_tokens_per_s", "ttft_ms_mean")
@@ -253,8 +254,6 @@ def outside(scenario) -> str:
             " evenly, the windows they leave (wansim/analytical/transport.py), checked against"
             " the DES in tests/physics/test_tcp_loaded.py, not on the approximation-error grid"
         )
-    from wansim.analytical.transport import walk_misses_windows
-
     if (
         scenario.network.transport == "tcp"
         and name == "micro-batched"

@@ -600,7 +600,6 @@ def walk_misses_windows(scenario: Scenario) -> bool:
 
     if is_hybrid(scenario):  # two schedules' frames, each its own sizes: no one range
         return False
-
     if scenario.schedule.batching != "none":
         lossy = any(h.loss_rate > 0 for h in scenario.resolved_hops())
         return messages_in_flight(scenario) > 1 or lossy

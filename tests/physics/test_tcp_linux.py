@@ -77,10 +77,16 @@ def test_the_restart_margin_is_the_distance_to_the_next_decision():
         assert sender(mode).restart_margin_ms(100.0) == pytest.approx(104.0)
 
 
-def test_idle_restart_is_validated_and_named():
+def test_idle_restart_is_validated_and_named(run_cli):
+    """A value outside the two: ScenarioError naming the field, and from the command line
+    exit 2 with that one line."""
     data = {"stages": 2, "network": {"transport": "tcp", "tcp": {"idle_restart": "linux"}}}
     with pytest.raises(ScenarioError, match=r"^network.tcp.idle_restart: must be one of"):
         load_scenario(data=data)
+    path = ROOT / "scenarios" / "tcp-ring-frame-per-lap.yaml"
+    code, out, err = run_cli("run", path, "--set", "network.tcp.idle_restart=linux")
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and "network.tcp.idle_restart" in err and "linux" in err
 
 
 def _kernel_reno() -> str | None:

@@ -207,10 +207,10 @@ def test_chain_lengths_of_every_horizon_are_the_formula():
     [("async", False, 0.0), ("async", False, 7.5), ("sync", True, np.array([0.0, 3.0, 40.0]))],
 )
 def test_stale_counts_over_the_wait_nodes_in_one_call_are_each_nodes_own(kind, overlap, waits):
-    """The stale counts averaged over S0's (or the drafter's) wait nodes come from one call
-    with the nodes as a leading axis: each node's values are those of its own call (to
-    1e-12; the same arithmetic, summed in the same order), the other keys the first node's;
-    a grid's waits (an array) keep their shape."""
+    """The stale counts averaged over S0's (or the drafter's) wait nodes (fixed + spread x_i)
+    come from one call with the nodes as a leading axis: each node's values are those of its
+    own call (to 1e-12; the same arithmetic, summed in the same order), the other keys the
+    first node's; a grid's waits (an array) keep their shape."""
     from wansim.analytical.blocks import block_schedule_metrics
 
     scenario = _ring(8, 0.01, kind)
@@ -220,8 +220,9 @@ def test_stale_counts_over_the_wait_nodes_in_one_call_are_each_nodes_own(kind, o
         )
     queue = "draft_wait" if overlap else "s0_wait"
     x, wx = np.polynomial.laguerre.laggauss(concurrent.WAIT_NODES)
-    got = concurrent.stale_over_nodes(scenario, queue, waits, x, wx, block_schedule_metrics)
-    runs = [block_schedule_metrics(scenario, **{queue: np.asarray(waits) * xi}) for xi in x]
+    fixed = 0.5 * np.asarray(waits)
+    got = concurrent.stale_over_nodes(scenario, queue, fixed, waits, x, wx, block_schedule_metrics)
+    runs = [block_schedule_metrics(scenario, **{queue: fixed + np.asarray(waits) * xi}) for xi in x]
     want = dict(runs[0])
     for key in concurrent.STALE_KEYS:
         want[key] = sum(wi * r[key] for wi, r in zip(wx, runs, strict=True))

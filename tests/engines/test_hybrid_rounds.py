@@ -237,16 +237,19 @@ def _errors(sc) -> dict[str, float]:
     ids=["4-requests", "8-requests-p0.3", "8-requests-2ms-hops"],
 )
 def test_concurrent_hybrid_within_its_two_schedules_errors(over):
-    """Several requests: the analytical hybrid mixes the two loaded schedules (hybrid.py), so
-    its error against the DES lies within the envelope of the two schedules' own errors (each
-    loaded by the same N requests: measured -27%..-8% on tokens/s here), widened by 5 points;
-    and it is never further than 25% from the DES. tau and the wasted fraction as alone."""
+    """Several requests: the analytical hybrid mixes the two loaded schedules (hybrid.py), each
+    loaded as if every other request ran its kind of round: the waits are convex in the load,
+    so the mix is on the pessimistic side. Its error against the DES is never above the
+    envelope of the two schedules' own errors (each loaded by the same N requests) by more
+    than 5 points, and never further than 25% from the DES. Below the envelope it can go
+    where the chains alone saturate S0 and the hybrid does not: 4 requests here, S0 at 1.00
+    under chains and 0.88 in the hybrid's DES, tokens/s -15% against the schedules' -7%..-2%."""
     sc = load_scenario(data=hybrid_case(**over))
     mine = _errors(sc)
     pure = [_errors(async_scenario(sc)), _errors(tree_scenario(sc))]
     for key, err in mine.items():
-        lo, hi = min(e[key] for e in pure), max(e[key] for e in pure)
-        assert lo - 0.05 <= err <= hi + 0.05, (key, err, lo, hi)
+        hi = max(e[key] for e in pure)
+        assert err <= hi + 0.05, (key, err, hi)
         assert abs(err) <= 0.25
     des, ana = simulate(sc), analyze(sc)
     assert ana.metrics["tau"] == pytest.approx(des.metrics["tau"], rel=0.03)

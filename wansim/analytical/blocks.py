@@ -300,7 +300,7 @@ def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
 
 
 def block_metrics(
-    scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0, draft_wait=0.0
+    scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0, draft_wait=0.0, verdict_wait=0.0
 ) -> dict[str, np.ndarray]:
     """Mean metrics of the block schedule for one request at a time (module docstring).
 
@@ -308,7 +308,9 @@ def block_metrics(
     (``fwd``, ``ret``, ``var``, ``wire``) of :func:`wansim.analytical.sync._hop_sums`.
     ``s0_wait``: queueing per block at S0 behind other requests (the concurrent model's fixed
     point): it spaces a request's blocks further apart and so shrinks its stale blocks;
-    ``draft_wait`` likewise at the overlapped drafter's device (its stale drafts)."""
+    ``draft_wait`` likewise at the overlapped drafter's device (its stale drafts);
+    ``verdict_wait``: queueing on a block's way from S0 to its verdict back at S0 (the other
+    stations' and links' waits under load): S0 hears a lost bet that much later."""
     stages = np.asarray(scenario.stages)
     m = np.asarray(parts["m"], dtype=float)
     n = np.asarray(parts["tokens"], dtype=float)
@@ -337,7 +339,7 @@ def block_metrics(
     from wansim.analytical.sync import _loss_sums, forward_sizes
 
     loss = _loss_sums(scenario, forward_sizes(parts), parts["return_bytes"])
-    rest = rest - loss["delay_mean_ms"]
+    rest = rest - loss["delay_mean_ms"] + np.asarray(verdict_wait, dtype=float)
     var = np.maximum(var - loss["delay_var_ms2"], 0.0)
     # a chain's blocks in steady state are drafted on a bet (d_bet; the first one costs d)
     steady = np.where((window >= 2) | overlap, d_bet, d)
@@ -561,11 +563,11 @@ class BlockSchedule:
 
 
 def block_schedule_metrics(
-    scenario: Scenario, s0_wait=0.0, draft_wait=0.0
+    scenario: Scenario, s0_wait=0.0, draft_wait=0.0, verdict_wait=0.0
 ) -> dict[str, np.ndarray]:
     """The keys of :func:`wansim.analytical.sync.sync_metrics` for the block schedule, one
     request at a time (arrays)."""
-    return block_schedule(scenario, s0_wait, draft_wait).means
+    return block_schedule(scenario, s0_wait, draft_wait, verdict_wait).means
 
 
 def _forward_total(parts: dict, stages):
@@ -574,7 +576,9 @@ def _forward_total(parts: dict, stages):
     return (stages - 1) * parts["forward_bytes"] if hops is None else sum(hops)
 
 
-def block_schedule(scenario: Scenario, s0_wait=0.0, draft_wait=0.0) -> BlockSchedule:
+def block_schedule(
+    scenario: Scenario, s0_wait=0.0, draft_wait=0.0, verdict_wait=0.0
+) -> BlockSchedule:
     """:func:`block_schedule_metrics` with the chains' statistics (for the percentiles)."""
     from wansim.analytical.sync import _hop_sums, forward_sizes, lap_parts, prefill_sizes
 
@@ -584,7 +588,12 @@ def block_schedule(scenario: Scenario, s0_wait=0.0, draft_wait=0.0) -> BlockSche
     m, n, passes = parts["m"], parts["tokens"], parts["passes"]
     fwd, ret, wire, lap_var = _hop_sums(scenario, forward_sizes(parts), parts["return_bytes"])
     res = block_metrics(
-        scenario, parts, {"fwd": fwd, "ret": ret, "var": lap_var}, s0_wait, draft_wait
+        scenario,
+        parts,
+        {"fwd": fwd, "ret": ret, "var": lap_var},
+        s0_wait,
+        draft_wait,
+        verdict_wait,
     )
     stage = parts["stage_ms"]
     prompt = np.asarray(wl.prompt_tokens)

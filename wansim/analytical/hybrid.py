@@ -24,7 +24,8 @@ confident rounds wait as if every other request ran chains, its tree rounds as i
 trees (the waits are convex in the load: an upper bound's side). Exact in the mean where the
 ring saturates at a station (then the throughput is that station's work per request mixed per
 round: tests/engines/test_hybrid_rounds.py, hand-worked); elsewhere it inherits the two loaded
-models' errors (checked there against the DES: within their envelope).
+models' errors (checked there against the DES: never above their envelope; below it where the
+chains alone saturate S0 and the mix does not, -15% on tokens/s at 4 requests).
 Not on the approximation-error grid: ``validated: false`` (checked against the DES in
 tests/engines/test_hybrid_rounds.py).
 """

@@ -299,6 +299,14 @@ def acceptance_nodes(scenario: Scenario, m_tokens) -> dict[str, np.ndarray]:
     return {n: v[inverse].reshape((*shape, q)) for n, v in out.items()}
 
 
+def issue_ms(draft_ms, s0_compute_ms, overlap: bool):
+    """The interval S0 issues a chain's blocks at alone: drafting then computing (S0 drafts),
+    or the slower of the two (the overlapped drafter drafts the next block meanwhile)."""
+    if overlap:
+        return np.maximum(s0_compute_ms, draft_ms)
+    return np.asarray(draft_ms) + s0_compute_ms
+
+
 def block_metrics(
     scenario: Scenario, parts: dict, hop: dict, s0_wait=0.0, draft_wait=0.0, verdict_wait=0.0
 ) -> dict[str, np.ndarray]:
@@ -343,7 +351,7 @@ def block_metrics(
     var = np.maximum(var - loss["delay_var_ms2"], 0.0)
     # a chain's blocks in steady state are drafted on a bet (d_bet; the first one costs d)
     steady = np.where((window >= 2) | overlap, d_bet, d)
-    issue = np.maximum((0.0 if overlap else steady) + c0, steady if overlap else 0.0)
+    issue = issue_ms(steady, c0, overlap)
     block_lap = rest + c0 + (0.0 if overlap else steady)
     slack = np.maximum(window * issue - block_lap, 0.0)
     acc = acceptance_nodes(scenario, m)

@@ -267,7 +267,7 @@ def solve(
     excess = np.maximum(residence - pre - dec, 0.0)
     # that excess queues at the bottleneck (a saturated closed network parks its customers
     # there): it is the wait per visit there, the prefill's visit included
-    wait = waits(x)[0]
+    wait, pre_waits, _ = waits(x)
     neck = np.argmax(demand, axis=1)
     rows = np.arange(len(neck))
     visits = np.maximum(v_d[rows, neck] + v_p[rows, neck], 1e-300)
@@ -282,15 +282,15 @@ def solve(
         # deterministic output. Reached continuously: the share theta of the way there is the
         # saturation excess per visit over the gap between the formulas' wait and it
         travel = prefill - s_p[rows, neck]  # the first token's way back
-        others = np.ones(ppath.shape, dtype=bool)
-        others[rows, neck] = False
-        tail = travel - ((s_p - s_d) * ppath * others).sum(axis=1)  # a verdict's way back
+        not_neck = np.ones(ppath.shape, dtype=bool)
+        not_neck[rows, neck] = False
+        tail = travel - ((s_p - s_d) * ppath * not_neck).sum(axis=1)  # a verdict's way back
         service = demand[rows, neck] / visits
         w_sat = mailbox_wait(residence, travel, tail, visits, service, passes, passes / eg, window)
         kingman = wait[rows, neck] - per_visit
         gap = w_sat - kingman
         theta = np.where(gap > 0, np.clip(per_visit / np.where(gap > 0, gap, 1.0), 0, 1), 1.0)
-        pre_wait = waits(x)[1] * ppath
+        pre_wait = pre_waits * ppath
         at_neck = pre_wait[rows, neck]
         downstream = pre_wait.sum(axis=1) - at_neck
         pre_mail = prefill + (1.0 - theta) * downstream + at_neck + theta * (w_sat - at_neck)
@@ -561,12 +561,11 @@ def stale_over_nodes(scenario, queue: str, fixed, spread, x, wx, block_schedule_
     axis of the wait (each node's values are those of a call with its own wait; the block
     schedule's cost is its calls per chain horizon, not the points')."""
     fixed, spread = np.broadcast_arrays(np.asarray(fixed, float), np.asarray(spread, float))
-    wait = fixed
-    nodes = np.asarray(x, dtype=float).reshape((-1,) + (1,) * wait.ndim)
+    nodes = np.asarray(x, dtype=float).reshape((-1,) + (1,) * fixed.ndim)
     stacked = block_schedule_metrics(scenario, **{queue: fixed + nodes * spread})
 
     def at(value, i):  # node i's value (a key the wait does not move has no node axis)
-        if isinstance(value, np.ndarray) and value.ndim == wait.ndim + 1:
+        if isinstance(value, np.ndarray) and value.ndim == fixed.ndim + 1:
             return value[i]
         return value
 

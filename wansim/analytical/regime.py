@@ -400,6 +400,7 @@ def block_stream_ratio(scenario) -> float:
     block (a forward hop's serialisation and per-message cost, a later stage's compute, the
     return hop's) over the interval S0 issues them at, max(S0's drafting and compute, the
     lap / the window) - one request, its own blocks only. Above 1 they queue there."""
+    from wansim.analytical.blocks import issue_ms
     from wansim.analytical.path import hop_bytes, hop_service_ms
     from wansim.analytical.sync import forward_sizes, lap_parts, sync_metrics
     from wansim.stages.compute import stage_ms_each
@@ -408,7 +409,7 @@ def block_stream_ratio(scenario) -> float:
     stages = int(np.max(np.asarray(scenario.stages)))
     compute = [float(np.max(np.asarray(c))) for c in stage_ms_each(scenario, parts["tokens"])]
     draft = float(np.max(np.asarray(parts["bet_draft_ms"])))
-    issue = max(draft, compute[0]) if scenario.drafter.overlap else draft + compute[0]
+    issue = float(issue_ms(draft, compute[0], bool(scenario.drafter.overlap)))
     window = float(np.max(np.asarray(scenario.schedule.max_inflight_blocks)))
     lap = float(np.max(np.asarray(sync_metrics(scenario)["lap_ms_mean"])))
     sizes = forward_sizes(parts)

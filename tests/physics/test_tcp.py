@@ -283,8 +283,9 @@ def test_tcp_validation_and_analytical_scope():
     batched = load_scenario(
         data=ring(schedule=batching, workload={"requests": 24, "concurrency": 4})
     )
-    with pytest.raises(ScenarioError, match=r"^network.transport: tcp with continuous batching"):
-        analyze(batched)
+    answer = analyze(batched)  # (refused before: the requests apart, tests/physics/
+    # test_tcp_batch_apart.py)
+    assert not answer.approximation["validated"] and "tokens_per_s" in answer.approximation["range"]
 
 
 @pytest.mark.parametrize("restart", [True, False])

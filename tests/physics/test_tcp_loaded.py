@@ -421,18 +421,6 @@ def test_one_micro_batch_with_an_open_window_costs_what_the_ideal_transport_cost
         assert tcp[metric] == pytest.approx(ideal[metric], rel=1e-12)
 
 
-def test_a_batch_without_micro_batches_on_a_tcp_ring_is_refused_with_the_field():
-    """A continuous batch without micro-batches splits into groups whose frames the run
-    spaces: the analytical engine refuses it naming network.transport (the DES answers)."""
-    from wansim.errors import ScenarioError
-
-    sc = load_scenario(data=ring(workload__concurrency=8, schedule__batching="continuous"))
-    with pytest.raises(ScenarioError) as err:
-        analyze(sc)
-    assert str(err.value).startswith("network.transport: tcp with continuous batching without")
-    assert "schedule.micro_batches" in str(err.value)
-
-
 @settings(max_examples=25)
 @given(
     latency_ms=st.sampled_from([2.0, 5.0, 20.0, 60.0]),

@@ -9,7 +9,6 @@ import pytest
 from tests.conftest import ROOT
 from wansim.analytical import analyze
 from wansim.config.scenario import load_scenario
-from wansim.errors import ScenarioError
 from wansim.sim import simulate
 
 CONSUMER = ROOT / "scenarios" / "consumer-gpu-ring-40mbps.yaml"
@@ -55,7 +54,7 @@ def test_tcp_ring_one_frame_per_lap_vs_pipelined():
     lap falls to within 10% of the ideal transport's, from over 4x it (the analytical engine:
     the same, from each hop's train of 8 frames a lap, validated: false, and the range from
     every window cold to every window open around the DES's lap); a batch without
-    micro-batches the analytical engine refuses with one line."""
+    micro-batches is answered as its requests apart, the range around the DES's lap."""
     ana, des = _laps(TCP)
     assert des == pytest.approx(ana, rel=1e-9)
     ideal, _ = _laps(TCP, ["network.transport=ideal"])
@@ -67,6 +66,8 @@ def test_tcp_ring_one_frame_per_lap_vs_pipelined():
     assert loaded.metrics["lap_ms_mean"] <= 1.15 * lap and not loaded.approximation["validated"]
     low, high = loaded.approximation["range"]["lap_ms_mean"]
     assert low <= lap * 1.15 and lap <= high
-    with pytest.raises(ScenarioError) as info:
-        analyze(load_scenario(TCP, ["workload.concurrency=8", "schedule.batching=continuous"]))
-    assert str(info.value).startswith("network.transport:") and "\n" not in str(info.value)
+    batch = load_scenario(TCP, ["workload.concurrency=8", "schedule.batching=continuous"])
+    apart = analyze(batch)  # its groups drift apart: answered as the requests apart
+    lap = simulate(batch).metrics["lap_ms_mean"]
+    low, high = apart.approximation["range"]["lap_ms_mean"]
+    assert low <= lap * 1.15 and lap <= high * 1.15 and not apart.approximation["validated"]

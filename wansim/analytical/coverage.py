@@ -85,15 +85,12 @@ def check_supported(scenario: Scenario) -> None:
                 scenario.k,
             )
         )
-        one_batch = sched.batching == "none" or (sched.micro_batches is not None and not blocks)
         unsupported.append(
             (
                 "network.transport",
                 "tcp",
-                scalar and one_batch,
-                "tcp with continuous batching without schedule.micro_batches (the batch splits"
-                " into groups), micro-batches under the block schedule, or on a grid (one point"
-                " at a time) is",
+                scalar,
+                "tcp on a grid (one point at a time) is",
             )
         )
     if scenario.faults.events:

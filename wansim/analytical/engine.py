@@ -54,10 +54,13 @@ from wansim.analytical.sync import (
 )
 from wansim.analytical.sync import stage_busy_ms as sync_stage_busy_ms
 from wansim.analytical.transport import (
+    batch_runs_apart,
+    batch_structures,
     messages_in_flight,
     mixed_request_walk_ms,
     prefill_extra_ms,
     prompt_window_ms,
+    requests_apart,
     tcp_equivalent,
     walk_misses_windows,
     window_extremes,
@@ -109,6 +112,9 @@ def point_means(scenario: Scenario) -> dict[str, float]:
     idling through the outages); the other keys are those of the run the model answers on
     (the ideal-transport equivalent, the run without faults). A metric the faults leave
     undefined (failures outpacing recovery) is NaN."""
+    if batch_runs_apart(scenario):  # tcp: the batch's groups drift apart (transport.py)
+        check_supported(scenario)
+        return point_means(requests_apart(scenario))
     if idle_cost.in_scenario(scenario):  # the run at the fixed point's extras (idle_cost.py)
         return point_means(idle_fixed_point(scenario, analyze)[0])
     if contended(scenario):  # the run at the fixed point's stretch (shared_host.py)
@@ -158,10 +164,49 @@ def analyze(scenario: Scenario) -> Result:
     whose windows the walk does not follow (several frames a lap, a lossy batch) also carries
     the answers with every window closed and open (``approximation["range"]``,
     :func:`wansim.analytical.transport.window_extremes`)."""
+    if batch_runs_apart(scenario):
+        return _batch_apart(scenario)
     result = _analyzed(scenario)
     if walk_misses_windows(scenario):
         result = _with_window_range(scenario, result)
     return result
+
+
+def _batch_apart(scenario: Scenario) -> Result:
+    """Continuous batching without micro-batches on a tcp ring: the answer of its requests
+    apart (:func:`wansim.analytical.transport.requests_apart`); with several users in flight
+    ``validated: false`` and a range over the structures the batch can take, the requests
+    apart and its groups (:func:`wansim.analytical.transport.batch_structures`), each with
+    every window closed and open (module docstring of :mod:`wansim.analytical.transport`). One user: the batch is the lone request (the same
+    run), answered as such."""
+    check_supported(scenario)
+    apart = analyze(requests_apart(scenario))
+    trust = dict(apart.approximation or {})
+    if np.all(np.asarray(apart.scenario.workload.concurrency) <= 1):
+        trust["regime"] = f"{trust.get('regime', '')} (continuous batching of one user)"
+        return Result.analytical(scenario, apart.metrics, apart.details, trust)
+    grouped = [
+        _analyzed(extreme).metrics
+        for structure in batch_structures(scenario)
+        for extreme in window_extremes(structure)
+    ]
+    span = {}
+    for key in WINDOW_RANGE_METRICS:
+        values = list(trust.get("range", {}).get(key, [apart.metrics[key]]))
+        values += [float(np.asarray(a[key])) for a in grouped]
+        if all(np.isfinite(values)):
+            span[key] = [min(values), max(values)]
+    trust = unvalidated(
+        trust,
+        "continuous batching on tcp as requests apart",
+        "tcp with continuous batching without schedule.micro_batches: the batch's groups drift"
+        " apart (a request's frame opens its window sooner than the whole batch's), answered"
+        " as the requests without batching; the range spans them and the batch as one group or"
+        " as 2, 4, ... micro-batches, every window closed and open (wansim/analytical/transport.py; tests/physics/"
+        "test_tcp_batch_apart.py), not on the approximation-error grid",
+    )
+    trust["range"] = span
+    return Result.analytical(scenario, apart.metrics, apart.details, trust)
 
 
 def _analyzed(scenario: Scenario) -> Result:

@@ -51,9 +51,20 @@ start together and travel as a platoon, bunched or spread by their history, and 
 restarts or stays open accordingly (2 and 4 micro-batches of 8 requests on that ring: the
 evenly spaced train +458% and +403% on tokens/s; a platoon spaced by the slowest station
 fixed these and broke agreement hunt seeds 174 and 276, -19% -> +61% and -14% -> +92%, not
-kept). Continuous batching without micro-batches (whose batch splits into groups) is refused:
-tried with the window range below, the DES lay 14% to 55% above its open end (8 and 16 users
-on that ring, 100 Mbit/s and 5 ms), the lockstep batch's own miss of groups that pipeline.
+kept). Continuous batching without micro-batches (:func:`batch_runs_apart`): a stage takes
+every pass waiting in its mailbox as one batch, so the batch holds together only where passes
+queue; a replacement's prompt and then its verify passes travel as a group of their own, and
+on a lightly loaded ring the groups never meet again. Under the window they drift apart even
+more: the whole batch's frame, from a cold window, takes round trips that a request's frame
+does not. On the frame-per-lap ring (96 requests, 4 to 16 users, 1 Gbit/s and 100 Mbit/s)
+the DES's tokens/s lay within 2% of the same requests without batching in 5 of 8 variants
+and up to 42% below it where compute dominates (groups merge). So the point answer is the
+requests apart (:func:`requests_apart`, the loaded model above, ``validated: false``), and
+its range spans the structures the batch can take: the requests apart, the lockstep batch
+(:mod:`wansim.analytical.batched`) and, sync, 2, 4, ... micro-batches
+(:func:`batch_structures`), each with every window closed and open. The lockstep
+batch's window range alone had the DES 14% to 55% above its open end (8 and 16 users on that
+ring, 100 Mbit/s and 5 ms).
 
 The window range. Where the walk does not follow the windows (several frames a lap, a lossy
 micro-batch: :func:`walk_misses_windows`) the answer is ``validated: false`` and carries
@@ -568,6 +579,45 @@ def _walk_request(ring: _Ring, senders, n: int, t: float):
         costs, t = ring.lap(senders, ring.verify, stages, t, closes=not last)
         sums = [a + c for a, c in zip(sums, costs, strict=True)]
     return opened[:-1], sums, t
+
+
+def batch_runs_apart(scenario: Scenario) -> bool:
+    """A tcp ring with continuous batching and no ``schedule.micro_batches``: the batch's
+    groups drift apart (module docstring), answered as :func:`requests_apart`."""
+    sched = scenario.schedule
+    return (
+        scenario.network.transport == "tcp"
+        and sched.batching == "continuous"
+        and sched.micro_batches is None
+    )
+
+
+def requests_apart(scenario: Scenario) -> Scenario:
+    """The scenario's requests without batching (each its own group of one): the same
+    requests, drafter and schedule kind, ``schedule.batching: none``."""
+    return dataclasses.replace(
+        scenario, schedule=dataclasses.replace(scenario.schedule, batching="none")
+    )
+
+
+def batch_structures(scenario: Scenario) -> list[Scenario]:
+    """The groups a continuous batch without micro-batches can travel as, besides its
+    requests apart: the lockstep batch (the scenario itself) and, in the sync schedule, its
+    users as G = 2, 4, 8, ... micro-batches up to one each (``schedule.micro_batches``: G
+    lockstep groups that pipeline; a group of a few both pipelines and batches, so the DES can
+    outrun the lockstep batch and the requests apart alike: 16 users on the frame-per-lap ring
+    +27% above both, inside the 8 micro-batches' answer)."""
+    from wansim.serving.micro_batching import serving_slots
+
+    out = [scenario]
+    if scenario.schedule.kind != "sync" or scenario.drafter.overlap:  # micro-batches: sync only
+        return out
+    slots = int(np.asarray(serving_slots(scenario)))
+    groups = [g for g in (2**i for i in range(1, slots.bit_length())) if g < slots] + [slots]
+    for g in dict.fromkeys(g for g in groups if g > 1):
+        sched = dataclasses.replace(scenario.schedule, micro_batches=g)
+        out.append(dataclasses.replace(scenario, schedule=sched))
+    return out
 
 
 def messages_in_flight(scenario: Scenario) -> float:

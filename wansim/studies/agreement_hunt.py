@@ -825,7 +825,12 @@ EXPLAINED = {
     "are answered since as trains (`validated: false`: several frames a lap travel as a "
     "platoon whose window restarts by its history, +458% for the evenly spaced train of 2 "
     "micro-batches) with the window range (`approximation.range`: every window cold to every "
-    "window open, the DES inside it); batching without micro-batches is refused.",
+    "window open, the DES inside it). Batching without micro-batches is answered as its "
+    "requests apart (`validated: false`: the batch's groups drift apart, a request's frame "
+    "opening its window sooner than the whole batch's) with a range over the structures the "
+    "batch can take (the requests apart, the lockstep batch, 2, 4, ... micro-batches), every "
+    "window closed and open: the DES inside it on 5 sync rings and 13% above it for an async "
+    "window of 2 (tests/physics/test_tcp_batch_apart.py).",
     "transport tcp with loss": "one request on a lossy tcp ring: a loss leaves ssthresh at "
     "half the flight and the windows after it never grow back within the run, so what a "
     "loss costs depends on where in the run it falls; the model runs each hop's train and "

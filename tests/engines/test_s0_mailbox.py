@@ -187,3 +187,23 @@ def test_a_verdict_wait_is_a_longer_way_back():
     assert float(want["stale_blocks_s0_per_request"]) != pytest.approx(
         float(block_schedule_metrics(load_scenario(data=base))["stale_blocks_s0_per_request"])
     )
+
+
+def test_the_stale_counts_in_details_are_the_loaded_rings():
+    """``details.stale_blocks_*_per_request`` describe the run answered: with 16 requests at
+    seed 3816 (alpha 0.7) S0's mailbox spaces each request's blocks a round robin apart, so a
+    lost bet finds almost none computed (the DES: 1.0 a request that S0 started, of 76
+    cancelled; the model 0), where one request alone computes ~222 (the DES 224; the details
+    had kept that count under load)."""
+    from wansim.sim.engine import build, run_events
+
+    alone = analyze(load_scenario(data=_seed_3816({**ALPHA_07, "workload": {"concurrency": 1}})))
+    sc = load_scenario(data=_seed_3816(ALPHA_07))
+    loaded = analyze(sc)
+    pipe = build(sc)
+    run_events(pipe)
+    requests = sc.workload.requests
+    des_s0 = (pipe.scheduler.cancelled_blocks - pipe.scheduler.dropped_unstarted) / requests
+    assert float(alone.details["stale_blocks_s0_per_request"]) > 200.0
+    assert float(loaded.details["stale_blocks_s0_per_request"]) <= 5.0
+    assert des_s0 <= 5.0

@@ -471,3 +471,50 @@ def test_the_next_prompt_leaves_at_the_last_verdict_wherever_the_drafter_sits(pl
     assert ana.approximation["validated"]
     assert ana.metrics["ttft_ms_mean"] == pytest.approx(des["ttft_ms_mean"], rel=0.02)
     assert ana.metrics["tokens_per_s"] == pytest.approx(des["tokens_per_s"], rel=0.03)
+
+
+def test_a_prompt_bigger_than_the_window_pays_its_round_trips_by_hand():
+    """The loaded train's hop costs (``_with_prompt_window``): a verify frame pays the train's
+    cost exactly and a frame carrying a prompt at least its open-window cost, through a fixed
+    and a per-byte part. Hand-worked: 10 Gbit/s, 25 ms one way, a 4 MB window; a 32 kB verify
+    frame whose train costs 0.5 ms beyond its serialisation, a 4.2 MB prompt frame, open, needs
+    two windows: a round trip (50 ms) from its start to its end, less its serialisation
+    (charged by the ideal transport)."""
+    from wansim.analytical.transport import _with_prompt_window
+    from wansim.links.delivery import wire_ms
+    from wansim.links.tcp import open_window_busy_ms, tcp_params
+
+    sc = load_scenario(
+        data=ring(network__bandwidth_mbps=10000.0, network__latency_ms=25.0, stages=2)
+    )
+    tcp, hop = tcp_params(sc.network), sc.resolved_hops()[0]
+    size, prompt = 32_832.0, 4.2e6
+    grown = open_window_busy_ms(tcp, 10000.0, 25.0, 200.0, prompt) - float(wire_ms(prompt, 1e4))
+    # the first window (4,194,304 bytes) leaves back to back; the rest (5,696 bytes) rides
+    # the acks of its first segments, a round trip after they left: the frame ends ~50 ms
+    # after it started, its serialisation's 3.36 ms included
+    window_wire = float(wire_ms(4_194_304.0, 1e4))
+    assert grown == pytest.approx(50.0 - window_wire, abs=0.01)
+    fixed, per_byte = _with_prompt_window(tcp, hop, size, prompt, 0.5)
+    assert fixed + per_byte * size == pytest.approx(0.5, rel=1e-12)
+    assert fixed + per_byte * prompt == pytest.approx(grown, rel=1e-12)
+    # a verify frame dearer than the prompt's open cost: the prompt pays the verify's (never
+    # less than the train charges every frame)
+    assert _with_prompt_window(tcp, hop, size, prompt, 80.0) == (80.0, 0.0)
+    # a fixed part that would go negative: the part per byte alone, exact at the prompt
+    fixed, per_byte = _with_prompt_window(tcp, hop, 3.9e6, prompt, 0.0)
+    assert fixed == 0.0 and per_byte * prompt == pytest.approx(grown, rel=1e-12)
+
+
+def test_hunt_seed_3442_the_point_lies_in_its_own_range():
+    """Agreement hunt seed 3442 (async, 16 requests with 20 blocks in flight on 10 tcp hops of
+    10 Gbit/s and 25 ms, 4.2 MB prompts against a 4 MB window): the loaded train charged the
+    prompt frames the verify frames' cost, so the point answer, 26.2 tokens/s, lay above its
+    own range's open end (18.6; the DES 10.9: +140%). Each prompt frame now costs at least its
+    open-window round trips: the point lies in its range (measured: at the open end, +70%)."""
+    sc = load_scenario(data=hunt.draw_scenario(3442))
+    ana = analyze(sc)
+    for key in ("tokens_per_s", "throughput_tokens_per_s", "lap_ms_mean"):
+        low, high = ana.approximation["range"][key]
+        assert low * (1 - 1e-9) <= ana.metrics[key] <= high * (1 + 1e-9), key
+    assert ana.metrics["tokens_per_s"] < 20.0 and not ana.approximation["validated"]

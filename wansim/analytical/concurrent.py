@@ -548,8 +548,13 @@ def concurrent_metrics(scenario, alone: dict, parts: dict, blocks: bool) -> dict
     out = _concurrent(scenario, alone, parts, stale)
     if overlap and scenario.schedule.kind == "sync":
         out = _drafter_saturated(scenario, alone, parts, out, block_schedule_metrics)
-    # the wire and the waste follow the stale blocks actually computed under load
-    for key in ("wasted_token_fraction", "bytes_per_token"):
+    # the wire, the waste and the counts follow the stale blocks actually computed under load
+    for key in (
+        "wasted_token_fraction",
+        "bytes_per_token",
+        "stale_blocks_s0_per_request",
+        "stale_blocks_forwarded_per_request",
+    ):
         out[key] = np.where(np.asarray(scenario.workload.concurrency) > 1, stale[key], alone[key])
     return out
 

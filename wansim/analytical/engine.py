@@ -929,6 +929,9 @@ def _concurrent(scenario: Scenario, parts: dict, alone: Answer) -> Answer:
         "approximation": ("block schedule + " if blocks else "")
         + "closed network of concurrent requests",
     }
+    for key in ("stale_blocks_s0_per_request", "stale_blocks_forwarded_per_request"):
+        if key in details:  # the loaded ring's counts (S0's wait spaces the blocks)
+            details[key] = means[key]
     return Answer(
         means,
         Percentiles(float(lap_p50), float(lap_p99), float(tpot_p50), float(tpot_p99)),

@@ -608,7 +608,9 @@ def test_a_replacements_prefill_waits_for_the_last_stages_drafting():
     sc = load_scenario(data=hunt.draw_scenario(4430))
     ana = analyze(sc)
     des = simulate(sc).metrics  # (seeded: the hunt's run, its TTFT half-width 4.4%)
-    assert ana.approximation["validated"] is True
+    # (its tokens/s, +17% on a long run, is the groups that alternate at that drafting pass:
+    # not validated, test_groups_that_alternate_at_a_long_drafting_pass_are_not_validated)
+    assert "slower split" in ana.approximation["why"]
     err = ana.metrics["ttft_ms_mean"] / des["ttft_ms_mean"] - 1.0
     assert abs(err) <= 0.15, (ana.metrics["ttft_ms_mean"], des["ttft_ms_mean"])
     first = hunt.draw_scenario(4430)
@@ -631,6 +633,11 @@ def test_groups_that_alternate_at_a_long_drafting_pass_are_not_validated():
     assert split_gain(sc) < -0.5
     trust = analyze(sc).approximation
     assert trust["validated"] is False and "slower split" in trust["why"]
+    # seed 4430 (the last stage's 60 ms drafting against 46 ms for the rest of the lap):
+    # -15%, its tokens/s +17% against a long DES run while validated (band 8%)
+    seed_4430 = load_scenario(data=hunt.draw_scenario(4430))
+    assert -0.2 < split_gain(seed_4430) < -0.1
+    assert analyze(seed_4430).approximation["validated"] is False
     lone = hunt.draw_scenario(4436)
     lone["drafter"] = {**lone["drafter"], "draft_ms": 1.0}
     assert split_gain(load_scenario(data=lone)) > -0.2  # a short drafting pass: no alternation

@@ -112,6 +112,15 @@ def _path(scenario, n_tokens, n_bytes, pmax: int, live_stages, sequences=1) -> t
     return services, live
 
 
+def _at_last_stage(services: list, live_stages, extra_ms) -> list:
+    """``services`` (:func:`_path`'s list) with ``extra_ms`` added at each point's last stage."""
+    stages = np.asarray(live_stages)
+    return [
+        s + np.where(stages - 1 == i // 2, extra_ms, 0.0) if i % 2 == 0 else s
+        for i, s in enumerate(services)
+    ]
+
+
 def convoy_delay_ms(prefill_services, batch_services, live, gap_ms) -> np.ndarray:
     """D = max(0, max_j (C_j + d_j) - g), C_j = sum_{l<=j} (p_l - d_l) over the live stations
     (module docstring): the batch's delay behind a message that started ``gap_ms`` ahead."""
@@ -166,6 +175,8 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None
     )
     if first:
         batch_services[0] = batch_services[0] + draft
+    else:  # a last-stage drafter occupies the last stage after the batch's verdicts
+        batch_services = _at_last_stage(batch_services, stages, draft)
     gap = np.asarray(lockstep["return_hop_ms"], dtype=float) + (0.0 if first else draft)
 
     def prefill(prompts):
@@ -199,6 +210,8 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None
         if j and j <= j_lap:
             n_bytes, _ = prefill(j)
             ahead, _ = _path(scenario, j * prompt, n_bytes, pmax, stages, j)
+            if not first:  # there after the batch's drafting, then its own first drafts
+                ahead = _at_last_stage(ahead, stages, drafting_ahead(j) + draft)
             late = convoy_delay_ms(ahead, batch_services, live, gap)
         if j <= j_lap:
             pj = exposure[..., j]

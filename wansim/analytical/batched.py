@@ -121,6 +121,14 @@ def _at_last_stage(services: list, live_stages, extra_ms) -> list:
     ]
 
 
+def _with_drafting(services: list, live_stages, draft_ms, first: bool) -> list:
+    """``services`` with the drafter's pass on the stage it occupies: S0 (``first``, drafting
+    before the pass) or each point's last stage (drafting after the verdicts)."""
+    if not first:
+        return _at_last_stage(services, live_stages, draft_ms)
+    return [services[0] + draft_ms, *services[1:]]
+
+
 def convoy_delay_ms(prefill_services, batch_services, live, gap_ms) -> np.ndarray:
     """D = max(0, max_j (C_j + d_j) - g), C_j = sum_{l<=j} (p_l - d_l) over the live stations
     (module docstring): the batch's delay behind a message that started ``gap_ms`` ahead."""
@@ -173,10 +181,7 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None
     batch_services, live = _path(
         scenario, b * parts["tokens"], forward_sizes(parts), pmax, stages, b
     )
-    if first:
-        batch_services[0] = batch_services[0] + draft
-    else:  # a last-stage drafter occupies the last stage after the batch's verdicts
-        batch_services = _at_last_stage(batch_services, stages, draft)
+    batch_services = _with_drafting(batch_services, stages, draft, first)
     gap = np.asarray(lockstep["return_hop_ms"], dtype=float) + (0.0 if first else draft)
 
     def prefill(prompts):
@@ -186,15 +191,15 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None
             scenario, n_bytes
         )
 
-    def drafting_ahead(prompts):
+    def drafting_ahead(prompts, prefill_ms):
         """A last-stage drafter drafts the sequences that continue from the verdict that
         admitted the replacement (``draft`` ms): the prefill, there after its way through the
         stages before the last and the forward hops, waits for what is left of it (none
         continue when every sequence was replaced; hunt seed 4430, a 60 ms drafter: TTFT
-        -54%)."""
+        -54%); ``prefill_ms``: the prefill's way through the whole ring (:func:`prefill`)."""
         if first:
             return 0.0
-        reach = prefill(prompts)[1] - mean_stage_ms(scenario, prompts * prompt, prompts)
+        reach = prefill_ms - mean_stage_ms(scenario, prompts * prompt, prompts)
         return np.where(b - prompts > 0, np.maximum(draft - reach, 0.0), 0.0)
 
     lam = (b - 1.0) * max((np.max(h) for _, h in waves), default=0.0)
@@ -208,16 +213,17 @@ def admissions(scenario, lockstep: dict, parts: dict, waves: list, exposure=None
         pj_wave = sum((w * stats.binom.pmf(j, b - 1.0, h) for w, h in waves), start=np.zeros(()))
         late = np.zeros(())
         if j and j <= j_lap:
-            n_bytes, _ = prefill(j)
+            n_bytes, alone_ms = prefill(j)
             ahead, _ = _path(scenario, j * prompt, n_bytes, pmax, stages, j)
             if not first:  # there after the batch's drafting, then its own first drafts
-                ahead = _at_last_stage(ahead, stages, drafting_ahead(j) + draft)
+                ahead = _at_last_stage(ahead, stages, drafting_ahead(j, alone_ms) + draft)
             late = convoy_delay_ms(ahead, batch_services, live, gap)
         if j <= j_lap:
             pj = exposure[..., j]
             delay = delay + pj * late
             others.append((j, pj, late))
-        ttft = ttft + pj_wave * (prefill(1 + j)[1] + drafting_ahead(1 + j))
+        shared_ms = prefill(1 + j)[1]
+        ttft = ttft + pj_wave * (shared_ms + drafting_ahead(1 + j, shared_ms))
         shared.append((j, pj_wave))
     return Admissions(delay_ms=delay, ttft_ms=ttft, others=tuple(others), shared=tuple(shared))
 
@@ -418,8 +424,8 @@ def split_gain(scenario) -> float:
             sc, n * parts["tokens"], forward_sizes(parts), int(np.max(stages)), stages, n
         )
         # the drafter's pass occupies its stage with the group's (S0, or the last stage)
-        at = 0 if sc.drafter.placement == "first_stage" else 2 * (int(np.max(stages)) - 1)
-        services[at] = services[at] + np.asarray(parts["draft_ms"], dtype=float)
+        first = sc.drafter.placement == "first_stage"
+        services = _with_drafting(services, stages, np.asarray(parts["draft_ms"], float), first)
         busiest = max(
             float(np.max(np.where(on, s, 0.0))) for s, on in zip(services, live, strict=True)
         )

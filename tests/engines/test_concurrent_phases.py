@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.engines.test_analytical_regressions import _small
 from wansim.analytical import analyze
 from wansim.analytical.concurrent import arrival_scv, convoy_wait
 from wansim.config.scenario import load_scenario
@@ -84,25 +85,16 @@ def test_random_lengths_on_a_relocking_ring_mix_once_per_request():
     assert arrival_scv(100.0, 0.0, 50.0, 4.0, relocks=False) == 1.0
 
 
-def _deterministic_ring(concurrency: int, output_tokens: int) -> dict:
-    """4 stages of 3 ms, 5 ms hops without jitter or loss, a chain of 4 at 80% acceptance
-    (the request's passes vary), 4 ms of last-stage drafting."""
-    return {
-        "stages": 4,
-        "model": {
-            "hidden_size": 1024,
-            "compute": {"kind": "linear", "base_ms": 3.0, "per_token_ms": 0.02},
-        },
-        "network": {"latency_ms": 5.0, "bandwidth_mbps": 10000.0, "jitter": {"kind": "none"}},
-        "drafter": {"placement": "last_stage", "draft_ms": 4.0, "acceptance": {"alpha": 0.8}},
-        "speculation": {"policy": "chain", "k": 4},
-        "workload": {
-            "requests": 480,
-            "prompt_tokens": 64,
-            "output_tokens": output_tokens,
-            "concurrency": concurrency,
-        },
-    }
+def _deterministic_ring(concurrency: int, output_tokens: int):
+    """The regressions' small ring (4 stages of 3 ms, 5 ms hops without jitter or loss, a
+    chain of 4 at 80% acceptance, so the request's passes vary) with 480 requests."""
+    return _small(
+        **{
+            "workload.requests": 480,
+            "workload.output_tokens": output_tokens,
+            "workload.concurrency": concurrency,
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -114,7 +106,7 @@ def test_a_rotation_of_random_lengths_relocks_within_a_request(concurrency, outp
     locks again. Taken as mixed every lap (M/D/1 at every station) the analytical tokens/s
     lay ``before`` under the DES; now within 2% plus the DES's 95% half-width (6 cells of
     4-11 users and 16-64 tokens on 240 requests, measured: -2.5% to +0.4%)."""
-    sc = load_scenario(data=_deterministic_ring(concurrency, output_tokens))
+    sc = _deterministic_ring(concurrency, output_tokens)
     des = simulate(sc).metrics
     low, high = des["tokens_per_s_ci95"]
     ana = analyze(sc).metrics["tokens_per_s"]

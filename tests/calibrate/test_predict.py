@@ -1249,6 +1249,7 @@ def test_an_interrupted_predict_keeps_its_real_runs_for_reuse(tmp_path, monkeypa
             target_dir=str(TARGET),
             drafter_dir=str(DRAFTER),
             out=str(tmp_path / out),
+            rounds=2,
             des_requests=40,
             reuse=reuse,
         )
@@ -1293,6 +1294,83 @@ def test_an_interrupted_predict_keeps_its_real_runs_for_reuse(tmp_path, monkeypa
     again = run_predict(settings("again", reuse=str(tmp_path / "stopped")))
     assert dumps(again["cells"]) == dumps(whole["cells"])
     assert again["summary"]["rounds"] == whole["summary"]["rounds"]
+
+
+@pytest.mark.parametrize("same", [False, True])
+def test_each_round_decodes_its_own_sample_of_the_workloads_prompts(tmp_path, monkeypatch, same):
+    """Round r decodes prompts drawn with seed CELL_SEED + r (``same_prompts``: round 0's
+    every time); the cell's own-acceptance traces, the DES's sample band and the tau band
+    then cover every prompt its rounds decoded, and the report says which design it ran."""
+    import wansim.calibrate.predict as predict
+    import wansim.calibrate.report as report
+    from wansim.calibrate.predict import PredictSettings, run_predict
+    from wansim.calibrate.workload_sample import CELL_SEED
+
+    bundle = make_bundle(tmp_path / "b")
+    matrix = tmp_path / "m.yaml"
+    cells = [{"stages": 2, "latency_ms": 20, "k": 4}]
+    matrix.write_text(yaml.safe_dump({"defaults": {"prompts": 3, "tokens": 24}, "cells": cells}))
+    seen, pooled, bands = [], [], []
+
+    def fake_real(c, _target, _drafter, prompts, run_dir, *_a):
+        seen.append([p.tokens for p in prompts])
+        return _fake_real(c, int(run_dir.name[-1]))
+
+    def fake_workload(samples, *_a):
+        pooled.extend(samples)
+        return {}
+
+    monkeypatch.setattr(predict, "run_real_cell", fake_real)
+    monkeypatch.setattr(
+        predict,
+        "reprofile",
+        lambda *_a: (Factors(), {"factors": Factors().as_dict(), "load_avg_1min": [0.5, 0.5]}),
+    )
+    monkeypatch.setattr(predict, "workload_profiles", fake_workload)
+    monkeypatch.setattr(predict, "des_sample_band", lambda _p, n: bands.append(n))
+    tau_bands = []
+    monkeypatch.setattr(report, "cell_band", lambda _t, c, _tau: tau_bands.append(c.prompts))
+    result = run_predict(
+        PredictSettings(
+            profile=str(bundle),
+            matrix=str(matrix),
+            target_dir=str(TARGET),
+            drafter_dir=str(DRAFTER),
+            out=str(tmp_path / "out"),
+            rounds=3,
+            des_requests=40,
+            same_prompts=same,
+        )
+    )
+    runs = result["cells"][0]["real"]["runs"]
+    if same:
+        assert [r["prompt_seed"] for r in runs] == [CELL_SEED] * 3
+        assert seen[0] == seen[1] == seen[2]
+        distinct, words = 3, "replayed"
+    else:
+        assert [r["prompt_seed"] for r in runs] == [CELL_SEED, CELL_SEED + 1, CELL_SEED + 2]
+        assert len({tuple(x) for x in seen}) == 3  # three samples of the workload
+        distinct, words = 9, "own sample"
+    ((_cell, sample),) = pooled
+    assert len(sample) == distinct and len({p.prompt_id for p in sample}) == distinct
+    assert {p.tokens for p in sample} == {t for x in seen for t in x}
+    assert bands == [distinct]
+    real = result["cells"][0]["real"]
+    assert real["prompts"] == distinct and real["prompt_samples"] == (1 if same else 3)
+    assert tau_bands == [distinct]  # the tau band over every prompt decoded
+    assert result["summary"]["prompts_per_round"] == words
+    assert result["summary"]["chance_beyond_2x_spread_unbiased"] == pytest.approx(0.02, abs=0.02)
+
+
+def test_the_chance_an_unbiased_prediction_lands_beyond_twice_the_spread():
+    """Monte Carlo against the closed form for 2 rounds: mean (e1 + e2) / 2 and range
+    |e1 - e2| are independent normals of one variance, so P(|U| > 4 |V|) = 2 atan(1/4) / pi;
+    more rounds widen the range and narrow the mean."""
+    from wansim.calibrate.report import chance_beyond_spread
+
+    two = chance_beyond_spread(2)
+    assert two == pytest.approx(2 * math.atan(0.25) / math.pi, abs=0.003)
+    assert chance_beyond_spread(3) < two / 4 and chance_beyond_spread(4) < 0.01
 
 
 # a batched pass: 0.3 ms (first), 0.5 ms (last) + 0.08 ms a layer per request beyond the first;

@@ -25,10 +25,15 @@ of the round's re-profiles and the next one after it (:func:`round_factors`), wh
 bundle's CPU and per-message costs. The bundle-only prediction (factors 1) is reported beside it.
 
 Rounds: every runnable cell runs once per round (``rounds`` >= 2), the cell order reversed in
-every other round, so load drifts hit the cells, their repeats and the re-profiles alike. The
-real side of a cell is the mean over its runs; its run-to-run spread is (max - min) / mean per
+every other round, so load drifts hit the cells, their repeats and the re-profiles alike. Each
+round decodes its own sample of the workload's prompts (:func:`wansim.calibrate.workload_sample.round_prompt_seed`; with
+``same_prompts`` every round replays round 0's), so a cell's runs vary as a deployment's
+measurements do from one batch of its traffic to the next. The real side of a cell is the mean
+over its runs (over all its rounds' prompts); its run-to-run spread is (max - min) / mean per
 metric; a prediction error within twice that spread is as good as the real system repeats
-itself.
+itself. (With replayed prompts greedy runs repeat their tokens, the spread holds only the
+timing's noise, and the prompt sample's share of an error is in no spread:
+:func:`wansim.calibrate.report.chance_beyond_spread`.)
 """
 
 from __future__ import annotations
@@ -49,7 +54,12 @@ from wansim.calibrate.cells import forward_header_bytes, return_message_bytes
 from wansim.calibrate.length_profile import length_profile
 from wansim.calibrate.matrix import Cell, load_matrix
 from wansim.calibrate.workload_profile import recorded_profiles, workload_profiles
-from wansim.calibrate.workload_sample import drafter_kind
+from wansim.calibrate.workload_sample import (
+    cell_prompts,
+    drafter_kind,
+    prompt_seeds,
+    round_prompt_seed,
+)
 from wansim.errors import WansimInputError
 from wansim.real.errors import PipelineError  # no torch there
 from wansim.stages.profiled_cost import even_split, stage_role
@@ -57,7 +67,6 @@ from wansim.support.hold import checkpoint
 
 METRICS = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p99")
 REPROFILE = {"k": 4, "prompts": 3, "tokens": 32}
-CELL_SEED = 0  # the held-out prompts (the bundle's are drawn with PROFILE_SEED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -666,10 +675,11 @@ class PredictSettings:
     drafter_dir: str = ""
     mtp_dir: str = ""
     out: str = "out/predict"
-    rounds: int = 2
+    rounds: int = 4
     des_requests: int = 1000
     seed: int = 0
     reuse: str | None = None  # a predict output dir: its real runs and re-profiles, no new run
+    same_prompts: bool = False  # every round replays round 0's prompts (spread: timing only)
 
 
 def prepare(s: PredictSettings) -> tuple[Bundle, list[Cell]]:
@@ -715,11 +725,11 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
         f"{len(cells)} cells: {len(runnable)} to run x {s.rounds} rounds, "
         f"{len(cells) - len(runnable)} pending (mechanism not in the real path yet)"
     )
-    from wansim.real.prompts import builtin_prompts
-
-    prompts = {
-        n: builtin_prompts("code", n, bundle.prompt_tokens, seed=CELL_SEED)
+    seeds = [round_prompt_seed(r, s.same_prompts) for r in range(s.rounds)]
+    prompts = {  # (count, seed) -> that round's sample
+        (n, seed): cell_prompts(n, bundle.prompt_tokens, seed)
         for n in {c.prompts for c in runnable}
+        for seed in set(seeds)
     }
     runs: dict[str, list] = {c.label: [] for c in runnable}
     profiles = []
@@ -767,11 +777,12 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                     c,
                     s.target_dir,
                     s.drafter_dir,
-                    prompts[c.prompts],
+                    prompts[(c.prompts, seeds[r])],
                     out / "real" / c.label / f"run{r}",
                     s.mtp_dir,
                 )
                 real["round"] = r
+                real["prompt_seed"] = seeds[r]
                 runs[c.label].append(real)
                 keep()
                 say(
@@ -792,8 +803,11 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
     else:
         say("the cells' prompts in process (their own acceptance, no deployment) ...")
         workload = workload_profiles(
-            [c for c in runnable if runs[c.label]],
-            prompts,
+            [  # each cell with the prompts of every round it ran, pooled
+                (c, [p for seed in prompt_seeds(runs[c.label]) for p in prompts[(c.prompts, seed)]])
+                for c in runnable
+                if runs[c.label]
+            ],
             bundle,
             s.target_dir,
             s.drafter_dir,
@@ -812,6 +826,7 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
         cdir = out / "cells" / c.label
         per_round = []
         ran = {run["round"] for run in runs.get(c.label, [])}
+        sample = c.prompts * len(prompt_seeds(runs.get(c.label, [])))  # the prompts decoded
         if c.runnable:
             for r, info in enumerate(rounds_info):
                 if r not in ran:  # stopped before this cell's run of round r
@@ -822,11 +837,9 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
                 pred["components"] = predicted_components(
                     c, bundle, f, pred.get("idle_extra_ms"), pred.get("hop_idle_extra_ms")
                 )
-                if r == 0:  # the chance of a run of the cell's few requests (one round suffices)
-                    pred["sample_band"] = des_sample_band(
-                        cdir / "round0" / "scenario.yaml", c.prompts
-                    )
-                own = workload.get((drafter_kind(c), c.prompts, c.tokens, c.k))
+                if r == 0:  # the chance of the cell's few requests (all its rounds' prompts)
+                    pred["sample_band"] = des_sample_band(cdir / "round0" / "scenario.yaml", sample)
+                own = workload.get((drafter_kind(c), sample, c.tokens, c.k))
                 if own is not None:
                     wdir = cdir / f"round{r}_workload_acceptance"
                     cell_scenario(c, bundle, wdir, f, s.des_requests, s.seed, acceptance=own)

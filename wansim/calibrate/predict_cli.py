@@ -2,8 +2,8 @@
 
     wansim calibrate profile --out DIR [--quick] [--target DIR] [--drafter DIR] [--mtp DIR|none]
     wansim calibrate predict --profile DIR [--matrix MATRIX.yaml] [--quick] [--json]
-                             [--rounds 2] [--out DIR] [--des-requests 1000] [--mtp DIR]
-                             [--reuse DIR]
+                             [--rounds 4] [--same-prompts] [--out DIR]
+                             [--des-requests 1000] [--mtp DIR] [--reuse DIR]
 
 Progress on stderr; ``predict`` prints the table (or with ``--json`` the strict JSON object of
 ``wansim.calibrate.report``) on stdout and writes ``OUT/predict.json``,
@@ -104,6 +104,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         rounds=_int("--rounds", args.rounds),
         des_requests=_int("--des-requests", args.des_requests),
         reuse=args.reuse,
+        same_prompts=args.same_prompts,
     )
     prepare(s)  # every input check before any process starts (run_predict repeats it: cheap)
     from wansim.calibrate.predict import RUNS_FILE, PredictStopped
@@ -157,7 +158,13 @@ def register_actions(calibrate: argparse.ArgumentParser) -> None:
     q.add_argument("--profile", required=True, help="profile bundle dir (calibrate profile)")
     q.add_argument("--matrix", default=None, help="matrix YAML (default: the shipped heldout)")
     q.add_argument("--quick", action="store_true", help="the matrix's quick cells, fewer tokens")
-    q.add_argument("--rounds", default="2", help="runs per real cell, interleaved (default 2)")
+    q.add_argument("--rounds", default="4", help="runs per real cell, interleaved (default 4)")
+    q.add_argument(
+        "--same-prompts",
+        action="store_true",
+        help="every round replays round 0's prompts (default: each round its own sample; "
+        "replayed, the spread holds the timing's noise alone)",
+    )
     q.add_argument("--des-requests", default="1000", help="requests per DES run (default 1000)")
     q.add_argument("--out", default="out/predict", help="output dir (default out/predict)")
     q.add_argument("--target", default=None, help="target checkpoint dir (default tiny-target)")

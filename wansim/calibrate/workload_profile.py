@@ -25,12 +25,13 @@ from wansim.calibrate.workload_sample import drafter_kind
 
 
 def workload_profiles(
-    cells, prompts: dict, bundle: Bundle, target_dir: str, drafter_dir: str, mtp_dir, out: Path
+    samples, bundle: Bundle, target_dir: str, drafter_dir: str, mtp_dir, out: Path
 ) -> dict:
-    """Trace the prompts of every speculative cell in process at its K (per drafter kind,
-    prompt count and token count), fit a profile per group and K and write it (with the
-    bundle's activation-quality table beside it) under ``out``, one per K; returns (kind,
-    prompts, tokens, K) -> profile path. Needs torch."""
+    """Trace the prompts of every speculative cell in process at its K (``samples``: (cell,
+    the prompts its runs decoded); grouped per drafter kind, prompt count and token count: one
+    count is one sample, as the rounds draw them), fit a profile per group and K and write it
+    (with the bundle's activation-quality table beside it) under ``out``, one per K; returns
+    (kind, prompts, tokens, K) -> profile path. Needs torch."""
     from wansim.calibrate.profile_acceptance import (
         acceptance_trace,
         mtp_acceptance_trace,
@@ -39,9 +40,11 @@ def workload_profiles(
     )
 
     groups: dict[tuple, set] = {}
-    for c in cells:
+    prompts: dict[int, list] = {}
+    for c, sample in samples:
         if c.k > 0:
-            groups.setdefault((drafter_kind(c), c.prompts, c.tokens), set()).add(c.k)
+            groups.setdefault((drafter_kind(c), len(sample), c.tokens), set()).add(c.k)
+            prompts[len(sample)] = sample
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(bundle.path / FILES["activation_quality"], out / FILES["activation_quality"])
     paths, frames = {}, []

@@ -26,6 +26,26 @@ DRAWS = 4000
 SEED = 0
 TRACE_COLUMNS = ("drafter", "prompt_id", "k", "step", "accepted")
 CHAIN_SHAPED = ("chain", "mtp")  # trace kinds whose steps are chains (not the static tree)
+CELL_SEED = 0  # held-out prompts, round 0 (round r: CELL_SEED + r; the bundle's: PROFILE_SEED)
+
+
+def round_prompt_seed(r: int, same_prompts: bool = False) -> int:
+    """The seed of round ``r``'s held-out prompts: a sample of its own, or round 0's."""
+    return CELL_SEED if same_prompts else CELL_SEED + r
+
+
+def cell_prompts(n: int, prompt_tokens: int, seed: int) -> list:
+    """``n`` held-out prompts drawn with ``seed`` (ids n x (seed - CELL_SEED) on, so the
+    samples of several rounds pooled keep distinct ids)."""
+    from wansim.real.prompts import builtin_prompts
+
+    return builtin_prompts("code", n, prompt_tokens, seed=seed, first_id=n * (seed - CELL_SEED))
+
+
+def prompt_seeds(runs: list[dict]) -> list[int]:
+    """The distinct prompt samples a cell's runs decoded (runs recorded before rounds had
+    samples of their own replayed round 0's)."""
+    return sorted({int(r.get("prompt_seed", CELL_SEED)) for r in runs})
 
 
 def drafter_kind(cell) -> str:

@@ -1,7 +1,9 @@
 """How much a cell's acceptance depends on which prompts it happens to decode.
 
-Greedy decoding of fixed prompts repeats exactly, so a real cell's run-to-run spread never
-shows the prompt sample; yet a cell of a few prompts is a small sample of its workload, and
+Greedy decoding of fixed prompts repeats exactly, so where a cell's rounds replay one sample
+(``--same-prompts``) its run-to-run spread never shows the prompt sample (by default each round
+draws its own: :func:`round_prompt_seed`); yet a cell of a few prompts is a small sample of its
+workload, and
 its tau (decode tokens per verify pass) differs from the workload's by far more than the runs
 differ from each other (measured: tau at K = 7 over 4 prompts x 48 tokens ranged 3.0-6.8 across
 twelve draws of 4 prompts of the same workload). A prediction made from the workload's profile

@@ -804,6 +804,39 @@ def test_report_spread_errors_and_strict_json():
     assert "NaN" not in text and math.isfinite(json.loads(text)["summary"]["tokens_per_s"]["worst"])
 
 
+def test_the_timing_spread_divides_the_prompts_tau_out():
+    """Two rounds whose prompts accept differently (tau 3 and 4) at one rate per verify pass
+    (20 a second): tokens/s spreads 20 / 70 between them and the timing not at all, so a 10%
+    error is within twice the first spread and beyond twice the second; hand-worked."""
+    from wansim.calibrate.matrix import Cell
+    from wansim.calibrate.report import cell_entry
+
+    cell = Cell(4, 20.0, 4, prompts=2, tokens=24)
+    runs = [
+        {**_fake_real(cell, 0), "tokens_per_s": 60.0, "tau": 3.0},
+        {**_fake_real(cell, 0), "tokens_per_s": 80.0, "tau": 4.0},
+    ]
+    pred = {"tokens_per_s": 77.0, "tau": 3.5}
+    parts = {
+        "stage_service_ms": [2.0] * 4,
+        "draft_ms": 1.5,
+        "per_message_ms": runs[0]["per_message_ms_mean"],
+    }
+    entry = cell_entry(
+        cell,
+        runs,
+        {"rounds": [{"des": pred, "analytical": pred, "components": parts}], "bundle_only": {}},
+    )
+    assert entry["real"]["spread"]["tokens_per_s"] == pytest.approx(20 / 70)
+    assert entry["real"]["spread"]["pass_rate"] == 0.0
+    assert entry["des"]["error"]["tokens_per_s"] == pytest.approx(0.1)
+    assert entry["des"]["within_2x_spread"]["tokens_per_s"] is True
+    assert entry["des"]["within_2x_timing_spread"] is False
+    s = summarize([entry])
+    assert s["tokens_per_s_within_2x_timing_spread"] == "0/1"
+    assert s["real_spread_median"]["pass_rate"] == 0.0
+
+
 def test_des_sample_band_is_the_chance_of_a_few_requests(tmp_path):
     """The DES's tokens/s over seeded runs of a cell's request count: ordered percentiles, a
     band that narrows as the runs hold more requests (an independent computation: the same

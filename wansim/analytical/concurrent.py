@@ -121,7 +121,7 @@ def ring_waits(x, n_customers, s_d, s_p, v_d, v_p, arrival_scv=1.0):
     return wait, rho
 
 
-def arrival_scv(lap_ms, lap_var_ms2, passes, passes_var, relocks=False) -> np.ndarray:
+def arrival_scv(lap_ms, lap_var_ms2, passes, passes_var, relocks=False, slack_ms=0.0) -> np.ndarray:
     """Squared coefficient of variation of the arrivals at a station of the ring, in [0, 1].
 
     N requests circulating a ring of FIFO stations with deterministic services lock into a
@@ -137,18 +137,27 @@ def arrival_scv(lap_ms, lap_var_ms2, passes, passes_var, relocks=False) -> np.nd
     again, so the mixing spreads over the request's E[N] passes, min(1, 12 Var N) / E[N] of a
     lap's worth (hunt seed 4250: 8 requests of 22 passes without jitter, tokens/s -24% ->
     0%; 6 such rings of 4-11 users against the DES: -2.5% to +0.4%, against -4% to -11%).
-    Any randomness in the laps keeps the rotation from relocking: the grid's rings with 3 ms
-    of jitter queue as mixed every lap (the jitter's drift alone there: throughput up to +9%
-    against the DES), and so do the block schedule's hunt points and rings whose stages fail
-    (a fail-over re-prefills the requests in flight at a random instant)."""
+    Randomness in the laps keeps the rotation from relocking once a lap moves a pass by about
+    the rotation's slack at its bottleneck (``slack_ms``: lap / N - s_max, the idle between
+    two requests' passes there; 0 for a saturated ring): in between, the every-lap mixing is
+    weighted by min(1, Var(lap) / slack^2). The grid's loaded rings with 3 ms of jitter
+    (Var(lap) >= 36 ms^2, 16-32 users whose passes leave the bottleneck no slack) queue as
+    mixed every lap (the jitter's drift alone there: throughput up to +9% against the DES);
+    the held-out real cells' per-message residue (sd ~0.1 ms a hop; 4 users, 4-5 ms of slack)
+    leaves their rotation locked (the DES's tokens/s moves < 0.3% with it; mixed every lap,
+    the analytical engine lay 7-13% under the DES).
+    The block schedule's hunt points and rings whose stages fail (a fail-over re-prefills the
+    requests in flight at a random instant) mix every lap."""
     lap = np.maximum(np.asarray(lap_ms, dtype=float), 1e-12)
     n = np.asarray(passes, dtype=float)
     lap_var = np.asarray(lap_var_ms2, dtype=float)
     per_life = 12.0 * n * lap_var / lap**2
     fresh = np.minimum(12.0 * np.asarray(passes_var, dtype=float), 1.0) / np.maximum(n, 1.0)
-    every_lap = 12.0 * np.asarray(passes_var, dtype=float)
-    once = np.asarray(relocks) & (lap_var <= 0.0)
-    return np.clip(per_life + np.where(once, fresh, every_lap), 0.0, 1.0)
+    every_lap = np.minimum(12.0 * np.asarray(passes_var, dtype=float), 1.0)
+    slack2 = np.maximum(np.asarray(slack_ms, dtype=float), 0.0) ** 2
+    unlocked = np.where(lap_var > 0.0, np.minimum(lap_var / np.maximum(slack2, 1e-300), 1.0), 0.0)
+    relocked = fresh + unlocked * (every_lap - fresh)
+    return np.clip(per_life + np.where(np.asarray(relocks), relocked, every_lap), 0.0, 1.0)
 
 
 def convoy_wait(n, lap, slower, passes, decoding=1.0):
@@ -691,6 +700,7 @@ def _concurrent(scenario, alone: dict, parts: dict, stale: dict | None) -> dict:
         base["passes"],
         passes_var,
         relocks=relocks,
+        slack_ms=flat(alone["lap_ms_mean"]) / flat(n_conc) - ring["s_p"].max(axis=1),
     )
     # requests without batching keep their own laps: the laps' spread (jitter,
     # retransmissions) moves their completions apart in time as unequal lengths would, so in

@@ -100,15 +100,30 @@ def test_random_lengths_on_a_relocking_ring_mix_once_per_request():
     assert arrival_scv(100.0, 0.0, 50.0, 4.0, relocks=False) == 1.0
 
 
-def _deterministic_ring(concurrency: int, output_tokens: int):
-    """The regressions' small ring (4 stages of 3 ms, 5 ms hops without jitter or loss, a
-    chain of 4 at 80% acceptance, so the request's passes vary) with 480 requests."""
-    return _small(
-        **{
-            "workload.requests": 480,
-            "workload.output_tokens": output_tokens,
-            "workload.concurrency": concurrency,
-        }
+def _ring(concurrency: int, output_tokens: int, jitter_ms: float = 0.0):
+    """The regressions' small ring (4 stages of 3 ms, 5 ms hops without loss, a chain of 4 at
+    80% acceptance, so the request's passes vary) with 480 requests; ``jitter_ms``: lognormal
+    jitter of that sd on every hop (0: none)."""
+    over = {
+        "workload.requests": 480,
+        "workload.output_tokens": output_tokens,
+        "workload.concurrency": concurrency,
+    }
+    if jitter_ms:
+        over.update({"network.jitter.kind": "lognormal", "network.jitter.std_ms": jitter_ms})
+    return _small(**over)
+
+
+def _within_two_percent_of_the_des(sc, before: float) -> None:
+    """The analytical tokens/s within 2% plus the DES's 95% half-width (``before``: where the
+    code before the rule put it, shown on failure)."""
+    des = simulate(sc).metrics
+    low, high = des["tokens_per_s_ci95"]
+    ana = analyze(sc).metrics["tokens_per_s"]
+    assert abs(ana - des["tokens_per_s"]) <= 0.02 * des["tokens_per_s"] + (high - low) / 2, (
+        ana,
+        des["tokens_per_s"],
+        before,
     )
 
 
@@ -121,15 +136,7 @@ def test_a_rotation_of_random_lengths_relocks_within_a_request(concurrency, outp
     locks again. Taken as mixed every lap (M/D/1 at every station) the analytical tokens/s
     lay ``before`` under the DES; now within 2% plus the DES's 95% half-width (6 cells of
     4-11 users and 16-64 tokens on 240 requests, measured: -2.5% to +0.4%)."""
-    sc = _deterministic_ring(concurrency, output_tokens)
-    des = simulate(sc).metrics
-    low, high = des["tokens_per_s_ci95"]
-    ana = analyze(sc).metrics["tokens_per_s"]
-    assert abs(ana - des["tokens_per_s"]) <= 0.02 * des["tokens_per_s"] + (high - low) / 2, (
-        ana,
-        des["tokens_per_s"],
-        before,
-    )
+    _within_two_percent_of_the_des(_ring(concurrency, output_tokens), before)
 
 
 @pytest.mark.parametrize(
@@ -142,23 +149,7 @@ def test_jitter_well_inside_the_rotations_slack_leaves_it_locked(concurrency, ji
     appeared, the analytical tokens/s fell ``before`` under the DES (the held-out real cells'
     per-message residue did the same: -7% to -13%); now within 2% plus the DES's half-width
     (measured -0.0%, -0.9%, -1.6%)."""
-    sc = _small(
-        **{
-            "workload.requests": 480,
-            "workload.output_tokens": 64,
-            "workload.concurrency": concurrency,
-            "network.jitter.kind": "lognormal",
-            "network.jitter.std_ms": jitter_ms,
-        }
-    )
-    des = simulate(sc).metrics
-    low, high = des["tokens_per_s_ci95"]
-    ana = analyze(sc).metrics["tokens_per_s"]
-    assert abs(ana - des["tokens_per_s"]) <= 0.02 * des["tokens_per_s"] + (high - low) / 2, (
-        ana,
-        des["tokens_per_s"],
-        before,
-    )
+    _within_two_percent_of_the_des(_ring(concurrency, 64, jitter_ms), before)
 
 
 def test_the_slack_weighs_the_laps_randomness_by_hand():

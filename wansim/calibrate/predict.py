@@ -58,6 +58,7 @@ from wansim.calibrate.workload_sample import (
     cell_prompts,
     drafter_kind,
     prompt_seeds,
+    prompts_decoded,
     round_prompt_seed,
 )
 from wansim.errors import WansimInputError
@@ -826,7 +827,7 @@ def run_predict(s: PredictSettings, progress: Callable[[str], None] | None = Non
         cdir = out / "cells" / c.label
         per_round = []
         ran = {run["round"] for run in runs.get(c.label, [])}
-        sample = c.prompts * len(prompt_seeds(runs.get(c.label, [])))  # the prompts decoded
+        sample = prompts_decoded(c, runs.get(c.label, []))
         if c.runnable:
             for r, info in enumerate(rounds_info):
                 if r not in ran:  # stopped before this cell's run of round r

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wansim.calibrate.workload_sample import cell_band, prompt_seeds
+from wansim.calibrate.workload_sample import cell_band, prompt_seeds, prompts_decoded
 
 METRICS = ("tokens_per_s", "lap_ms_p50", "lap_ms_p99", "tpot_ms_p99")
 ENGINES = ("des", "analytical")
@@ -399,7 +399,7 @@ def build_result(cells, runs, predictions, rounds_info, bundle, settings, second
     samples = []
     for entry, cell in zip(entries, cells, strict=True):
         seeds = prompt_seeds(runs.get(cell.label, []))
-        sample = dataclasses.replace(cell, prompts=cell.prompts * max(len(seeds), 1))
+        sample = dataclasses.replace(cell, prompts=prompts_decoded(cell, runs.get(cell.label, [])))
         add_workload_sample(entry, sample, getattr(bundle, "acceptance_traces", None))
         if entry["real"] is not None:
             entry["real"]["prompts"] = sample.prompts  # distinct prompts over its runs

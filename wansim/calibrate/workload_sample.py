@@ -50,6 +50,12 @@ def prompt_seeds(runs: list[dict]) -> list[int]:
     return sorted({int(r.get("prompt_seed", CELL_SEED)) for r in runs})
 
 
+def prompts_decoded(cell, runs: list[dict]) -> int:
+    """Distinct prompts a cell's runs decoded: its prompts a run x the samples they drew (one
+    for a cell not run yet)."""
+    return cell.prompts * max(len(prompt_seeds(runs)), 1)
+
+
 def drafter_kind(cell) -> str:
     """The trace a cell's acceptance comes from: ``mtp``, ``tree`` (the profiled static tree of
     2K nodes) or ``chain``."""

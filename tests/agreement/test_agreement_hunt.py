@@ -176,6 +176,7 @@ def test_analytical_monotone_and_utilisation_at_most_one(seed):
 @given(seed=st.integers(0, 10**6))
 @example(seed=792290)  # the stale-block step (~1 minute)
 @example(seed=902031)  # tcp: a train idling past the RTO every third frame (~45 s)
+@example(seed=6049)  # a saturated drafter stage: the parked prefill kept Little's law
 def test_analytical_monotone_and_utilisation_at_most_one_fresh(seed):
     _analytical_monotone(seed)
 

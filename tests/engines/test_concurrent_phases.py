@@ -218,3 +218,38 @@ def test_a_shorter_lap_no_longer_lengthens_the_convoy():
         faster["network"]["latency_ms"] *= factor
         rates.append(analyze(load_scenario(data=faster)).metrics["tokens_per_s"])
     assert rates == sorted(rates), rates
+
+
+def test_a_saturated_ring_keeps_littles_law_when_its_prefill_parks(monkeypatch):
+    """Agreement monotone-property seed 6049 (slow fresh run): 4 requests on 2 tcp stages
+    behind a 60 ms last-stage drafter, the drafter's stage saturated. Halving the 60 ms hops
+    parked the prefill longer at that stage without taking it from the decode, so TTFT plus
+    decode exceeded N / X and the throughput fell 62.24 -> 61.91 tokens/s. A saturated
+    closed ring's throughput is its bottleneck's whatever the hops; each request's residence
+    is N / X (Little)."""
+    from wansim.analytical import concurrent
+
+    seen = []
+
+    def spy(n, alone, ring, **kw):
+        out = solve(n, alone, ring, **kw)
+        seen.append((n, out, alone["decode_ms"]))
+        return out
+
+    solve = concurrent.solve
+    monkeypatch.setattr(concurrent, "solve", spy)
+    data = hunt.draw_scenario(6049)
+    data["workload"].update(concurrency=4, requests=48)
+    throughputs = []
+    for factor in (1.0, 0.9, 0.75, 0.5, 0.25):
+        faster = copy.deepcopy(data)
+        faster["network"]["latency_ms"] *= factor
+        out = analyze(load_scenario(data=faster)).metrics
+        assert max(out["stage_utilization"]) == pytest.approx(1.0)
+        throughputs.append(out["throughput_tokens_per_s"])
+    assert throughputs == pytest.approx([throughputs[0]] * 5, rel=1e-9)
+    for n, out, decode_floor in seen:
+        residence = n / out["x"]
+        above_floor = out["decode_ms"] > decode_floor * (1 + 1e-12)
+        lhs = np.where(above_floor, out["prefill_ms"] + out["decode_ms"], residence)
+        np.testing.assert_allclose(lhs, residence, rtol=1e-9)

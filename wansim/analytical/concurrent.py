@@ -31,8 +31,8 @@ Assumptions (vectorised over grid points):
   3816's sync variant (16 requests on 2 stages of 12.6 ms over a 75 ms lap, 0.5 ms of
   jitter): TTFT -69% -> -31%. What the prefill parks there the decode does not: TTFT +
   decode stays N / X (Little).
-- A long prefill idles a saturated bottleneck (sync): the passes that leave it while the
-  prefill crosses the stations after it are held behind it until it ends, so the bottleneck
+- A long prefill idles a saturated bottleneck (sync): the other requests' passes are held
+  behind it until it has passed (on its way to the bottleneck or after it), so the bottleneck
   serves each other request once and waits (:func:`prefill_trap_ms`); its capacity is
   1 / (D + that idle) requests per ms.
 - Closed loop: throughput X (requests/s) solves X = N / (TTFT(X) + decode(X)) with the waits
@@ -186,31 +186,31 @@ def convoy_wait(n, lap, slower, passes, decoding=1.0):
 def prefill_trap_ms(n, window_ms, lap_ms, neck_ms, cycle_ms) -> np.ndarray:
     """Per request: the time its prefill leaves the bottleneck idle on a sync ring.
 
-    The prefill crosses the stations after the bottleneck ``window_ms`` later than a verify
-    pass would, so it is back window + (lap - s) after it left (s: a pass's service at the
-    bottleneck). Links and stages are FIFO: every pass that leaves the bottleneck before then
-    catches it up and is released only when it ends. The bottleneck serves each other request
-    once, the last of them leaving by max(lap, (N - 1) s) (the pass just ahead of the prefill
-    comes round after its travel, lap - s; N - 1 queued ones take (N - 1) s), and then idles
-    until the release: max(0, window - s - max(0, (N - 1) s - lap)). Another prefill in
-    flight releases its own convoy into that idle; taken as absent with the chance that none
-    of the N - 1 others starts one within the window, exp(-(N - 1) window / cycle), cycle >=
-    N s_D the request's cycle at the bottleneck's capacity. A saturated bottleneck then
-    serves X = 1 / (D + idle) requests per ms where its waits alone would give 1 / D (hunt
-    seed 108 without jitter, 2 requests of a tree on 10 stages behind 512-token prefills:
-    tokens/s +15% against the DES; 2-4 requests behind 256-1024-token prefills, the DES's
-    idle per request within 7% of this; tests/engines/test_concurrent_phases.py). The
-    chance falls faster than the idle grows once the window passes s + (what the queue
-    takes) + cycle / (N - 1); the window is held there, so a slower link never idles the
-    bottleneck less."""
+    The prefill crosses the ring's other stations ``window_ms`` later than a verify pass would
+    (``window_ms``: its excess over a pass at every station of its path but the bottleneck).
+    Links and stages are FIFO, so the passes behind it are held until it has passed: those
+    that enter the pipe after it until it reaches the bottleneck, those that leave the
+    bottleneck after it until it ends. The bottleneck serves each other request once, the
+    last of them by max(lap, (N - 1) s) (s: a pass's service there; the pass just ahead of the
+    prefill comes round after its travel, lap - s; N - 1 queued ones take (N - 1) s), and
+    then idles until they come back: max(0, window - s - max(0, (N - 1) s - lap)). Another
+    prefill in flight releases its own convoy into that idle; taken as absent with the chance
+    that none of the N - 1 others starts one within the window, exp(-(N - 1) window / cycle),
+    cycle >= N s_D the request's cycle at the bottleneck's capacity. A saturated bottleneck
+    then serves X = 1 / (D + idle) requests per ms where its waits alone would give 1 / D.
+    Hunt seed 108 without jitter (2 requests of a tree on 10 stages behind 512-token
+    prefills, the first stage's 60 ms drafting the bottleneck): tokens/s +15% against the
+    DES; 2-4 requests behind 256-1024-token prefills, the DES's idle per request within 7% of
+    this. The approximation grid's 16 users behind 1,800-token prompts, the last stage the
+    bottleneck: throughput +15% / +16% -> +3% / +4% (tests/engines/test_concurrent_phases.py).
+    Past s + (what the queue takes) + cycle / (N - 1) the chance falls faster than the idle
+    grows; the window is held there, so a slower link never idles the bottleneck less."""
     n = np.asarray(n, dtype=float)
     others = np.maximum(n - 1.0, 0.0)
     window = np.asarray(window_ms, dtype=float)
     s = np.asarray(neck_ms, dtype=float)
     queued = np.maximum(others * s - np.asarray(lap_ms, dtype=float), 0.0)
     per_other = np.maximum(np.asarray(cycle_ms, dtype=float), 1e-12) / np.maximum(others, 1.0)
-    # past its peak (window = s + queued + cycle / (N - 1)) the others' prefills would shorten
-    # it: held there, so a longer window never idles the bottleneck less
     window = np.minimum(window, s + queued + per_other)
     alone = np.exp(-window / per_other)
     return np.where(n > 1.0, np.maximum(window - s - queued, 0.0) * alone, 0.0)
@@ -269,8 +269,8 @@ def solve(
     rows = np.arange(len(neck))
     cap = 1.0 / demand[rows, neck]
     if eg is None:  # (sync) the bottleneck idles while a prefill holds every other pass
-        after = np.arange(demand.shape[1])[None, :] > neck[:, None]
-        window = (np.maximum(s_p - s_d, 0.0) * ppath * after).sum(axis=1)
+        elsewhere = np.arange(demand.shape[1])[None, :] != neck[:, None]
+        window = (np.maximum(s_p - s_d, 0.0) * ppath * elsewhere).sum(axis=1)
         idle = prefill_trap_ms(
             n, window, decode / passes, s_d[rows, neck], np.maximum(n / cap, res_alone)
         )

@@ -210,12 +210,40 @@ def unseen_loss_cost(sc, record, level: float, rate: float) -> float:
     p_none = float(np.prod([(1 - h.loss_rate) ** messages for h in hops]))
     if p_none <= 1 - level:
         return 0.0
+    return max(analyze(_lossless(sc)).metrics["tokens_per_s"] - rate, 0.0)
+
+
+def _lossless(sc):
     net = sc.network
     overrides = tuple(
         dataclasses.replace(o, loss_rate=None if o.loss_rate is None else 0.0) for o in net.hops
     )
-    clean = dataclasses.replace(sc, network=dataclasses.replace(net, loss_rate=0.0, hops=overrides))
-    return max(analyze(clean).metrics["tokens_per_s"] - rate, 0.0)
+    return dataclasses.replace(sc, network=dataclasses.replace(net, loss_rate=0.0, hops=overrides))
+
+
+def rare_lossless_gain(sc, record, level: float, rate: float) -> float:
+    """Per request, losses are rare events too: a request that sees none decodes at the
+    lossless rate, which on links whose retransmission wait dwarfs the lap is many times the
+    others' (fresh slow run: 7 stages, zero compute and latency, 2% loss, 1 ms retransmission
+    wait; a lossless request 1.2-1.4M tokens/s, the others ~11k; 40 requests' mean 14k, 4,000
+    requests' 72k, the analytical mean 68k). The mean of n requests' rates holds k ~ Bin(n,
+    p0) of them, p0 the chance a request sees no loss, and lies (p0 - k / n) (r0 - r1) below
+    the true mean: r0 the lossless rate, r1 the others' ((rate - p0 r0) / (1 - p0), ``rate``
+    the analytical mean). A sample that holds few of them has a narrow interval (the
+    t-interval sees no outlier), so it is widened up by that at the binomial's lower quantile;
+    one that holds many has them in its spread already. 0 without loss."""
+    hops = sc.resolved_hops()
+    if not any(h.loss_rate > 0 for h in hops):
+        return 0.0
+    passes = record.passes.astype(float) + 1.0  # + the prefill's message
+    survive = np.prod([(1 - h.loss_rate) ** passes for h in hops], axis=0)
+    p0, n = float(np.mean(survive)), len(passes)
+    if p0 >= 1.0:
+        return 0.0
+    r0 = analyze(_lossless(sc)).metrics["tokens_per_s"]
+    gap = max(r0 - (rate - p0 * r0) / (1.0 - p0), 0.0)
+    k_low = float(stats.binom.ppf((1 - level) / 2, n, p0))
+    return max(p0 - k_low / n, 0.0) * gap
 
 
 def check_agreement(data: dict, examples: int) -> dict:
@@ -231,6 +259,7 @@ def check_agreement(data: dict, examples: int) -> dict:
 
     low, high = rate_interval(record, level)
     low -= unseen_loss_cost(sc, record, level, a["tokens_per_s"])
+    high += rare_lossless_gain(sc, record, level, a["tokens_per_s"])
     report["tokens_per_s"] = (a["tokens_per_s"], low, high)
     assert inside(a["tokens_per_s"], low, high), report
 
@@ -299,6 +328,36 @@ def case(acceptance: dict, jitter: dict | None = None, k: int = 3) -> dict:
         "network": {"latency_ms": 0, "bandwidth_mbps": 1, "loss_rate": 0.001, "retransmit_ms": 7},
         "payload": {"activation_bits": 3},
         "drafter": {"draft_ms": 0.0, "acceptance": {"per_position": [1.0]}},
+        "workload": {"requests": REQUESTS, "prompt_tokens": 1, "output_tokens": 33},
+    }
+)
+@example(  # requests that see no loss: 2% a message, a 1 ms wait against a 0.14 ms lap
+    {
+        "name": "random",
+        "seed": 0,
+        "stages": 7,
+        "model": {
+            "hidden_size": 256,
+            "compute": {"kind": "linear", "base_ms": 0.0, "per_token_ms": 0.0},
+            "overhead_ms": 0.0,
+        },
+        "network": {
+            "latency_ms": 0.0,
+            "bandwidth_mbps": 10000.0,
+            "jitter": {"kind": "none"},
+            "loss_rate": 0.02,
+            "retransmit_ms": 1.0,
+            "per_message_ms": 0.0,
+            "codec_ms_per_mb": 0.0,
+        },
+        "payload": {"activation_bits": 3, "return_token_bytes": 0},
+        "drafter": {
+            "placement": "first_stage",
+            "parallel": False,
+            "draft_ms": 0.0,
+            "acceptance": {"alpha": 0.5, "dispersion": 0.0},
+        },
+        "speculation": {"policy": "chain", "k": 1},
         "workload": {"requests": REQUESTS, "prompt_tokens": 1, "output_tokens": 33},
     }
 )

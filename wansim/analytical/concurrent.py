@@ -34,7 +34,8 @@ Assumptions (vectorised over grid points):
 - A long prefill idles a saturated bottleneck (sync): the other requests' passes are held
   behind it until it has passed (on its way to the bottleneck or after it), so the bottleneck
   serves each other request once and waits (:func:`prefill_trap_ms`); its capacity is
-  1 / (D + that idle) requests per ms.
+  1 / (D + that idle) requests per ms, and the residence the idle adds is the held passes'
+  (the decode's), not a wait the prefill parks at the bottleneck.
 - Closed loop: throughput X (requests/s) solves X = N / (TTFT(X) + decode(X)) with the waits
   added to every pass's lap (bisection; X < 1 / the bottleneck's demand per request); a
   request's decode rate is its rate alone times decode alone / decode loaded.
@@ -268,13 +269,15 @@ def solve(
     neck = np.argmax(demand, axis=1)
     rows = np.arange(len(neck))
     cap = 1.0 / demand[rows, neck]
+    trap = np.zeros_like(n)
     if eg is None:  # (sync) the bottleneck idles while a prefill holds every other pass
         elsewhere = np.arange(demand.shape[1])[None, :] != neck[:, None]
         window = (np.maximum(s_p - s_d, 0.0) * ppath * elsewhere).sum(axis=1)
         idle = prefill_trap_ms(
             n, window, decode / passes, s_d[rows, neck], np.maximum(n / cap, res_alone)
         )
-        cap = 1.0 / (demand[rows, neck] + idle * np.broadcast_to(convoy_share, n.shape))
+        trap = idle * np.broadcast_to(convoy_share, n.shape)
+        cap = 1.0 / (demand[rows, neck] + trap)
     hi = np.minimum(n / res_alone, cap)
     lo = np.zeros_like(hi)
     # in-order links: the messages offered to a hop that can hold a request's pass are the
@@ -345,7 +348,11 @@ def solve(
     # give no longer add up to it, the residence does
     residence = n / x
     excess = np.maximum(residence - pre - dec, 0.0)
-    # that excess queues at the bottleneck (a saturated closed network parks its customers
+    # the bottleneck's idle behind the prefills (N of them a cycle) is the decode's: its passes
+    # wait held behind them, not parked at the bottleneck
+    held = np.minimum(excess, n * trap)
+    excess = excess - held
+    # the rest queues at the bottleneck (a saturated closed network parks its customers
     # there): it is the wait per visit there, the prefill's visit included
     wait, pre_waits, _ = waits(x)
     visits = np.maximum(v_d[rows, neck] + v_p[rows, neck], 1e-300)
@@ -363,7 +370,7 @@ def solve(
     if eg is None:
         pre_share = np.where(saturated, np.maximum(per_visit - freed, 0.0), per_visit)
     pre = pre + pre_share * v_p[rows, neck]
-    dec = dec + per_visit * v_d[rows, neck] + (per_visit - pre_share) * v_p[rows, neck]
+    dec = dec + per_visit * v_d[rows, neck] + (per_visit - pre_share) * v_p[rows, neck] + held
     mailbox = rr_cols[rows, neck] & (excess > 0)
     if mailbox.any():
         # S0's mailbox saturated (async): the round robin's wait (:func:`mailbox_wait`, Little's
@@ -407,7 +414,7 @@ def solve(
         # a lap's waits (wait_parts): queueing and its probability, convoys, saturation
         "queue_ms": queue,
         "queue_prob": 1.0 - np.prod(np.where(dpath > 0, 1.0 - ca2 * seen, 1.0), axis=1),
-        "convoy_ms": conv,
+        "convoy_ms": conv + held / passes,
         "convoy_slower_ms": slower,
         "convoy_reach_ms": np.minimum(slower, lap),
         "saturation_ms": per_visit * v_d[rows, neck] / passes,

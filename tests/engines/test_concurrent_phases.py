@@ -229,14 +229,13 @@ def test_a_saturated_ring_keeps_littles_law_when_its_prefill_parks(monkeypatch):
     is N / X (Little)."""
     from wansim.analytical import concurrent
 
-    seen = []
+    original, seen = concurrent.solve, []
 
     def spy(n, alone, ring, **kw):
-        out = solve(n, alone, ring, **kw)
+        out = original(n, alone, ring, **kw)
         seen.append((n, out, alone["decode_ms"]))
         return out
 
-    solve = concurrent.solve
     monkeypatch.setattr(concurrent, "solve", spy)
     data = hunt.draw_scenario(6049)
     data["workload"].update(concurrency=4, requests=48)

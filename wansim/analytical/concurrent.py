@@ -268,16 +268,15 @@ def solve(
     eg = None if chain_blocks is None else np.maximum(chain_blocks, 1.0)
     neck = np.argmax(demand, axis=1)
     rows = np.arange(len(neck))
-    cap = 1.0 / demand[rows, neck]
+    neck_demand = demand[rows, neck]
     trap = np.zeros_like(n)
     if eg is None:  # (sync) the bottleneck idles while a prefill holds every other pass
         elsewhere = np.arange(demand.shape[1])[None, :] != neck[:, None]
         window = (np.maximum(s_p - s_d, 0.0) * ppath * elsewhere).sum(axis=1)
-        idle = prefill_trap_ms(
-            n, window, decode / passes, s_d[rows, neck], np.maximum(n / cap, res_alone)
-        )
+        cycle = np.maximum(n * neck_demand, res_alone)
+        idle = prefill_trap_ms(n, window, decode / passes, s_d[rows, neck], cycle)
         trap = idle * np.broadcast_to(convoy_share, n.shape)
-        cap = 1.0 / (demand[rows, neck] + trap)
+    cap = 1.0 / (neck_demand + trap)
     hi = np.minimum(n / res_alone, cap)
     lo = np.zeros_like(hi)
     # in-order links: the messages offered to a hop that can hold a request's pass are the

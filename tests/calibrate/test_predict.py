@@ -104,14 +104,67 @@ def test_stage_cost_fit_recovers_the_synthetic_hardware():
     assert fit["fixed_ms"]["first"] == pytest.approx(TRUE["first"], abs=1e-9)
     assert fit["fixed_ms"]["last"] == pytest.approx(TRUE["last"], abs=1e-9)
     assert fit["per_layer_ms"] == pytest.approx(TRUE["per_layer"], abs=1e-9)
-    assert fit["per_token_ms"] == pytest.approx(TRUE["per_token"], abs=1e-9)
+    assert fit["per_token_ms"]["first"] == pytest.approx(TRUE["per_token"], abs=1e-9)
+    assert fit["per_token_ms"]["last"] == pytest.approx(TRUE["per_token"], abs=1e-9)
     assert fit["per_layer_token_ms"] == pytest.approx(TRUE["lt"], abs=1e-9)
     assert fit["codec_ms_per_op"][8] == pytest.approx(TRUE["q8"], abs=1e-9)
-    # a middle stage: the last without verifying, plus stage 0's encode (hand-worked)
+    # no 3-stage plan: a middle stage is the last without verifying, plus stage 0's encode
+    # (hand-worked), at the first stage's cost per token
+    assert fit["middle"] == "derived"
     assert fit["fixed_ms"]["middle"] == pytest.approx(2.0 - 0.4 + 0.15, abs=1e-9)
+    assert fit["per_token_ms"]["middle"] == fit["per_token_ms"]["first"]
     assert fit["prefill"]["fixed_ms"]["first"] == pytest.approx(3.0)
     assert fit["prefill"]["fixed_ms"]["last"] == pytest.approx(4.0)
     assert fit["prefill"]["per_layer_ms"] == pytest.approx(1.5)
+
+
+def three_stage_rows(middle_fixed: float, middle_per_token: float) -> pd.DataFrame:
+    """A 2+1+3 pipeline's passes on the synthetic hardware, its middle stage at its own fixed
+    cost and cost per token (prefill: 3 + 1.5 per layer + 0.5 at the middle)."""
+    rows = []
+    for k in (2, 4, 7):
+        n = k + 1
+        for _ in range(20):
+            for role, layers, fixed, per_token in (
+                ("first", 2, TRUE["first"], TRUE["per_token"]),
+                ("middle", 1, middle_fixed, middle_per_token),
+                ("last", 3, TRUE["last"], TRUE["per_token"]),
+            ):
+                ms = fixed + TRUE["per_layer"] * layers + per_token * n + TRUE["lt"] * layers * n
+                rows.append(
+                    {"kind": "verify", "role": role, "layers": layers, "n_tokens": n, "k": k}
+                    | {"bits": 32, "service_ms": ms, "compute_ms": 0.7 * layers}
+                    | {"codec_ms": 0.1, "verify_ms": VERIFY_LAST_MS if role == "last" else 0.0}
+                )
+    for role, layers in (("first", 2), ("middle", 1), ("last", 3)):
+        extra = {"middle": 0.5, "last": 1.0}.get(role, 0.0)
+        rows.append(
+            {"kind": "prefill", "role": role, "layers": layers, "n_tokens": 64, "k": 0}
+            | {"bits": 32, "service_ms": 3.0 + 1.5 * layers + extra, "compute_ms": 1.5 * layers}
+            | {"codec_ms": 0.1, "verify_ms": 0.0}
+        )
+    return pd.DataFrame(rows)
+
+
+def test_a_three_stage_plan_measures_the_middle_role():
+    """With a 3-stage plan's rows the middle role is fitted like the others: its own fixed
+    cost (1.2 ms, not the derived 1.75) and cost per token (0.01 ms, against the first and
+    last stages' 0.1), the shared slopes unchanged; the prefill's middle likewise (4.0 ms at
+    1 layer: 3 + 0.5 fixed)."""
+    fit = fit_stage_cost(pd.concat([synthetic_rows(), three_stage_rows(1.2, 0.01)]))
+    assert fit["middle"] == "measured"
+    assert fit["fixed_ms"]["middle"] == pytest.approx(1.2, abs=1e-9)
+    assert fit["per_token_ms"]["middle"] == pytest.approx(0.01, abs=1e-9)
+    assert fit["per_token_ms"]["first"] == pytest.approx(TRUE["per_token"], abs=1e-9)
+    assert fit["per_token_ms"]["last"] == pytest.approx(TRUE["per_token"], abs=1e-9)
+    assert fit["per_layer_ms"] == pytest.approx(TRUE["per_layer"], abs=1e-9)
+    assert fit["per_layer_token_ms"] == pytest.approx(TRUE["lt"], abs=1e-9)
+    assert fit["prefill"]["fixed_ms"]["middle"] == pytest.approx(3.5)
+    assert fit["prefill"]["fixed_ms"]["first"] == pytest.approx(3.0)
+    # evaluated: a 1-layer middle stage at a 15-token tree pass (hand sum)
+    from wansim.stages.profiled_cost import verify_ms
+
+    assert verify_ms(fit, "middle", 1, 15) == pytest.approx(1.2 + 0.7 + 0.01 * 15 + 0.02 * 15)
 
 
 def test_stage_cost_fit_with_noise_is_unbiased():
@@ -298,7 +351,7 @@ def synthetic_tree_trace(max_k: int, seed: int = 1) -> pd.DataFrame:
 
 def test_bundle_round_trip(tmp_path):
     b = load_bundle(make_bundle(tmp_path / "b"))
-    assert b.manifest["format"] == "wansim-profile-bundle" and b.manifest["version"] == 2
+    assert b.manifest["format"] == "wansim-profile-bundle" and b.manifest["version"] == 3
     assert b.max_k == 7 and b.prompt_tokens == 64
     # hand-worked: a middle stage of 2 layers at K=4 (n=5), 8-bit (2 codec ops)
     want = (2.0 - 0.4 + 0.15) + 0.7 * 2 + 0.1 * 5 + 0.02 * 2 * 5 + 2 * 0.3
@@ -315,6 +368,26 @@ def test_bundle_round_trip(tmp_path):
     assert load_bundle(b.path).acceptance_traces is None
     assert b.profile_at("chain", 4).name == "acceptance_profile_chain_k4.yaml"
     assert b.profile_at("chain", 7) is None and b.profile_at("tree", 2) is None
+
+
+def test_a_version_2_bundle_prices_every_role_at_its_one_per_token_cost(tmp_path):
+    """Bundles profiled before the middle role was measured (version 2) carry one number for
+    ``per_token_ms``: every role takes it, in the bundle and in ``model.compute: {kind:
+    table, from: ...}``."""
+    from wansim.stages.profiled_cost import tables_from_bundle
+
+    p = make_bundle(tmp_path / "b")
+    man = yaml.safe_load((p / MANIFEST).read_text())
+    man["version"] = 2
+    man["stage_cost"]["per_token_ms"] = 0.25
+    (p / MANIFEST).write_text(yaml.safe_dump(man, sort_keys=False))
+    b = load_bundle(p)
+    assert b.stage_cost.per_token_ms == {"first": 0.25, "middle": 0.25, "last": 0.25}
+    fixed = b.stage_cost.fixed_ms
+    want = fixed["middle"] + 0.7 * 2 + 0.25 * 5 + 0.02 * 2 * 5
+    assert b.stage_cost.verify_ms("middle", 2, 5) == pytest.approx(want, abs=1e-9)
+    table = tables_from_bundle(p, 3, 32, "model.compute.from")[1]
+    assert dict(map(tuple, table["points"]))[5.0] == pytest.approx(want, abs=1e-9)
 
 
 def test_a_profiled_k_is_predicted_from_its_own_traces(tmp_path):
@@ -420,9 +493,19 @@ def test_a_short_cell_measures_its_guess_on_the_larger_k_it_reaches(tmp_path):
         ),
         (
             lambda p: (p / MANIFEST).write_text(
-                (p / MANIFEST).read_text().replace("version: 2", "version: 99")
+                (p / MANIFEST).read_text().replace("version: 3", "version: 99")
             ),
-            "version: must be 2",
+            "version: must be 2 or 3",
+        ),
+        (
+            lambda p: (p / MANIFEST).write_text(
+                re.sub(
+                    r"(per_token_ms:\n    first: [^\n]+)\n    middle: [^\n]+",
+                    r"\1",
+                    (p / MANIFEST).read_text(),
+                )
+            ),
+            "stage_cost.per_token_ms.middle: is missing",
         ),
         (
             lambda p: (p / MANIFEST).write_text(
@@ -1154,7 +1237,7 @@ def test_stage_cost_fit_never_goes_negative():
     assert free.min() < 0  # the unconstrained fit would price a longer pass cheaper
     fit = fit_stage_cost(rows)
     assert min(fit["fixed_ms"].values()) >= 0
-    assert fit["per_layer_ms"] >= 0 and fit["per_token_ms"] >= 0
+    assert fit["per_layer_ms"] >= 0 and min(fit["per_token_ms"].values()) >= 0
     assert fit["per_layer_token_ms"] >= 0
 
 

@@ -10,10 +10,12 @@ every field with its unit):
   fitted costs:
 
   * ``stage_cost``: a stage's service time per verify pass (frame in -> frame out) as
-    ``fixed_ms[role] + per_layer_ms * layers + per_token_ms * n + per_layer_token_ms * layers *
-    n + codec_ms_per_op[bits] * codec_ops[role]`` with role first | middle | last (codec ops:
-    first 1 encode, last 1 decode, middle 2), and the prefill pass (``prefill``, at
-    ``profiled.prompt_tokens``) as ``fixed_ms[role] + per_layer_ms * layers``;
+    ``fixed_ms[role] + per_layer_ms * layers + per_token_ms[role] * n + per_layer_token_ms *
+    layers * n + codec_ms_per_op[bits] * codec_ops[role]`` with role first | middle | last
+    (codec ops: first 1 encode, last 1 decode, middle 2; the middle role ``measured`` on a
+    3-stage plan or ``derived`` from the others; version 2 had one ``per_token_ms``), and the
+    prefill pass (``prefill``, at ``profiled.prompt_tokens``) as ``fixed_ms[role] +
+    per_layer_ms * layers``;
   * ``drafter``: K autoregressive drafts at stage 0 cost ``intercept_ms + per_draft_ms * K``;
   * ``message``: the per-message software cost of a hop (the sender's send stamp -> the
     receiver has the frame, minus the link's scheduled delay: framing, the loopback legs, the
@@ -67,6 +69,7 @@ from wansim.errors import WansimInputError
 from wansim.stages import profiled_cost as stage_cost
 from wansim.stages.profiled_cost import BUNDLE_FORMAT as FORMAT
 from wansim.stages.profiled_cost import BUNDLE_VERSION as VERSION
+from wansim.stages.profiled_cost import READABLE_VERSIONS
 
 ROLES = ("first", "middle", "last")
 HOP_ROLES = ("forward", "return")
@@ -103,7 +106,7 @@ class StageCost:
 
     fixed_ms: dict
     per_layer_ms: float
-    per_token_ms: float
+    per_token_ms: dict  # role -> ms per token of a verify pass
     per_layer_token_ms: float
     codec_ms_per_op: dict  # bits -> ms per encode or decode beyond fp32's
     prefill_fixed_ms: dict
@@ -320,6 +323,15 @@ def _num(d: dict, dotted: str, where: str) -> float:
     return float(v)
 
 
+def _per_token(man: dict, sc: str, where: str) -> dict:
+    """``stage_cost.per_token_ms`` per role: a mapping from version 3; in version 2 (2-stage
+    profiles only) one number that every role took."""
+    if man.get("version") == 2:
+        one = _num(man, f"{sc}.per_token_ms", where)
+        return {r: one for r in ROLES}
+    return {r: _num(man, f"{sc}.per_token_ms.{r}", where) for r in ROLES}
+
+
 def _csv(path: Path, columns: tuple[str, ...], flag: str) -> pd.DataFrame:
     if not path.is_file():
         raise _bad(flag, f"{path.name} is missing from the bundle", str(path.parent))
@@ -348,9 +360,11 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
     where = str(man_path)
     if not isinstance(man, dict) or man.get("format") != FORMAT:
         raise _bad(f"{where}: format", f"must be {FORMAT!r}", _short(man, "format"))
-    if man.get("version") != VERSION:
+    if man.get("version") not in READABLE_VERSIONS:
         raise _bad(
-            f"{where}: version", f"must be {VERSION} (this wansim's bundle)", man.get("version")
+            f"{where}: version",
+            f"must be {' or '.join(map(str, READABLE_VERSIONS))} (this wansim's bundles)",
+            man.get("version"),
         )
     for key in ("model.target", "model.target_config_sha256", "model.drafter_config_sha256"):
         _get(man, key, where)
@@ -366,7 +380,7 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
     cost = StageCost(
         fixed_ms=fixed,
         per_layer_ms=_num(man, f"{sc}.per_layer_ms", where),
-        per_token_ms=_num(man, f"{sc}.per_token_ms", where),
+        per_token_ms=_per_token(man, sc, where),
         per_layer_token_ms=_num(man, f"{sc}.per_layer_token_ms", where),
         codec_ms_per_op=codec,
         prefill_fixed_ms=prefill,

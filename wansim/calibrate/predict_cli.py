@@ -76,10 +76,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"calibrate profile failed: {err}", file=sys.stderr)
         return 1
     sc = man["stage_cost"]
+    per_token = " / ".join(f"{sc['per_token_ms'][r]:.3f}" for r in ("first", "middle", "last"))
     print(
         f"profile bundle {out}: stage fixed ms first {sc['fixed_ms']['first']:.2f} / middle "
         f"{sc['fixed_ms']['middle']:.2f} / last {sc['fixed_ms']['last']:.2f}, "
-        f"{sc['per_layer_ms']:.2f} ms per layer, {sc['per_token_ms']:.3f} ms per token; "
+        f"{sc['per_layer_ms']:.2f} ms per layer, {per_token} ms per token ({sc['middle']} middle); "
         f"drafting {man['drafter']['intercept_ms']:.2f} + {man['drafter']['per_draft_ms']:.2f} K "
         f"ms; per message forward {man['message']['per_message_ms']['forward']:.2f} / return "
         f"{man['message']['per_message_ms']['return']:.2f} ms; acceptance fitted on K "

@@ -1,9 +1,10 @@
 """The profile bundle's timing fits (pure functions, tested on synthetic data): the profiling
 runs' records as one row per stage per pass, per hop frame and per batched pass, then a
-stage's cost per pass by non-negative least squares on its role, layers and tokens (a middle
-stage from the last stage's parts), drafting linear in K and tree width, a batched pass's cost
-per request beyond the first, and each hop's per-message cost (the runs:
-:mod:`wansim.calibrate.profiling`; the bundle's model: :mod:`wansim.calibrate.bundle`)."""
+stage's cost per pass by non-negative least squares on its role, layers and tokens (the middle
+role from a 3-stage plan's middle stage, else from the last stage's parts), drafting linear in
+K and tree width, a batched pass's cost per request beyond the first, and each hop's
+per-message cost (the runs: :mod:`wansim.calibrate.profiling`; the bundle's model:
+:mod:`wansim.calibrate.bundle`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from wansim.calibrate.bundle import ROLES
-from wansim.stages.profiled_cost import stage_role
+from wansim.stages.profiled_cost import CODEC_OPS, stage_role
 
 
 # ----------------------------------------------------------------------------- per-pass rows
@@ -126,49 +127,68 @@ def codec_cost_per_op(rows: pd.DataFrame) -> dict[int, float]:
 
 def fit_stage_cost(rows: pd.DataFrame) -> dict:
     """Non-negative least squares of verify-pass service ms, less the measured codec cost
-    (:func:`codec_cost_per_op`, one op per role), on [first, last, layers, n, layers*n];
-    prefill on [first, last, layers]; the middle role derived (module docstring). Rows of the
-    MTP head's pipeline (``drafter_kind`` mtp) are left out. Returns the bundle's ``stage_cost``
-    mapping (+ ``fit_rmse_ms``)."""
+    (:func:`codec_cost_per_op`, one op per role), on a fixed cost and a cost per token per
+    role, layers and layers*n; prefill on a fixed cost per role and layers. The middle role is
+    fitted like the others where the rows have middle stages (a 3-stage plan); else it is
+    derived (:func:`_middle`: the last stage without verifying, and the first stage's cost per
+    token, since neither runs the LM head or the verifier). Rows of the MTP head's pipeline
+    (``drafter_kind`` mtp) are left out. Returns the bundle's ``stage_cost`` mapping (+
+    ``fit_rmse_ms``, ``middle``: measured | derived)."""
     if "drafter_kind" in rows.columns:
         rows = rows[rows["drafter_kind"] != "mtp"]
     codec = codec_cost_per_op(rows)
-    v = rows[(rows["kind"] == "verify") & rows["role"].isin(("first", "last"))]
-    first = (v["role"] == "first").to_numpy(float)
+    v = rows[rows["kind"] == "verify"]
+    roles = [r for r in ROLES if (v["role"] == r).any()]
+    v = v[v["role"].isin(roles)]
+    is_role = [(v["role"] == r).to_numpy(float) for r in roles]
     layers = v["layers"].to_numpy(float)
     n = v["n_tokens"].to_numpy(float)
-    x = np.column_stack([first, 1 - first, layers, n, layers * n])
-    y = v["service_ms"].to_numpy(float) - v["bits"].map(lambda b: codec[int(b)]).to_numpy(float)
+    # the codec's ops beyond fp32's: one per role here, two at a middle stage
+    ops = v["role"].map(CODEC_OPS).to_numpy(float)
+    x = np.column_stack([*is_role, layers, *(m * n for m in is_role), layers * n])
+    y = v["service_ms"].to_numpy(float) - ops * v["bits"].map(lambda b: codec[int(b)]).to_numpy(
+        float
+    )
     coef = nonnegative_least_squares(x, y)
     rmse = float(np.sqrt(np.mean((x @ coef - y) ** 2)))
-    fixed = {"first": float(coef[0]), "last": float(coef[1])}
-    fixed["middle"] = _middle(fixed["last"], rows, "verify")
+    r_n = len(roles)
+    fixed = {r: float(coef[i]) for i, r in enumerate(roles)}
+    per_token = {r: float(coef[r_n + 1 + i]) for i, r in enumerate(roles)}
+    measured = "middle" in roles
+    if not measured:
+        fixed["middle"] = _middle(fixed["last"], rows, "verify")
+        per_token["middle"] = per_token["first"]
     out = {
         "fixed_ms": {r: fixed[r] for r in ROLES},
-        "per_layer_ms": float(coef[2]),
-        "per_token_ms": float(coef[3]),
-        "per_layer_token_ms": float(coef[4]),
+        "per_layer_ms": float(coef[r_n]),
+        "per_token_ms": {r: per_token[r] for r in ROLES},
+        "per_layer_token_ms": float(coef[-1]),
         "codec_ms_per_op": codec,
+        "middle": "measured" if measured else "derived",
         "fit_rmse_ms": rmse,
         "verify_passes": len(y),
     }
-    pre = rows[(rows["kind"] == "prefill") & rows["role"].isin(("first", "last"))]
+    pre = rows[(rows["kind"] == "prefill") & rows["role"].isin(roles)]
     pre = pre[pre["bits"] == 32] if (pre["bits"] == 32).any() else pre
-    pf = (pre["role"] == "first").to_numpy(float)
-    xp = np.column_stack([pf, 1 - pf, pre["layers"].to_numpy(float)])
+    p_roles = [r for r in roles if (pre["role"] == r).any()]
+    xp = np.column_stack(
+        [*((pre["role"] == r).to_numpy(float) for r in p_roles), pre["layers"].to_numpy(float)]
+    )
     cp = nonnegative_least_squares(xp, pre["service_ms"].to_numpy(float))
-    pfixed = {"first": float(cp[0]), "last": float(cp[1])}
-    pfixed["middle"] = _middle(pfixed["last"], rows, "prefill")
+    pfixed = {r: float(cp[i]) for i, r in enumerate(p_roles)}
+    if "middle" not in p_roles:
+        pfixed["middle"] = _middle(pfixed["last"], rows, "prefill")
     out["prefill"] = {
         "fixed_ms": {r: pfixed[r] for r in ROLES},
-        "per_layer_ms": float(cp[2]),
+        "per_layer_ms": float(cp[-1]),
         "passes": len(pre),
     }
     return out
 
 
 def _middle(fixed_last: float, rows: pd.DataFrame, kind: str) -> float:
-    """A middle stage = the last stage without verifying + stage 0's fp32 encode."""
+    """A middle stage (where no plan has one) = the last stage without verifying + stage 0's
+    fp32 encode."""
     sub = rows[(rows["kind"] == kind) & (rows["bits"] == 32)]
     verify = sub.loc[sub["role"] == "last", "verify_ms"].mean()
     encode = sub.loc[sub["role"] == "first", "codec_ms"].mean()

@@ -1,9 +1,9 @@
 """``wansim calibrate profile``: dedicated short real runs, fitted once into a profile bundle.
 
-What runs (2-stage pipelines of the target, the draft model at stage 0, every hop an emulated
-link of ``LATENCY_MS`` at 1000 Mbit/s, greedy, one request at a time): one pipeline per layer
-split x activation bits in :data:`FULL_PLANS` (1+5, 3+3, 5+1 layers at fp32 and 3+3 at 8
-bits), all up at once, decoding the same prompts at every K of ``KS`` (2, 4, 7), one prompt at a
+What runs (pipelines of the target, the draft model at stage 0, every hop an emulated link of
+``LATENCY_MS`` at 1000 Mbit/s, greedy, one request at a time): one pipeline per layer split x
+activation bits in :data:`FULL_PLANS` (2 stages of 1+5, 3+3, 5+1 layers at fp32 and 3+3 at 8
+bits, and 3 stages of 2+1+3 at fp32), all up at once, decoding the same prompts at every K of ``KS`` (2, 4, 7), one prompt at a
 time at every K on every pipeline (orders rotating), so that load drift does not align with a
 split or a K; at every K the first fp32 pipeline also decodes a static tree of 2K nodes, and
 with ``mtp_dir`` a 3+3 pipeline drafts with the MTP head at the last stage; after every prompt
@@ -16,10 +16,11 @@ Fits (:mod:`wansim.calibrate.profile_fits`, pure functions tested on synthetic d
 profiles: :mod:`wansim.calibrate.profile_acceptance`; the bundle's model in
 :mod:`wansim.calibrate.bundle`): a stage's measured service time per pass (frame in -> frame
 out, :func:`wansim.calibrate.measure.decompose`), less the codec cost measured directly (the
-stages' own ``codec_ms``), is fitted by non-negative least squares on its role (first | last),
-layers and tokens per pass (chains K + 1, trees 2K + 1); a middle stage, which a 2-stage
-pipeline does not have, is the last stage without its verification plus stage 0's encode (both
-measured per pass: ``verify_ms``, ``codec_ms``). Drafting: linear in K and in the tree's extra
+stages' own ``codec_ms``), is fitted by non-negative least squares on a fixed cost and a cost per
+token for each role (first | middle | last), layers and layers x tokens per pass (chains K + 1,
+trees 2K + 1); the middle role from the 3-stage plan (a profile without one, ``--quick``,
+derives it: the last stage without its verification plus stage 0's encode, both measured per
+pass as ``verify_ms`` and ``codec_ms``, and the first stage's cost per token). Drafting: linear in K and in the tree's extra
 nodes (``width_ms``); the MTP head's drafting linear in K, and its pipeline's first/last fixed
 costs. Per-message cost: each hop's achieved - scheduled delay per frame, by hop role. Wire
 quality: :func:`wansim.real.wire_quality.activation_quality` at every profiled width. The
@@ -68,12 +69,14 @@ LATENCY_MS = 5.0
 BANDWIDTH_MBPS = 1000.0
 KS = (2, 4, 7)
 PROMPT_TOKENS = 64
-# (layer split of the 6-layer target, activation bits)
+# (layer split of the 6-layer target, activation bits); the 3-stage plan measures the middle
+# role (a 1-layer relay stage, as in the 4- and 6-stage rings) instead of deriving it
 FULL_PLANS = (
     (((0, 1), (1, 6)), 32),
     (((0, 3), (3, 6)), 32),
     (((0, 5), (5, 6)), 32),
     (((0, 3), (3, 6)), 8),
+    (((0, 2), (2, 3), (3, 6)), 32),
 )
 QUICK_PLANS = (
     (((0, 1), (1, 6)), 32),
@@ -121,7 +124,7 @@ def open_pipeline(
     latency_ms: float = LATENCY_MS,
     mtp_dir: str | None = None,
 ):
-    """A started 2-stage profiling pipeline (close it when done); with ``mtp_dir`` the MTP
+    """A started profiling pipeline, one stage per split (close it when done); with ``mtp_dir`` the MTP
     head drafts at the last stage instead of the draft model at stage 0."""
     from wansim.real.config import PipelineSpec
     from wansim.real.link import LinkSpec
@@ -292,8 +295,8 @@ def run_profile(
     # K and plan orders rotating): load drift hits every layer split, bit width and K alike,
     # so it does not masquerade as a cost per layer or per token
     say(
-        f"profile: {len(plans)} 2-stage pipelines (layers "
-        + ", ".join(f"{s_[0][1]}+{s_[1][1] - s_[1][0]} {b}-bit" for s_, b in plans)
+        f"profile: {len(plans)} pipelines (layers "
+        + ", ".join("+".join(str(hi - lo) for lo, hi in s_) + f" {b}-bit" for s_, b in plans)
         + f"), K {','.join(map(str, ks))}, {size['prompts']} prompts x {size['tokens']} tokens "
         "(the first start imports torch)"
     )
@@ -475,7 +478,7 @@ def run_profile(
             "drafter_config_sha256": config_sha256(drafter_dir),
         },
         "profiled": {
-            "stages": 2,
+            "stages": max(len(s_) for s_, _ in plans),
             "plans": [
                 {
                     "layer_split": [list(s) for s in r["splits"]],

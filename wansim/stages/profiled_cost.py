@@ -3,14 +3,15 @@
 One formula for ``wansim calibrate predict`` (``wansim.calibrate.bundle``) and for scenarios
 that say ``model.compute: {kind: table, from: PROFILE_DIR}``:
 
-    verify pass of n tokens:  fixed_ms[role] + per_layer_ms * layers + per_token_ms * n
+    verify pass of n tokens:  fixed_ms[role] + per_layer_ms * layers + per_token_ms[role] * n
                               + per_layer_token_ms * layers * n + codec_ms_per_op[bits] * ops
     prefill pass:             prefill.fixed_ms[role] + prefill.per_layer_ms * layers
 
 role: first (stage 0), middle, last; ops: the encodes/decodes a stage does beyond fp32's (first
 1, middle 2, last 1); layers: the even split of the model's layers that the real runner uses
-(earlier stages take the remainder). Only ``yaml`` and the errors module are imported: the
-scenario loader calls this.
+(earlier stages take the remainder). ``per_token_ms`` is one number for every role in
+version-2 bundles (profiled on 2-stage pipelines only), a mapping per role from version 3. Only
+``yaml`` and the errors module are imported: the scenario loader calls this.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from wansim.errors import WansimInputError
 
 CODEC_OPS = {"first": 1, "middle": 2, "last": 1}
 BUNDLE_FORMAT = "wansim-profile-bundle"
-BUNDLE_VERSION = 2
+BUNDLE_VERSION = 3
+# the versions this wansim reads: 2 had one per-token cost for every role
+READABLE_VERSIONS = (2, 3)
 
 
 def stage_role(i: int, stages: int) -> str:
@@ -47,10 +50,16 @@ def verify_ms(cost: Mapping, role: str, layers: int, n: int, bits: int = 32) -> 
     return (
         float(cost["fixed_ms"][role])
         + float(cost["per_layer_ms"]) * layers
-        + float(cost["per_token_ms"]) * n
+        + per_token_ms(cost, role) * n
         + float(cost["per_layer_token_ms"]) * layers * n
         + codec.get(int(bits), 0.0) * CODEC_OPS[role]
     )
+
+
+def per_token_ms(cost: Mapping, role: str) -> float:
+    """The role's cost per token of a verify pass (a number in version-2 bundles: every role's)."""
+    per = cost["per_token_ms"]
+    return float(per[role]) if isinstance(per, Mapping) else float(per)
 
 
 def prefill_ms(cost: Mapping, role: str, layers: int) -> float:
@@ -68,15 +77,18 @@ def tables_from_bundle(bundle_dir: Path, stages: int, bits: int, where: str) -> 
         )
     try:
         man = yaml.safe_load(read_text(path, where))
-        if man.get("format") != BUNDLE_FORMAT or man.get("version") != BUNDLE_VERSION:
+        if man.get("format") != BUNDLE_FORMAT or man.get("version") not in READABLE_VERSIONS:
             raise WansimInputError(
-                where, f"is not a {BUNDLE_FORMAT} version {BUNDLE_VERSION}", str(bundle_dir)
+                where,
+                f"is not a {BUNDLE_FORMAT} of version " + " or ".join(map(str, READABLE_VERSIONS)),
+                str(bundle_dir),
             )
         cost = man["stage_cost"]
         layers = int(man["model"]["layers"])
         max_k = int(man["acceptance"]["max_k"])
         prompt = int(man["profiled"]["prompt_tokens"])
-        verify_ms(cost, "middle", 1, 1, bits)
+        for role in ("first", "middle", "last"):
+            verify_ms(cost, role, 1, 1, bits)
         prefill_ms(cost, "middle", 1)
     except (yaml.YAMLError, AttributeError, KeyError, TypeError, ValueError):
         raise WansimInputError(where, "bundle.yaml is corrupt or incomplete", str(path)) from None

@@ -77,6 +77,12 @@ def test_the_fit_by_hand():
     assert drafting["points"] == [[5.0, 0.0], [15.0, 0.1], [105.0, 0.5], [205.0, 0.0]]
     assert passing["points"] == [[5.0, 0.0], [15.0, 0.1], [105.0, 0.4], [205.0, 0.0]]
     assert passing["reference_extra_ms"] == pytest.approx(0.1)
+    # at the host's idle: the hop into the stage, half its idle less the other stage's work
+    # (hand-worked: stage 1 at 0 ms, (5 - 3) / 2; stage 0 at 50 ms, (105 - 2.4) / 2)
+    host_draft, host_pass = fit["host"]["drafting"], fit["host"]["pass"]
+    assert host_pass["points"] == [[1.0, 0.0], [5.95, 0.1], [50.75, 0.4], [101.05, 0.0]]
+    assert host_draft["points"] == [[1.5, 0.0], [6.45, 0.1], [51.3, 0.5], [101.55, 0.0]]
+    assert host_pass["reference_idle_ms"] == pytest.approx(5.95)
     with pytest.raises(ValueError, match="two link latencies"):
         fit_idle_cost(rows[rows["latency_ms"] == 5.0], 5.0)
 
@@ -177,6 +183,37 @@ def test_stage_0_idles_into_its_drafting(tmp_path):
     bad = make_bundle(tmp_path / "bad", idle={**ROLES, "stages": {"other": IDLE}})
     with pytest.raises(WansimInputError, match=r"idle_cost\.stages"):
         load_bundle(bad)
+
+
+def test_a_shared_host_cell_follows_the_hosts_idle(tmp_path):
+    """A bundle with the tables at the host's idle (``idle_cost.host``) on a host of
+    ``host_cores``: the cells' stages pay those tables and follow the host's idle (``model.
+    idle_follows: host``); the same bundle without them, its stages' own; a bundle written
+    before them fits them from its ``idle_passes.csv`` (the same fit as the profile's)."""
+    host = {
+        "drafting": {"points": [[5.0, 0.0], [50.0, 1.0]], "reference_extra_ms": 0.0},
+        "pass": {"points": [[5.0, 0.0], [50.0, 0.8]], "reference_extra_ms": 0.0},
+    }
+    b = load_bundle(make_bundle(tmp_path / "h", idle={**ROLES, "host": host}))
+    assert b.idle_host_roles["pass"] == (((5.0, 0.0), (50.0, 0.8)), 0.0)
+    a = cell_scenario(Cell(3, 20.0, 4), b, tmp_path / "a", Factors(), des_requests=40)
+    assert a["model"]["idle_follows"] == "host"
+    assert [t["points"] for t in a["model"]["stage_idle_cost"]] == [
+        [[5.0, 0.0], [50.0, 1.0]],
+        [[5.0, 0.0], [50.0, 0.8]],
+        [[5.0, 0.0], [50.0, 0.8]],
+    ]
+    own = load_bundle(make_bundle(tmp_path / "s", idle=ROLES))
+    s = cell_scenario(Cell(3, 20.0, 4), own, tmp_path / "s_", Factors(), des_requests=40)
+    assert s["model"]["idle_follows"] == "stage"
+    # written before the host tables: fitted from the sweep's rows on load
+    old = make_bundle(tmp_path / "old", idle=ROLES)
+    rows = _rows({5.0: (15.0, 3.1, 2.1), 50.0: (105.0, 3.5, 2.4)})
+    rows.to_csv(old / "idle_passes.csv", index=False)
+    fitted = load_bundle(old).idle_host_roles
+    assert fitted["pass"][0] == ((5.95, 0.0), (50.75, 0.3)) and "drafting" in fitted
+    with pytest.raises(WansimInputError, match=r"idle_cost\.host"):
+        load_bundle(make_bundle(tmp_path / "bad", idle={**ROLES, "host": {"other": IDLE}}))
 
 
 def test_message_rows_and_fit_by_hand():

@@ -19,12 +19,14 @@ import dataclasses
 
 import numpy as np
 
+from wansim.analytical.path import hop_bytes
 from wansim.analytical.regime import unvalidated
-from wansim.analytical.sync import lap_parts
+from wansim.analytical.sync import forward_sizes, lap_parts
 from wansim.config.model import IdleCost
 from wansim.config.network import HopOverride
 from wansim.config.scenario import Scenario
 from wansim.links.delivery import busy_ms
+from wansim.links.expected_delay import hop_mean
 from wansim.results.result import Result
 from wansim.speculation.block_schedule import uses_blocks
 from wansim.stages import idle_cost
@@ -98,6 +100,34 @@ def pass_interval_ms(busy_ms: np.ndarray, utilisation) -> np.ndarray:
         return np.where(rho > 0, busy_ms / np.where(rho > 0, rho, 1.0), np.inf)
 
 
+def host_idle(
+    scenario: Scenario, parts: dict, stage_idle: np.ndarray, utilisation
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage, with ``model.idle_follows: host`` (every stage on one host): (the host's
+    idle before the stage's pass when nothing else runs, the chance ``q`` that nothing else
+    runs as it starts). The idle: the incoming hop's mean time (:func:`hop_mean`; with one
+    pass in flight the host has no other work while the message travels), at most the stage's
+    own idle. ``q = prod_{j != i} (1 - rho_j (N - 1) / N)``, N the passes in flight (requests
+    times blocks): the other N - 1 occupy the other stages independently (N = 1: q = 1)."""
+    from wansim.analytical.engine import in_flight
+
+    hops = scenario.resolved_hops()
+    fwd = forward_sizes(parts)
+    stages = len(hops)
+    travel = np.empty(stages)
+    for i in range(stages):
+        h = (i - 1) % stages  # the hop into stage i (stage 0: the return hop)
+        size = parts["return_bytes"] if h == stages - 1 else hop_bytes(fwd, h)
+        travel[i] = float(np.asarray(hop_mean(hops[h], float(np.asarray(size)))))
+    idle = np.minimum(travel, stage_idle)
+    blocks = scenario.schedule.max_inflight_blocks if uses_blocks(scenario) else 1
+    n = max(1, in_flight(scenario) * int(blocks))
+    busy_others = np.clip(np.asarray(utilisation, dtype=float), 0.0, 1.0) * (n - 1) / n
+    free = 1.0 - busy_others
+    q = np.array([np.prod(np.delete(free, i)) for i in range(stages)])
+    return idle, q
+
+
 def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
     """(the scenario with the fixed point's extras, its answer by ``analyze``, the details:
     per stage idle ms and extra ms, per hop with ``network.idle_cost``, steps, converged).
@@ -108,26 +138,36 @@ def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
     if hop_table is not None:
         tables = tables + [hop_table] * stages
 
+    follows_host = scenario.model.idle_follows == "host"
+
     def step(x: np.ndarray):
         scaled = with_extras(scenario, x[:stages], None if hop_table is None else x[stages:])
         result = analyze(scaled)
         parts = lap_parts(scaled)
         busy = busy_per_pass_ms(scaled, parts)
-        every = pass_interval_ms(busy, result.metrics["stage_utilization"])
+        util = result.metrics["stage_utilization"]
+        every = pass_interval_ms(busy, util)
         idle = every - busy
+        # the chance each idle is the one paid (else 0 ms: the host is working)
+        weight = np.ones(len(tables))
+        if follows_host:
+            idle, weight[:stages] = host_idle(scaled, parts, idle, util)
         if hop_table is not None:
             idle = np.concatenate([idle, np.maximum(every - message_busy_ms(scaled, parts), 0.0)])
-        return scaled, result, idle
+        return scaled, result, idle, weight
 
     extras = np.zeros(len(tables))
     steps, converged = 0, False
     while steps < MAX_STEPS:
         steps += 1
-        scaled, result, idle = step(extras)
+        scaled, result, idle, weight = step(extras)
         new = np.array(
             [
-                0.0 if t is None else float(idle_cost.extra_ms(g, *t))
-                for g, t in zip(idle, tables, strict=True)
+                0.0
+                if t is None
+                else w * float(idle_cost.extra_ms(g, *t))
+                + (1.0 - w) * float(idle_cost.extra_ms(0.0, *t))
+                for g, t, w in zip(idle, tables, weight, strict=True)
             ]
         )
         if steps > UNDAMPED:
@@ -137,12 +177,13 @@ def fixed_point(scenario: Scenario, analyze) -> tuple[Scenario, Result, dict]:
             break
         extras = new
     if not converged:
-        scaled, result, idle = step(extras)
+        scaled, result, idle, weight = step(extras)
 
     def listed(values) -> list:
         return [float(v) if np.isfinite(v) else None for v in values]
 
     details = {
+        "idle_follows": scenario.model.idle_follows,
         "idle_ms": listed(idle[:stages]),
         "extra_ms": [float(e) for e in extras[:stages]],
         "steps": steps,

@@ -159,6 +159,9 @@ class Bundle:
     # per role (drafting: stage 0's drafting and pass; pass: a stage's pass) -> (points,
     # reference extra ms); empty in bundles with the pooled table only
     idle_roles: dict = dataclasses.field(default_factory=dict)
+    # the same per role at the host's idle (``idle_cost.host``, or fitted from
+    # idle_passes.csv for bundles written before it; empty without those rows)
+    idle_host_roles: dict = dataclasses.field(default_factory=dict)
     # a message after its hop's sender idled: (points, reference extra ms), None without
     idle_message: tuple | None = None
     # a batched pass: per role the fixed cost of each sequence beyond the first, its part
@@ -464,7 +467,7 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         for k, name in files.items():
             per_k[(kind, int(k))] = checked(name)
     idle_points, idle_ref = _idle_cost(man, where)
-    idle_roles, idle_message = {}, None
+    idle_roles, idle_host_roles, idle_message = {}, {}, None
     if idle_points is not None and "message" in man["idle_cost"]:
         idle_message = _idle_cost(
             {"idle_cost": man["idle_cost"]["message"]}, f"{where}: idle_cost.message"
@@ -477,6 +480,7 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
             role: _idle_cost({"idle_cost": t}, f"{where}: idle_cost.stages.{role}")
             for role, t in roles.items()
         }
+        idle_host_roles = _idle_host_roles(man, p, where, flag)
     batch = {}
     if "batch" in man:
         batch = {
@@ -490,6 +494,7 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         idle_points=idle_points,
         idle_reference_extra_ms=idle_ref,
         idle_roles=idle_roles,
+        idle_host_roles=idle_host_roles,
         idle_message=idle_message,
         manifest=man,
         stage_cost=cost,
@@ -504,6 +509,28 @@ def load_bundle(path: str | Path, flag: str = "--profile") -> Bundle:
         per_k_profiles=per_k,
         **mtp,
     )
+
+
+def _idle_host_roles(man: dict, p: Path, where: str, flag: str) -> dict:
+    """``idle_cost.host`` per role as :func:`_idle_cost` reads a table; a bundle written
+    before it: fitted from its ``idle_passes.csv`` (the same fit), or {} without the file."""
+    host = man["idle_cost"].get("host")
+    if host is None and (p / IDLE_FILE).is_file():
+        from wansim.calibrate.idle_profile import fit_idle_cost
+
+        rows = _csv(p / IDLE_FILE, ("latency_ms", "stage", "idle_ms", "work_ms"), flag)
+        latency = man["profiled"].get("latency_ms", 5.0)
+        try:
+            host = fit_idle_cost(rows, float(latency))["host"]
+        except (ValueError, KeyError, TypeError):
+            raise _bad(flag, f"{IDLE_FILE} holds no idle sweep to fit", str(p)) from None
+    host = host or {}
+    if not isinstance(host, dict) or not set(host) <= {"drafting", "pass"}:
+        raise _bad(f"{where}: idle_cost.host", "must map drafting / pass to tables", host)
+    return {
+        role: _idle_cost({"idle_cost": t}, f"{where}: idle_cost.host.{role}")
+        for role, t in host.items()
+    }
 
 
 def _idle_cost(man: dict, where: str) -> tuple[tuple | None, float]:

@@ -231,6 +231,7 @@ def cell_scenario(
         raw["model"]["stage_idle_cost"] = [
             {"points": [[g, e * factors.compute] for g, e in points]} for points, _ in idle_roles
         ]
+        raw["model"]["idle_follows"] = idle_follows(bundle)
     if cell.schedule == "async":
         raw["schedule"]["max_inflight_blocks"] = cell.max_inflight_blocks
     if cell.batching == "continuous":  # prompts ride the micro-batch's passes, as in the real run
@@ -302,6 +303,14 @@ def message_reference_ms(bundle: Bundle) -> float:
     return bundle.idle_message[1] if bundle.idle_message else 0.0
 
 
+def idle_follows(bundle: Bundle) -> str:
+    """``model.idle_follows`` of the cells: ``host`` where every stage runs on the bundle's
+    host (``host_cores``) and the bundle has the tables at the host's idle (a stage that idled
+    while the others computed finds the host warm: run AC, docs/calibrate.md), else
+    ``stage``."""
+    return "host" if bundle.host_cores is not None and bundle.idle_host_roles else "stage"
+
+
 def idle_tables(cell: Cell, bundle: Bundle) -> list[tuple[tuple, float]]:
     """Per stage of the cell: (the idle-cost points it pays, the extra its bundle costs
     already hold). Stage 0 of a cell the draft model drafts for idles into its drafting (the
@@ -310,11 +319,12 @@ def idle_tables(cell: Cell, bundle: Bundle) -> list[tuple[tuple, float]]:
     was profiled the same way) pays the ``pass`` table and holds its reference, except stage 0
     without drafting in a draft-model bundle (its first-stage cost was measured right after
     the drafting: warm, nothing held). A bundle with the pooled table only: that table and
-    its reference everywhere; none: no cost ((), 0)."""
+    its reference everywhere; none: no cost ((), 0). On a shared host (:func:`idle_follows`)
+    the tables at the host's idle."""
     if not bundle.idle_points:
         return [((), 0.0)] * cell.stages
     pooled = (bundle.idle_points, bundle.idle_reference_extra_ms)
-    roles = bundle.idle_roles
+    roles = bundle.idle_host_roles if idle_follows(bundle) == "host" else bundle.idle_roles
     drafting, passing = roles.get("drafting", pooled), roles.get("pass", pooled)
     out = [passing] * cell.stages
     if cell.k > 0 and cell.drafter != "mtp":

@@ -147,6 +147,9 @@ class Straggler:
             )
 
 
+IDLE_FOLLOWS = ("stage", "host")  # model.idle_follows (wansim.stages.idle_cost)
+
+
 @dataclasses.dataclass(frozen=True)
 class IdleCost:
     """A pass after an idle period costs more: the first work a stage does after it idled
@@ -221,4 +224,11 @@ class Model:
     idle_cost: IdleCost = spec(factory=IdleCost)
     stage_idle_cost: tuple[IdleCost, ...] = spec(
         (), max_items=MAX_STAGES, doc="per stage, replaces idle_cost (P entries)"
+    )
+    idle_follows: str = spec(
+        "stage",
+        choices=IDLE_FOLLOWS,
+        doc="whose idle an idle cost follows: the stage's own since its last work (each stage"
+        " its own machine) or the host's since any stage last worked (every stage on one"
+        " host: a stage that idled while the others computed finds the host warm)",
     )

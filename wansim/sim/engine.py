@@ -41,6 +41,7 @@ from wansim.sim import lone_async, lone_ring
 from wansim.sim.async_speculation import Scheduler, TreeRounds, guess_rates
 from wansim.sim.faults import FaultInjector, fault_seed
 from wansim.sim.host import SharedHost
+from wansim.sim.host_idle import HostIdleClock
 from wansim.sim.kernel import Kernel, Reference
 from wansim.sim.link import Link
 from wansim.sim.messages import PREFILL, Pass
@@ -240,6 +241,12 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
         None if t is None else idle_cost.scalar_extra(*t)
         for t in idle_cost.stage_tables(scenario.model, p_stages)
     ]
+    # ... after the host's idle (model.idle_follows host): one clock every stage marks
+    idle_clock = (
+        HostIdleClock()
+        if scenario.model.idle_follows == "host" and any(x is not None for x in idle_extra)
+        else None
+    )
 
     def shared(i: int) -> dict:
         """What every stage role takes: batching, the timeline, its compute noise/stragglers;
@@ -249,6 +256,7 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
             "timeline": tl.stage_slices if tl else None,
             "host": host,
             "idle_extra": idle_extra[i],
+            "idle_clock": idle_clock,
             "slowdown": (
                 StageSlowdown(scenario.model, i, stage_rng(scenario.seed, i))
                 if StageSlowdown.enabled(scenario.model, i)

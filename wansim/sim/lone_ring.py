@@ -120,6 +120,7 @@ KNOWN_FIELDS: dict[str, tuple | None] = {
     "model.straggler.stages": ANY,
     "model.idle_cost.points": ((),),  # a pass after an idle costs more: event by event
     "model.stage_idle_cost": ((),),
+    "model.idle_follows": ANY,  # (no idle cost: nothing follows an idle)
     "network.idle_cost.points": ((),),
     **{
         f"{where}.{name}": ANY

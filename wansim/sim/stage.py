@@ -95,6 +95,7 @@ class Stage:
         "free_ms",
         "hooks",
         "host",
+        "idle_clock",
         "idle_extra",
         "idle_since",
         "index",
@@ -126,6 +127,7 @@ class Stage:
         slowdown=None,
         host=None,
         idle_extra=None,
+        idle_clock=None,
     ):
         self.env = env
         self.index = index
@@ -159,6 +161,9 @@ class Stage:
         # when off; the stage's last busy instant
         self.idle_extra = idle_extra
         self.idle_since = 0.0
+        # model.idle_follows host: the run's one HostIdleClock (wansim.sim.host_idle), which
+        # every piece of work on the host marks busy; None: the stage's own idle_since
+        self.idle_clock = idle_clock
         self.mailbox: deque[Pass] = deque()
         self.wake: simpy.Event | None = None
         self.link_out: Link | None = None
@@ -230,10 +235,17 @@ class Stage:
         if batch:
             start = env._now
             draft, compute = self._service_ms(batch, n, start)
+            clock = self.idle_clock
             if self.host is None:
+                if clock is not None:
+                    clock.busy_until(start + (draft + compute))
                 yield Timeout(env, draft + compute)
             else:
+                if clock is not None:
+                    clock.begin()
                 yield self.host.compute(draft + compute)
+                if clock is not None:
+                    clock.end(env._now)
                 draft, compute = self._stretched(start, draft, compute)
             self._account(batch, start, draft, compute)
         return batch, n
@@ -248,6 +260,8 @@ class Stage:
             if batch:
                 start = env._now
                 draft, compute = self._service_ms(batch, n, start)
+                if self.idle_clock is not None:
+                    self.idle_clock.busy_until(start + (draft + compute))
                 self._in_service = (batch, n, start, draft, compute)
                 env.call(draft + compute, self._served_cb)
                 return
@@ -308,8 +322,10 @@ class Stage:
         compute = self._compute_cache.get(key)
         if compute is None:
             compute = self._compute_cache[key] = float(self.compute_ms(n, sequences=len(batch)))
-        if self.idle_extra is not None:  # the cold start after the stage's idle
-            compute += self.idle_extra(start - self.idle_since)
+        if self.idle_extra is not None:  # the cold start after the stage's (or host's) idle
+            clock = self.idle_clock
+            idle = start - self.idle_since if clock is None else clock.idle_ms(start)
+            compute += self.idle_extra(idle)
         if self.slowdown is not None:
             factor = self.slowdown.factor(start)
             if self.slowdowns is not None and factor != 1.0:
@@ -359,9 +375,15 @@ class RelayStage(Stage):
         self.tree_mask_bytes = 0.0  # the per-round hybrid: a tree round's block's mask
 
     def serves_in_closed_form(self) -> bool:
-        """Neither batching, the block schedule nor a shared host: a FIFO server with a fixed
-        service time per pass, in closed form (module docstring)."""
-        return not self.batching and self.hooks is None and self.host is None
+        """Neither batching, the block schedule, a shared host nor the host's idle clock (a
+        pass must start in time order): a FIFO server with a fixed service time per pass, in
+        closed form (module docstring)."""
+        return (
+            not self.batching
+            and self.hooks is None
+            and self.host is None
+            and self.idle_clock is None
+        )
 
     def _serve(self, p: Pass) -> None:
         """Closed-form FIFO service of one pass arriving now: it starts when the stage is free,
@@ -461,10 +483,17 @@ class LastStage(Stage):
             if following and (self.draft_after_ms or self.draft_after_per_sequence_ms):
                 start = env._now
                 draft = self.draft_after(len(following))
+                clock = self.idle_clock
                 if self.host is None:
+                    if clock is not None:
+                        clock.busy_until(start + draft)
                     yield Timeout(env, draft)
                 else:  # as long as it took on the shared host
+                    if clock is not None:
+                        clock.begin()
                     yield self.host.compute(draft)
+                    if clock is not None:
+                        clock.end(env._now)
                     draft = env._now - start
                 self._drafted(following, start, draft)
             self._send_back(batch, following, chunks)
@@ -482,6 +511,8 @@ class LastStage(Stage):
         if following and (self.draft_after_ms or self.draft_after_per_sequence_ms):
             start = self.env._now
             draft = self.draft_after(len(following))
+            if self.idle_clock is not None:
+                self.idle_clock.busy_until(start + draft)
             self.env.call(
                 draft, lambda _e: self._drafted_then_send(batch, following, chunks, start, draft)
             )

@@ -12,16 +12,23 @@ before ends (a queue) idled 0 ms. A hop's sender likewise: a message after the s
 ``g`` ms adds the network table's extra to its per-message cost
 (:class:`wansim.links.delivery.HopSender`, the rule the DES and the emulator share).
 
+Whose idle (``model.idle_follows``): ``stage``, the stage's own since its last work (each
+stage on its own machine), or ``host``, the time since any stage last worked (every stage on
+one host, as ``wansim calibrate``'s cells: a stage that idled while the others computed finds
+the host warm; measured, run AC in docs/calibrate.md).
+
 - DES (:class:`wansim.sim.stage.Stage`): each pass adds :func:`extra_ms` of the time since the
-  stage's last busy instant (its first pass: since the run's start) to its compute, before
-  compute noise and stragglers scale it.
+  stage's last busy instant (its first pass: since the run's start), or the host's
+  (:class:`wansim.sim.host_idle.HostIdleClock`), to its compute, before compute noise and
+  stragglers scale it.
 - Analytical (:mod:`wansim.analytical.idle_cost`): each stage's mean idle before a pass,
   ``s (1 - rho) / rho`` (a pass of ``s`` ms at utilisation ``rho``: one request in the sync
   schedule, the lap less the stage's busy time), its extra added to the stage's fixed cost per
   pass, to a fixed point; a hop's sender idles the interval between its stage's passes,
   ``s / rho``, less its message's busy time, its extra added to the hop's per-message cost.
   The mean idle stands for every pass's own (the extra of the mean, not the mean of the
-  extras).
+  extras). The host's idle (:func:`wansim.analytical.idle_cost.host_idle`): the hop into the
+  stage, paid with the chance that no other stage is busy as the pass starts.
 """
 
 from __future__ import annotations

@@ -458,12 +458,13 @@ def engines(scenario_path: Path, des: bool = True, sample_requests: int | None =
 def oversubscribed_host(scenario) -> str | None:
     """What the engines do not model about a cell whose stage processes outnumber the host's
     cores while several passes are in flight, or None. Measured (docs/calibrate.md, "Run Z",
-    the 4-stage ring at 5 ms, 4 in flight against one, interleaved): a stage then waits only
-    2-10 ms between passes, under the bundle's idle table's first step, so the engines take
-    its idle cost off (~0.45 ms a pass, ~0.8 at stage 0) where the real passes get 0.15-0.22
-    ms cheaper (stage 0 none), and the real passes' wall time is 0.3-1.3 ms above their CPU
-    time (waiting for a core, beyond processor sharing of the computes). The cause is not
-    established: 2-stage experiments (beside another pipeline, 4 in flight) show neither."""
+    the 4-stage ring at 5 ms, 4 in flight against one, interleaved): the real passes' wall
+    time is 0.3-1.3 ms above their CPU time (waiting for a core, beyond processor sharing of
+    the computes), and with the idle cost keyed by the stage's own idle the engines took
+    ~0.45 ms a pass off where the real passes got 0.15-0.22 ms cheaper. With the host's idle
+    (run AC) that second part is the chance-weighted host idle's; the 5 ms cells stay +9% and
+    +17% over. The cause is not established: 2-stage experiments (beside another pipeline, 4
+    in flight) show neither."""
     from wansim.stages.host_cpu import passes_in_flight
 
     cores, stages = scenario.model.host_cores, int(np.max(scenario.stages))
@@ -472,9 +473,8 @@ def oversubscribed_host(scenario) -> str | None:
         return None
     return (
         f"oversubscribed host: {stages} stage processes on {cores} cores with {in_flight} "
-        "passes in flight; the engines take the idle cost off after the short gaps between "
-        "passes and share the cores by processor sharing, while measured real passes keep most "
-        "of their after-idle cost and wait for a core beyond it (docs/calibrate.md, Run Z)"
+        "passes in flight; the engines share the cores by processor sharing, while measured "
+        "real passes wait for a core beyond it (docs/calibrate.md, Runs Z and AC)"
     )
 
 

@@ -3,9 +3,9 @@
 What runs (pipelines of the target, the draft model at stage 0, every hop an emulated link of
 ``LATENCY_MS`` at 1000 Mbit/s, greedy, one request at a time): one pipeline per layer split x
 activation bits in :data:`FULL_PLANS` (2 stages of 1+5, 3+3, 5+1 layers at fp32 and 3+3 at 8
-bits, and 3 stages of 2+1+3 at fp32), all up at once, decoding the same prompts at every K of ``KS`` (2, 4, 7), one prompt at a
-time at every K on every pipeline (orders rotating), so that load drift does not align with a
-split or a K; at every K the first fp32 pipeline also decodes a static tree of 2K nodes, and
+bits, and 3 stages of 2+1+3 at fp32), all up at once, decoding the same prompts at every K of
+``KS`` (2, 4, 7), one prompt at a time at every K on every pipeline (orders rotating), so that
+load drift does not align with a split or a K; at every K the first fp32 pipeline also decodes a static tree of 2K nodes, and
 with ``mtp_dir`` a 3+3 pipeline drafts with the MTP head at the last stage; after every prompt
 the 1+5 and 5+1 fp32 pipelines decode one batched job (2, then 4 requests a pass: the cost of
 a batched pass per request beyond the first, :func:`fit_batch`). The prompts are
@@ -20,8 +20,8 @@ stages' own ``codec_ms``), is fitted by non-negative least squares on a fixed co
 token for each role (first | middle | last), layers and layers x tokens per pass (chains K + 1,
 trees 2K + 1); the middle role from the 3-stage plan (a profile without one, ``--quick``,
 derives it: the last stage without its verification plus stage 0's encode, both measured per
-pass as ``verify_ms`` and ``codec_ms``, and the first stage's cost per token). Drafting: linear in K and in the tree's extra
-nodes (``width_ms``); the MTP head's drafting linear in K, and its pipeline's first/last fixed
+pass as ``verify_ms`` and ``codec_ms``, and the first stage's cost per token). Drafting: linear
+in K and in the tree's extra nodes (``width_ms``); the MTP head's drafting linear in K, and its pipeline's first/last fixed
 costs. Per-message cost: each hop's achieved - scheduled delay per frame, by hop role. Wire
 quality: :func:`wansim.real.wire_quality.activation_quality` at every profiled width. The
 acceptance profiles (chain, static tree, MTP head): fitted from the traces of all profiled K
@@ -124,8 +124,8 @@ def open_pipeline(
     latency_ms: float = LATENCY_MS,
     mtp_dir: str | None = None,
 ):
-    """A started profiling pipeline, one stage per split (close it when done); with ``mtp_dir`` the MTP
-    head drafts at the last stage instead of the draft model at stage 0."""
+    """A started profiling pipeline, one stage per split (close it when done); with
+    ``mtp_dir`` the MTP head drafts at the last stage instead of the draft model at stage 0."""
     from wansim.real.config import PipelineSpec
     from wansim.real.link import LinkSpec
     from wansim.real.runner import Pipeline

@@ -5,30 +5,30 @@ What runs (pipelines of the target, the draft model at stage 0, every hop an emu
 activation bits in :data:`FULL_PLANS` (2 stages of 1+5, 3+3, 5+1 layers at fp32 and 3+3 at 8
 bits, and 3 stages of 2+1+3 at fp32), all up at once, decoding the same prompts at every K of
 ``KS`` (2, 4, 7), one prompt at a time at every K on every pipeline (orders rotating), so that
-load drift does not align with a split or a K; at every K the first fp32 pipeline also decodes a static tree of 2K nodes, and
-with ``mtp_dir`` a 3+3 pipeline drafts with the MTP head at the last stage; after every prompt
-the 1+5 and 5+1 fp32 pipelines decode one batched job (2, then 4 requests a pass: the cost of
-a batched pass per request beyond the first, :func:`fit_batch`). The prompts are
-drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no cell's acceptance sample
-is in the bundle.
+load drift does not align with a split or a K; at every K the first fp32 pipeline also decodes a
+static tree of 2K nodes, and with ``mtp_dir`` a 3+3 pipeline drafts with the MTP head at the
+last stage; after every prompt the 1+5 and 5+1 fp32 pipelines decode one batched job (2, then 4
+requests a pass: the cost of a batched pass per request beyond the first, :func:`fit_batch`).
+The prompts are drawn with :data:`PROFILE_SEED`, not the held-out cells' seed, so no cell's
+acceptance sample is in the bundle.
 
-Fits (:mod:`wansim.calibrate.profile_fits`, pure functions tested on synthetic data; the acceptance
-profiles: :mod:`wansim.calibrate.profile_acceptance`; the bundle's model in
+Fits (:mod:`wansim.calibrate.profile_fits`, pure functions tested on synthetic data; the
+acceptance profiles: :mod:`wansim.calibrate.profile_acceptance`; the bundle's model in
 :mod:`wansim.calibrate.bundle`): a stage's measured service time per pass (frame in -> frame
 out, :func:`wansim.calibrate.measure.decompose`), less the codec cost measured directly (the
-stages' own ``codec_ms``), is fitted by non-negative least squares on a fixed cost and a cost per
-token for each role (first | middle | last), layers and layers x tokens per pass (chains K + 1,
-trees 2K + 1); the middle role from the 3-stage plan (a profile without one, ``--quick``,
+stages' own ``codec_ms``), is fitted by non-negative least squares on a fixed cost and a cost
+per token for each role (first | middle | last), layers and layers x tokens per pass (chains K +
+1, trees 2K + 1); the middle role from the 3-stage plan (a profile without one, ``--quick``,
 derives it: the last stage without its verification plus stage 0's encode, both measured per
 pass as ``verify_ms`` and ``codec_ms``, and the first stage's cost per token). Drafting: linear
-in K and in the tree's extra nodes (``width_ms``); the MTP head's drafting linear in K, and its pipeline's first/last fixed
-costs. Per-message cost: each hop's achieved - scheduled delay per frame, by hop role. Wire
-quality: :func:`wansim.real.wire_quality.activation_quality` at every profiled width. The
-acceptance profiles (chain, static tree, MTP head): fitted from the traces of all profiled K
-pooled (per-position rates are
-the maximum-likelihood estimates across block sizes, :mod:`wansim.acceptance.trace`), decoded
-in process (:func:`wansim.real.speculative.speculative_decode`, the staged pipeline's algorithm,
-greedy output equal to it; CI checks that) on more prompts than the timed runs: acceptance is a
+in K and in the tree's extra nodes (``width_ms``); the MTP head's drafting linear in K, and its
+pipeline's first/last fixed costs. Per-message cost: each hop's achieved - scheduled delay per
+frame, by hop role. Wire quality: :func:`wansim.real.wire_quality.activation_quality` at every
+profiled width. The acceptance profiles (chain, static tree, MTP head): fitted from the traces
+of all profiled K pooled (per-position rates are the maximum-likelihood estimates across block
+sizes, :mod:`wansim.acceptance.trace`), decoded in process
+(:func:`wansim.real.speculative.speculative_decode`, the staged pipeline's algorithm, greedy
+output equal to it; CI checks that) on more prompts than the timed runs: acceptance is a
 property of the pair and the workload, not of the timing, and a few prompts' tau varies by
 10-40% between prompt sets.
 """

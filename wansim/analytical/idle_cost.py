@@ -79,16 +79,24 @@ def message_busy_ms(scenario: Scenario, parts: dict | None = None) -> np.ndarray
     :func:`busy_per_pass_ms`."""
     parts = lap_parts(scenario) if parts is None else parts
     hops = scenario.resolved_hops()
-    fwd = parts["forward_bytes_hops"]
-    out = []
-    for h, hop in enumerate(hops):
-        if h == len(hops) - 1:
-            size = parts["return_bytes"]
-        else:
-            size = parts["forward_bytes"] if fwd is None else fwd[h]
-        size = float(np.asarray(size))
-        out.append(busy_ms(size, hop.bandwidth_mbps, hop.per_message_ms, hop.codec_ms_per_mb, 0))
-    return np.asarray(out, dtype=float)
+    return np.asarray(
+        [
+            busy_ms(size, hop.bandwidth_mbps, hop.per_message_ms, hop.codec_ms_per_mb, 0)
+            for hop, size in zip(hops, message_bytes(parts, len(hops)), strict=True)
+        ],
+        dtype=float,
+    )
+
+
+def message_bytes(parts: dict, hops: int) -> list[float]:
+    """Per hop, the bytes of a verify pass's message (``parts``: :func:`lap_parts`): the
+    forward message on hops 0 .. P - 2 (each its own with ``payload.extra_tensors``), the
+    return message on the last."""
+    fwd = forward_sizes(parts)
+    return [
+        float(np.asarray(parts["return_bytes"] if h == hops - 1 else hop_bytes(fwd, h)))
+        for h in range(hops)
+    ]
 
 
 def pass_interval_ms(busy_ms: np.ndarray, utilisation) -> np.ndarray:
@@ -112,13 +120,12 @@ def host_idle(
     from wansim.analytical.engine import in_flight
 
     hops = scenario.resolved_hops()
-    fwd = forward_sizes(parts)
     stages = len(hops)
-    travel = np.empty(stages)
-    for i in range(stages):
-        h = (i - 1) % stages  # the hop into stage i (stage 0: the return hop)
-        size = parts["return_bytes"] if h == stages - 1 else hop_bytes(fwd, h)
-        travel[i] = float(np.asarray(hop_mean(hops[h], float(np.asarray(size)))))
+    sizes = message_bytes(parts, stages)
+    # the hop into stage i: hop i - 1 (stage 0: the return hop)
+    travel = np.array(
+        [float(np.asarray(hop_mean(hops[i - 1], sizes[i - 1]))) for i in range(stages)]
+    )
     idle = np.minimum(travel, stage_idle)
     blocks = scenario.schedule.max_inflight_blocks if uses_blocks(scenario) else 1
     n = max(1, in_flight(scenario) * int(blocks))

@@ -212,6 +212,11 @@ def test_a_shared_host_cell_follows_the_hosts_idle(tmp_path):
     rows.to_csv(old / "idle_passes.csv", index=False)
     fitted = load_bundle(old).idle_host_roles
     assert fitted["pass"][0] == ((5.95, 0.0), (50.75, 0.3)) and "drafting" in fitted
+    # a sweep of one latency cannot be fitted: one line naming the file
+    rows[rows["latency_ms"] == 5.0].to_csv(old / "idle_passes.csv", index=False)
+    with pytest.raises(WansimInputError, match=r"idle_passes\.csv holds no idle sweep") as err:
+        load_bundle(old)
+    assert "\n" not in str(err.value)
     with pytest.raises(WansimInputError, match=r"idle_cost\.host"):
         load_bundle(make_bundle(tmp_path / "bad", idle={**ROLES, "host": {"other": IDLE}}))
 

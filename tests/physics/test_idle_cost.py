@@ -282,6 +282,26 @@ def test_bad_tables_exit_2_naming_the_field(table, says):
     assert "\n" not in line and "model.idle_cost.points" in line and says in line
 
 
+def test_an_unknown_idle_follows_exits_2_naming_the_field():
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wansim",
+            "validate",
+            str(REFERENCE),
+            "--set",
+            "model.idle_follows=core",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2
+    line = run.stderr.strip()
+    assert "\n" not in line and "model.idle_follows" in line and "core" in line
+    assert "stage" in line and "host" in line  # what is allowed
+
+
 HOP_OFF = [*LONE, "network.bandwidth_mbps=1000000"]
 
 

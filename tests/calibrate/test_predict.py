@@ -1333,6 +1333,36 @@ def test_the_report_shows_the_hosts_cores_over_each_cells_decodes():
     assert _load_words({**old, "host_cpu": None}) == "0.3-0.5 avg"
 
 
+def test_each_stages_wait_for_a_core_per_pass_by_hand():
+    """A run's per-process waits (wansim.real.host_load) over the passes each stage served (its
+    raw rows): stage 0 waited 30 ms over 3 passes, stage 1 8 ms over 4, stage 2 has no record;
+    the cell's mean over runs is per stage; the table shows both means beside the DES's."""
+    import pandas as pd
+
+    from wansim.calibrate.predict import stage_waits
+    from wansim.calibrate.report import _wait_words, per_stage_mean
+    from wansim.real.host_load import HostLoad
+
+    load = HostLoad(
+        1.0, 1.0, 1.0, 0.0, 0.0, (), (("link0", 5.0), ("stage0", 30.0), ("stage1", 8.0))
+    )
+    raw = {"stage0": pd.DataFrame({"pass": range(3)}), "stage1": pd.DataFrame({"pass": range(4)})}
+    assert stage_waits(load, raw, 3) == [10.0, 2.0, None]
+    assert stage_waits(None, raw, 3) is None
+    assert stage_waits(HostLoad(1.0, 1.0, 1.0, 0.0, 0.0), raw, 3) is None  # no schedstats
+    assert per_stage_mean([[10.0, 2.0, None], None, [6.0, 4.0, 1.0]]) == [8.0, 3.0, 1.0]
+    assert per_stage_mean([None, []]) is None
+    words = _wait_words(
+        {"stage_wait_ms_per_pass": [8.0, 3.0, 1.0]}, {"host_wait_ms_per_pass": [1.0, 0.5]}
+    )
+    assert words == "; a pass waited 4.00 ms for a core (DES 0.75)"
+    assert (
+        _wait_words({"stage_wait_ms_per_pass": [2.0]}, {})
+        == "; a pass waited 2.00 ms for a core (DES 0.00)"
+    )
+    assert _wait_words({"stage_wait_ms_per_pass": None}, {}) == ""
+
+
 def test_an_interrupted_predict_keeps_its_real_runs_for_reuse(tmp_path, monkeypatch):
     """Every real run and re-profile is written to OUT/real_runs.json as it finishes; a run
     interrupted while predicting (after minutes of real runs) is predicted later with

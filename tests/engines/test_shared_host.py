@@ -46,6 +46,22 @@ def test_three_jobs_on_two_cores_by_hand():
     assert ends == pytest.approx([9.0, 9.0, 9.0, 12.0], abs=1e-9)
 
 
+def test_each_jobs_wait_by_hand():
+    """The first case's jobs as stages 0 and 1: A took 14 ms for 10 of work (waited 4), B 8 ms
+    (from 2 to 10) for 4 (waited 4); the 3-core case never waits."""
+    env = simpy.Environment(0.0)
+    host = SharedHost(env, 1)
+
+    def job(stage: int, at: float, work: float):
+        yield env.timeout(at)
+        yield host.compute(work, stage)
+
+    env.process(job(0, 0.0, 10.0))
+    env.process(job(1, 2.0, 4.0))
+    env.run()
+    assert host.wait_ms_per_job(3) == pytest.approx([4.0, 4.0, None], abs=1e-9)
+
+
 def test_jobs_within_the_cores_never_slow():
     ends = _finish_times(2, [(0.0, 5.0), (1.0, 7.0), (6.0, 1.0)])
     assert ends == pytest.approx([5.0, 8.0, 7.0], abs=1e-9)
@@ -72,6 +88,12 @@ def test_des_two_passes_on_one_core_take_twice_as_long():
     assert alone["lap_ms_p50"] == pytest.approx(20.0, rel=1e-4)
     assert shared["lap_ms_p50"] == pytest.approx(40.0, rel=1e-4)
     assert simulate(load_scenario(data=_ring(host_cores=2))).metrics == alone
+    # each pass waits 10 ms of its 20 (the prefills, one at a time at first, less)
+    waits = simulate(load_scenario(data=_ring(host_cores=1))).details["host"]["wait_ms_per_job"]
+    assert waits == pytest.approx([10.0, 10.0], rel=0.05)
+    roomy = simulate(load_scenario(data=_ring(host_cores=2))).details["host"]
+    assert roomy["wait_ms_per_job"] == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert roomy["peak_jobs"] == 2
 
 
 def test_one_request_in_flight_is_unchanged_in_both_engines():

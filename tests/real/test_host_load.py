@@ -18,6 +18,7 @@ from wansim.real.host_load import (
     measured,
     process_jiffies,
     role,
+    run_delay_ns,
     snapshot,
 )
 
@@ -125,3 +126,48 @@ def test_measured_names_the_calling_process_the_coordinator():
     assert set(by_role) == {"coordinator", "link"}
     assert by_role["coordinator"] * load.seconds >= 0.15, load
     assert by_role["coordinator"] + by_role["link"] == pytest.approx(load.own_cores)
+
+
+def test_a_process_wait_for_a_core_is_summed_over_its_threads():
+    """schedstat is ``cpu_ns run_delay_ns timeslices``: two threads waited 300 and 1,200 ns;
+    a short or empty text is skipped; nothing readable is None."""
+    assert run_delay_ns(["5000 300 2\n", "9000 1200 7\n", "", "17\n"]) == 1500
+    assert run_delay_ns(["", "1\n"]) is None
+
+
+def test_each_named_process_wait_by_hand():
+    """Named pids' run delay over the window, in ms (1.5e6 ns -> 1.5 ms), by name; a pid
+    whose counter could not be read at either end is left out, as is everything unnamed."""
+    before = Snapshot(
+        10.0, (1000, 0, 0, 1000, 0, 0, 0, 0), {1: 0, 2: 0, 3: 0}, {1: 0, 2: 7, 3: None}
+    )
+    after = Snapshot(
+        12.0, (1250, 0, 0, 1150, 0, 0, 0, 0), {1: 0, 2: 0, 3: 0}, {1: 1_500_000, 2: 7, 3: 9}
+    )
+    load = host_load(before, after, cpus=2, names={1: "stage1", 2: "stage0", 3: "link0"})
+    assert load.wait_ms_by_process == (("stage0", 0.0), ("stage1", 1.5))
+    assert load.as_dict()["wait_ms_by_process"] == {"stage0": 0.0, "stage1": 1.5}
+    assert "wait_ms_by_process" not in host_load(before, after, cpus=2).as_dict()
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/schedstat"), reason="the kernel keeps no schedstats"
+)
+def test_measured_records_each_named_process_wait():
+    """Two spinning children on however many cores, named: each one's wait is read at both
+    ends (>= 0 ms, at most the window's wall time per thread)."""
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_burn, args=(0.3,), daemon=True) for _ in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        _, load = measured(
+            {f"stage{i}": p.pid for i, p in enumerate(procs)}, lambda: time.sleep(0.2)
+        )
+    finally:
+        for p in procs:
+            p.kill()
+            p.join()
+    waits = dict(load.wait_ms_by_process)
+    assert set(waits) == {"stage0", "stage1"}
+    assert all(0.0 <= w <= load.seconds * 1e3 + 1.0 for w in waits.values()), waits

@@ -442,6 +442,8 @@ def engines(scenario_path: Path, des: bool = True, sample_requests: int | None =
 
         res = simulate(sc)
         out["des"] = jsonable(res.metrics)
+        if "host" in res.details:  # the shared host's wait per pass (processor sharing)
+            out["des"]["host_wait_ms_per_pass"] = res.details["host"]["wait_ms_per_job"]
         blocks = res.details.get("blocks")
         if blocks and blocks["bets_won"] + blocks["bets_lost"]:  # the block schedule's bets
             out["des"]["bet_win_rate"] = blocks["bets_won"] / (
@@ -584,9 +586,27 @@ def run_real_cell(
     real["load_avg_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     # the host's cores over the decode itself (wansim.real.host_load): the run's and others'
     real["host_cpu"] = load.as_dict() if load else None
+    real["stage_wait_ms_per_pass"] = stage_waits(load, raw, cell.stages)
     real["relay_priority"] = relays  # per hop: realtime | nice | normal (wansim.real.relay)
     real["seconds"] = round(time.perf_counter() - t0, 1)
     return real
+
+
+def stage_waits(load, raw: dict, stages: int) -> list[float | None] | None:
+    """Per stage: its process's wait for a core over the decode (``host_cpu.
+    wait_ms_by_process``, :mod:`wansim.real.host_load`) per pass it served (its raw rows:
+    prefills, verify passes, cancelled blocks); None where the kernel kept no schedstats. The
+    DES's counterpart is its shared host's wait per job (``host_wait_ms_per_pass``)."""
+    waits = dict(load.wait_ms_by_process) if load else {}
+    if not waits:
+        return None
+    out = []
+    for i in range(stages):
+        rows = raw.get(f"stage{i}")
+        n = 0 if rows is None else len(rows)
+        w = waits.get(f"stage{i}")
+        out.append(w / n if w is not None and n else None)
+    return out
 
 
 def load_factors(bundle: Bundle, stage, draft, hops, k: int, split) -> Factors:

@@ -105,6 +105,7 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
     loads = [x for r in runs for x in r["load_avg_1min"]]
     real["load_avg_1min"] = {"min": min(loads), "max": max(loads)}
     real["host_cpu"] = host_cpu_range([r.get("host_cpu") for r in runs])
+    real["stage_wait_ms_per_pass"] = per_stage_mean([r.get("stage_wait_ms_per_pass") for r in runs])
     real["runs"] = runs
     entry["real"] = real
     for engine in ENGINES:
@@ -125,6 +126,9 @@ def cell_entry(cell, runs: list[dict], pred: dict) -> dict:
             else None
         )
         entry[engine] = m
+    host_wait = per_stage_mean([p["des"].get("host_wait_ms_per_pass") for p in pred["rounds"]])
+    if host_wait is not None:  # the DES's shared host: its processor sharing's wait a pass
+        entry["des"]["host_wait_ms_per_pass"] = host_wait
     own = [p["workload_acceptance"] for p in pred["rounds"] if "workload_acceptance" in p]
     if own and len(own) == len(pred["rounds"]):
         # the cells' own prompts' acceptance (in process), every cost from the bundle
@@ -365,6 +369,15 @@ def host_cpu_range(loads: list[dict | None]) -> dict | None:
     }
 
 
+def per_stage_mean(lists: list[list | None]) -> list[float | None] | None:
+    """Per stage, the mean over the lists that have the stage's value; None without any list
+    (runs recorded before the field, a kernel without schedstats, no shared host)."""
+    lists = [x for x in lists if x]
+    if not lists:
+        return None
+    return [_mean(x[i] for x in lists) for i in range(len(lists[0]))]
+
+
 def _count(flags) -> str | None:
     known = [f for f in flags if f is not None]
     return f"{sum(known)}/{len(known)}" if known else None
@@ -539,6 +552,16 @@ def _host_words(h: dict | None) -> str:
     )
 
 
+def _wait_words(real: dict, des: dict) -> str:
+    """Where measured: the stages' mean wait for a core a pass, real and the DES's (processor
+    sharing of the shared host; 0 without one)."""
+    w = [x for x in real.get("stage_wait_ms_per_pass") or () if x is not None]
+    if not w:
+        return ""
+    d = [x for x in des.get("host_wait_ms_per_pass") or () if x is not None]
+    return f"; a pass waited {np.mean(w):.2f} ms for a core (DES {np.mean(d) if d else 0.0:.2f})"
+
+
 def _load_words(real: dict) -> str:
     """A cell's load: the busy cores over its decodes (others' share) where recorded, else
     the 1-minute load average."""
@@ -591,7 +614,7 @@ def format_table(result: dict) -> str:
             f"{_pct(d['error']['tpot_ms_p99'], True):>7} | {r['tau']:>4.2f} "
             f"{_pct(d['error']['tau'], True):>7} "
             f"{_pct((c.get('workload_sample') or {}).get('half_width')):>6} | "
-            f"{_load_words(r)} | "
+            f"{_load_words(r)}{_wait_words(r, d)} | "
             f"{_gap_words(c.get('lap_parts_ms'))}{_bet_words(c.get('bets'))}"
             f"{_unmodelled_words(c.get('unmodelled'))}"
         )

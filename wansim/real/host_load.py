@@ -13,7 +13,10 @@ user + system jiffies of each of the run's processes, read before and after. Ove
 
 and the run's own cores by role (``own_cores_by_role``) where its pids are named: a name
 less its trailing digits (``stage0`` -> ``stage``, ``link3`` -> ``link``; the calling process
-is ``coordinator``), so a cell's relays and stages can be told apart.
+is ``coordinator``), so a cell's relays and stages can be told apart. Where the pids are
+named, each one's wait for a core too (``wait_ms_by_process``): the time its threads spent
+runnable but not running, the second field of ``/proc/<pid>/task/<tid>/schedstat`` summed
+over its threads (nanoseconds; absent where the kernel keeps no schedstats).
 
 Linux only (elsewhere :func:`snapshot` returns None and the load is not recorded). Jiffies
 are counted at the kernel's tick (usually 100 per second), so a window under a second carries
@@ -25,7 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 STAT = "/proc/stat"
 IDLE_STATES = (3, 4)  # idle, iowait in /proc/stat's cpu line (user nice system idle iowait ...)
@@ -39,6 +42,7 @@ class Snapshot:
     wall_s: float
     states: tuple[int, ...]  # /proc/stat's cpu line: user nice system idle iowait irq softirq steal
     processes: dict[int, int]  # pid -> user + system jiffies (0 once gone)
+    waits: dict[int, int | None] = field(default_factory=dict)  # pid -> run delay ns, summed
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class HostLoad:
     others_cores: float
     steal_fraction: float
     own_cores_by_role: tuple[tuple[str, float], ...] = ()  # (role, cores), roles sorted
+    wait_ms_by_process: tuple[tuple[str, float], ...] = ()  # (name, ms runnable, not running)
 
     def as_dict(self) -> dict:
         out = {
@@ -62,6 +67,8 @@ class HostLoad:
         }
         if self.own_cores_by_role:
             out["own_cores_by_role"] = {r: round(c, 3) for r, c in self.own_cores_by_role}
+        if self.wait_ms_by_process:
+            out["wait_ms_by_process"] = {n: round(w, 3) for n, w in self.wait_ms_by_process}
         return out
 
 
@@ -89,6 +96,27 @@ def process_jiffies(text: str) -> int:
     return int(rest[11]) + int(rest[12])  # utime, stime (fields 14 and 15)
 
 
+def run_delay_ns(texts: Iterable[str]) -> int | None:
+    """The summed run delay (ns) of a process's threads from their ``schedstat`` texts
+    (``cpu_ns run_delay_ns timeslices``); None where none could be read."""
+    total, seen = 0, False
+    for text in texts:
+        fields = text.split()
+        if len(fields) >= 2:
+            total += int(fields[1])
+            seen = True
+    return total if seen else None
+
+
+def _process_run_delay_ns(pid: int) -> int | None:
+    try:
+        tids = os.listdir(f"/proc/{int(pid)}/task")
+    except OSError:
+        return None
+    texts = (_read(f"/proc/{int(pid)}/task/{t}/schedstat") for t in tids)
+    return run_delay_ns(t for t in texts if t)
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path) as f:
@@ -103,11 +131,12 @@ def snapshot(pids: Iterable[int]) -> Snapshot | None:
     text = _read(STAT)
     if text is None:
         return None
-    processes = {}
+    processes, waits = {}, {}
     for pid in pids:
         own = _read(f"/proc/{int(pid)}/stat")
         processes[int(pid)] = process_jiffies(own) if own else 0
-    return Snapshot(time.monotonic(), cpu_states(text), processes)
+        waits[int(pid)] = _process_run_delay_ns(pid)
+    return Snapshot(time.monotonic(), cpu_states(text), processes, waits)
 
 
 def host_load(
@@ -115,10 +144,12 @@ def host_load(
     after: Snapshot | None,
     cpus: int | None = None,
     roles: dict[int, str] | None = None,
+    names: dict[int, str] | None = None,
 ) -> HostLoad | None:
     """The load between two snapshots of the same pids (module docstring); None if either is
     missing or no time passed. ``cpus``: the machine's CPUs (default ``os.cpu_count()``);
-    ``roles``: pid -> role, for the own cores by role."""
+    ``roles``: pid -> role, for the own cores by role; ``names``: pid -> name, for each one's
+    wait for a core (where both snapshots read it)."""
     if before is None or after is None:
         return None
     seconds = after.wall_s - before.wall_s
@@ -139,6 +170,11 @@ def host_load(
     by_role: dict[str, int] = {}
     for pid, r in (roles or {}).items():
         by_role[r] = by_role.get(r, 0) + used.get(pid, 0)
+    waits = []
+    for pid, name in sorted((names or {}).items(), key=lambda x: x[1]):
+        a, b = after.waits.get(pid), before.waits.get(pid)
+        if a is not None and b is not None:
+            waits.append((name, max(a - b, 0) / 1e6))
     return HostLoad(
         seconds=seconds,
         busy_cores=busy_cores,
@@ -146,6 +182,7 @@ def host_load(
         others_cores=max(busy_cores - own_cores, 0.0),
         steal_fraction=delta[STEAL_STATE] / total,
         own_cores_by_role=tuple((r, j / ticks / seconds) for r, j in sorted(by_role.items())),
+        wait_ms_by_process=tuple(waits),
     )
 
 
@@ -153,7 +190,8 @@ def measured(
     pids: Iterable[int] | Mapping[str, int], work: Callable[[], object]
 ) -> tuple[object, HostLoad | None]:
     """``work()``'s result and the host's load while it ran, counting ``pids`` and this
-    process as the run's own; named pids (name -> pid) are also counted by :func:`role`."""
+    process as the run's own; named pids (name -> pid) are also counted by :func:`role`, and
+    each one's wait for a core recorded."""
     named = isinstance(pids, Mapping)
     roles = (
         {int(p): role(n) for n, p in pids.items()} if named else dict.fromkeys(map(int, pids), "")
@@ -161,4 +199,5 @@ def measured(
     roles[os.getpid()] = "coordinator"
     before = snapshot(roles)
     result = work()
-    return result, host_load(before, snapshot(roles), roles=roles if named else None)
+    names = {int(p): n for n, p in pids.items()} if named else None
+    return result, host_load(before, snapshot(roles), roles=roles if named else None, names=names)

@@ -518,6 +518,13 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
             details["blocks"]["tree_rounds"] = scheduler.tree_round_count
     if pipe.faults is not None:
         details["faults"] = pipe.faults.log
+    host = pipe.stages[0].host
+    if host is not None:  # the shared host's processor sharing (wansim.sim.host)
+        details["host"] = {
+            "cores": host.cores,
+            "peak_jobs": host.peak_jobs,
+            "wait_ms_per_job": host.wait_ms_per_job(len(pipe.stages)),
+        }
     metrics = compute_metrics(record, wl.slo, scenario.seed)
     if method == NO_FINISHED:  # every request failed in a fault
         details["undefined"].update({k: NO_FINISHED for k, v in metrics.items() if v is None})

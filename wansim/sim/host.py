@@ -6,6 +6,10 @@ compute` and waits for the returned event. Between two changes of the set of job
 progresses at ``share_rate(jobs, cores)``; on every arrival and completion the host advances
 the jobs' remaining work to now and schedules one timeout for the next completion (an older
 pending timeout is ignored when it fires).
+
+Each job's wait (its time on the host less its work: the sharing's stretch) is summed per stage
+(:meth:`SharedHost.wait_ms_per_job`), the DES's side of the real path's per-pass wait for a core
+(:mod:`wansim.real.host_load`).
 """
 
 from __future__ import annotations
@@ -24,19 +28,23 @@ class SharedHost:
     def __init__(self, env: simpy.Environment, cores: int):
         self.env = env
         self.cores = int(cores)
-        self.jobs: list[list] = []  # [remaining CPU ms, event], in arrival order
+        # [remaining CPU ms, event, start ms, work ms, stage], in arrival order
+        self.jobs: list[list] = []
         self.updated_ms = 0.0
         self.generation = 0  # the pending completion timeout's; an older one is stale
         self.peak_jobs = 0
+        self.waited_ms: dict[int, float] = {}  # stage -> summed wait of its finished jobs
+        self.done_jobs: dict[int, int] = {}  # stage -> finished jobs
 
-    def compute(self, work_ms: float) -> Event:
-        """An event that succeeds when ``work_ms`` of CPU work has been served."""
+    def compute(self, work_ms: float, stage: int = 0) -> Event:
+        """An event that succeeds when ``work_ms`` of CPU work has been served (a job of
+        ``stage``'s)."""
         done = Event(self.env)
         if work_ms <= 0.0:
             done.succeed()
             return done
         self._advance()
-        self.jobs.append([float(work_ms), done])
+        self.jobs.append([float(work_ms), done, self.env._now, float(work_ms), stage])
         self.peak_jobs = max(self.peak_jobs, len(self.jobs))
         self._schedule()
         return done
@@ -65,6 +73,17 @@ class SharedHost:
         least = min(job[0] for job in self.jobs)
         finished = [job for job in self.jobs if job[0] <= least + DONE_MS]
         self.jobs = [job for job in self.jobs if job[0] > least + DONE_MS]
+        now = self.env._now
         for job in finished:
+            stage = job[4]
+            self.waited_ms[stage] = self.waited_ms.get(stage, 0.0) + max(0.0, now - job[2] - job[3])
+            self.done_jobs[stage] = self.done_jobs.get(stage, 0) + 1
             job[1].succeed()
         self._schedule()
+
+    def wait_ms_per_job(self, stages: int) -> list[float | None]:
+        """Per stage: the mean wait of its finished jobs (ms), None where it finished none."""
+        return [
+            self.waited_ms.get(i, 0.0) / self.done_jobs[i] if self.done_jobs.get(i) else None
+            for i in range(stages)
+        ]

@@ -243,7 +243,7 @@ class Stage:
             else:
                 if clock is not None:
                     clock.begin()
-                yield self.host.compute(draft + compute)
+                yield self.host.compute(draft + compute, self.index)
                 if clock is not None:
                     clock.end(env._now)
                 draft, compute = self._stretched(start, draft, compute)
@@ -491,7 +491,7 @@ class LastStage(Stage):
                 else:  # as long as it took on the shared host
                     if clock is not None:
                         clock.begin()
-                    yield self.host.compute(draft)
+                    yield self.host.compute(draft, self.index)
                     if clock is not None:
                         clock.end(env._now)
                     draft = env._now - start

@@ -459,14 +459,13 @@ def engines(scenario_path: Path, des: bool = True, sample_requests: int | None =
 
 def oversubscribed_host(scenario) -> str | None:
     """What the engines do not model about a cell whose stage processes outnumber the host's
-    cores while several passes are in flight, or None. Measured (docs/calibrate.md, "Run Z",
-    the 4-stage ring at 5 ms, 4 in flight against one, interleaved): the real passes' wall
-    time is 0.3-1.3 ms above their CPU time (waiting for a core, beyond processor sharing of
-    the computes), and with the idle cost keyed by the stage's own idle the engines took
-    ~0.45 ms a pass off where the real passes got 0.15-0.22 ms cheaper. With the host's idle
-    (run AC) that second part is the chance-weighted host idle's; the 5 ms cells stay +9% and
-    +17% over. The cause is not established: 2-stage experiments (beside another pipeline, 4
-    in flight) show neither."""
+    cores while several passes are in flight, or None. Measured (docs/calibrate.md, Runs Z
+    and AD; each run's ``stage_wait_ms_per_pass`` against the DES's ``host_wait_ms_per_pass``):
+    on the 4-stage rings with 4 in flight a real pass waits 0.7-1.4 ms for a core, about three
+    times what processor sharing of the stages' computes gives (0.24-0.47), at 1.1-1.3 busy
+    cores; the run's CPU is what the DES's is. Not the vCPUs halting, not a slice longer than
+    the passes (first-come-first-served waits less); sharing of ~1.6 cores fits the cells, but
+    no profile measurement gives it."""
     from wansim.stages.host_cpu import passes_in_flight
 
     cores, stages = scenario.model.host_cores, int(np.max(scenario.stages))
@@ -475,8 +474,9 @@ def oversubscribed_host(scenario) -> str | None:
         return None
     return (
         f"oversubscribed host: {stages} stage processes on {cores} cores with {in_flight} "
-        "passes in flight; the engines share the cores by processor sharing, while measured "
-        "real passes wait for a core beyond it (docs/calibrate.md, Runs Z and AC)"
+        "passes in flight; the engines share the cores by processor sharing, while real "
+        "passes wait for a core about 3x longer (the table's 'waited', docs/calibrate.md, "
+        "Runs Z and AD)"
     )
 
 

@@ -461,11 +461,12 @@ def oversubscribed_host(scenario) -> str | None:
     """What the engines do not model about a cell whose stage processes outnumber the host's
     cores while several passes are in flight, or None. Measured (docs/calibrate.md, Runs Z
     and AD; each run's ``stage_wait_ms_per_pass`` against the DES's ``host_wait_ms_per_pass``):
-    on the 4-stage rings with 4 in flight a real pass waits 0.7-1.4 ms for a core, about three
-    times what processor sharing of the stages' computes gives (0.24-0.47), at 1.1-1.3 busy
-    cores; the run's CPU is what the DES's is. Not the vCPUs halting, not a slice longer than
-    the passes (first-come-first-served waits less); sharing of ~1.6 cores fits the cells, but
-    no profile measurement gives it."""
+    on the 4-stage rings with 4 in flight a real pass waits 0.7-1.4 ms for a core, 2-3x what
+    processor sharing of the stages' computes gives (0.24-0.47, beyond a baseline of 0.2-0.4
+    the bundle's passes carry too), at 1.1-1.3 busy cores; the run's CPU is what the DES's
+    is. Not the vCPUs halting, not a slice longer than the passes (first-come-first-served
+    waits less). Sharing ~1.6 cores fits these cells but not 3-stage rings, which 2 cores
+    predict within 1% (and a busy 0.5 ms one the real host serves faster than either)."""
     from wansim.stages.host_cpu import passes_in_flight
 
     cores, stages = scenario.model.host_cores, int(np.max(scenario.stages))
@@ -475,7 +476,7 @@ def oversubscribed_host(scenario) -> str | None:
     return (
         f"oversubscribed host: {stages} stage processes on {cores} cores with {in_flight} "
         "passes in flight; the engines share the cores by processor sharing, while real "
-        "passes wait for a core about 3x longer (the table's 'waited', docs/calibrate.md, "
+        "passes wait for a core 2-3x longer (the table's 'waited', docs/calibrate.md, "
         "Runs Z and AD)"
     )
 

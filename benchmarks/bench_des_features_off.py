@@ -58,6 +58,8 @@ for line in sys.stdin:
 CASES = {
     "lone_ring": ["workload.requests=48"],
     "concurrent_events": ["workload.requests=24", "workload.concurrency=4"],
+    # every stage on a host of 2 cores (wansim.sim.host: processor sharing, its wait per pass)
+    "shared_host": ["workload.requests=24", "workload.concurrency=4", "model.host_cores=2"],
     "async_blocks": [
         "workload.requests=12",
         "drafter.placement=first_stage",

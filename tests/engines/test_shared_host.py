@@ -50,7 +50,7 @@ def test_each_jobs_wait_by_hand():
     """The first case's jobs as stages 0 and 1: A took 14 ms for 10 of work (waited 4), B 8 ms
     (from 2 to 10) for 4 (waited 4); the 3-core case never waits."""
     env = simpy.Environment(0.0)
-    host = SharedHost(env, 1)
+    host = SharedHost(env, 1, stages=3)
 
     def job(stage: int, at: float, work: float):
         yield env.timeout(at)
@@ -59,7 +59,7 @@ def test_each_jobs_wait_by_hand():
     env.process(job(0, 0.0, 10.0))
     env.process(job(1, 2.0, 4.0))
     env.run()
-    assert host.wait_ms_per_job(3) == pytest.approx([4.0, 4.0, None], abs=1e-9)
+    assert host.wait_ms_per_job() == pytest.approx([4.0, 4.0, None], abs=1e-9)
 
 
 def test_jobs_within_the_cores_never_slow():

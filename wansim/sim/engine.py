@@ -231,7 +231,7 @@ def build(scenario: Scenario, *, timeline: bool = False, reference: bool = False
     # can overlap (one request in flight in the sync ring never does: the same run without it)
     cores = scenario.model.host_cores
     host = (
-        SharedHost(env, cores)
+        SharedHost(env, cores, p_stages)
         if cores is not None and (blocks or int(np.max(serving_slots(scenario))) > 1)
         else None
     )
@@ -523,7 +523,7 @@ def simulate(scenario: Scenario, *, timeline: bool = False, per_event: bool = Fa
         details["host"] = {
             "cores": host.cores,
             "peak_jobs": host.peak_jobs,
-            "wait_ms_per_job": host.wait_ms_per_job(len(pipe.stages)),
+            "wait_ms_per_job": host.wait_ms_per_job(),
         }
     metrics = compute_metrics(record, wl.slo, scenario.seed)
     if method == NO_FINISHED:  # every request failed in a fault

@@ -25,7 +25,7 @@ DONE_MS = 1e-9  # remaining work below this is finished (rounding of the advance
 class SharedHost:
     """Processor sharing of ``cores`` cores among the jobs computing at once."""
 
-    def __init__(self, env: simpy.Environment, cores: int):
+    def __init__(self, env: simpy.Environment, cores: int, stages: int = 1):
         self.env = env
         self.cores = int(cores)
         # [remaining CPU ms, event, start ms, work ms, stage], in arrival order
@@ -33,8 +33,10 @@ class SharedHost:
         self.updated_ms = 0.0
         self.generation = 0  # the pending completion timeout's; an older one is stale
         self.peak_jobs = 0
-        self.waited_ms: dict[int, float] = {}  # stage -> summed wait of its finished jobs
-        self.done_jobs: dict[int, int] = {}  # stage -> finished jobs
+        # per stage: its finished jobs' summed time on the host and work, and their count
+        self.held_ms = [0.0] * stages
+        self.work_ms = [0.0] * stages
+        self.done_jobs = [0] * stages
 
     def compute(self, work_ms: float, stage: int = 0) -> Event:
         """An event that succeeds when ``work_ms`` of CPU work has been served (a job of
@@ -76,14 +78,16 @@ class SharedHost:
         now = self.env._now
         for job in finished:
             stage = job[4]
-            self.waited_ms[stage] = self.waited_ms.get(stage, 0.0) + max(0.0, now - job[2] - job[3])
-            self.done_jobs[stage] = self.done_jobs.get(stage, 0) + 1
+            self.held_ms[stage] += now - job[2]
+            self.work_ms[stage] += job[3]
+            self.done_jobs[stage] += 1
             job[1].succeed()
         self._schedule()
 
-    def wait_ms_per_job(self, stages: int) -> list[float | None]:
-        """Per stage: the mean wait of its finished jobs (ms), None where it finished none."""
+    def wait_ms_per_job(self) -> list[float | None]:
+        """Per stage: the mean wait of its finished jobs (ms; rounding below 0 is 0), None
+        where it finished none."""
         return [
-            self.waited_ms.get(i, 0.0) / self.done_jobs[i] if self.done_jobs.get(i) else None
-            for i in range(stages)
+            max(0.0, held - work) / n if n else None
+            for held, work, n in zip(self.held_ms, self.work_ms, self.done_jobs, strict=True)
         ]

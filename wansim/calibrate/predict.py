@@ -466,7 +466,10 @@ def oversubscribed_host(scenario) -> str | None:
     the bundle's passes carry too), at 1.1-1.3 busy cores; the run's CPU is what the DES's
     is. Not the vCPUs halting, not a slice longer than the passes (first-come-first-served
     waits less). Sharing ~1.6 cores fits these cells but not 3-stage rings, which 2 cores
-    predict within 1% (and a busy 0.5 ms one the real host serves faster than either)."""
+    predict within 1% (and a busy 0.5 ms one the real host serves faster than either). Where
+    it comes from: a pass with at most one other compute beside it waits 0.13-0.47 ms on 5 ms
+    rings (none on a busy 0.5 ms ring): the kernel queues a woken stage on the busy core while
+    the other idles."""
     from wansim.stages.host_cpu import passes_in_flight
 
     cores, stages = scenario.model.host_cores, int(np.max(scenario.stages))

@@ -4,11 +4,13 @@ DES's exact processor sharing against the analytical engine's mean-value fixed p
 The fixed point assumes the other passes compute independently of each other; in the DES's
 ring the FIFO stages space the passes out (they phase-lock), so they overlap less, and the
 analytical engine over-states the slowdown. Measured on these cases (tokens/s with the host
-over tokens/s with a core per stage, DES vs analytical): concurrency 4 at 20 ms 0.73 vs 0.61
-(1 core), 0.98 vs 0.94 (2 cores); at 5 ms 0.44 vs 0.42, 0.82 vs 0.78; async (2 blocks, 1 core)
-0.98 vs 0.89; two micro-batches (1 core) 0.91 vs 0.85. Stated bound: the analytical ratio is
-within [DES ratio - 0.16, DES ratio + 0.02], and both fall below 1 where the host forces
-sharing (more slots than cores, computes a third of the lap or more). Seeded, deterministic.
+over tokens/s with a core per stage, DES vs analytical; each stage's own stretch since stop
+56, one stretch for every stage before it in brackets): concurrency 4 at 20 ms 0.738 vs 0.655
+(0.603) with 1 core, 0.983 vs 0.954 (0.929) with 2; at 5 ms 0.444 vs 0.449 (0.414), 0.819 vs
+0.827 (0.779); async (2 blocks, 1 core) 0.984 vs 0.913 (0.891); two micro-batches (1 core)
+0.914 vs 0.875 (0.850). Stated bound: the analytical ratio is within [DES ratio - 0.10, DES
+ratio + 0.02], and both fall below 1 where the host forces sharing (more slots than cores,
+computes a third of the lap or more). Seeded, deterministic.
 """
 
 from __future__ import annotations
@@ -66,4 +68,4 @@ def test_shared_host_slowdown_agrees(name):
     des1, ana1 = _rates(data, 1)
     des_ratio, ana_ratio = des1 / des0, ana1 / ana0
     assert des_ratio < 1.0 and ana_ratio < 1.0
-    assert des_ratio - 0.16 <= ana_ratio <= des_ratio + 0.02, (des_ratio, ana_ratio)
+    assert des_ratio - 0.10 <= ana_ratio <= des_ratio + 0.02, (des_ratio, ana_ratio)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wansim.stages.host_cpu import mean_stretch, share_rate
+from wansim.stages.host_cpu import mean_stretch, share_rate, stage_stretches
 
 
 def test_share_rate_by_hand():
@@ -43,3 +43,17 @@ def test_stretch_matches_a_monte_carlo(computing, slots, cores):
     others = (rng.random((400_000, slots - 1)) < q).sum(axis=1)
     mc = np.maximum(1.0, (1.0 + others) / cores).mean()
     assert mean_stretch(computing, slots, cores) == pytest.approx(mc, abs=0.01)
+
+
+def test_stage_stretches_by_hand():
+    """Each stage sees the other passes compute with q_i = (m - rho_i) / (slots - rho_i):
+    - 2 slots, 1 core, both stages always computing: q = 1, each pass shares: 2, 2;
+    - 3 slots, 2 cores, a saturated stage 0 (rho 1, 0.5, 0.5; m = 2): q_0 = 1 / 2, so both
+      others compute with 1/4: 1 + 1/4 * 1/2 = 1.125; q_1 = 1.5 / 2.5 = 0.6: 1 + 0.36 / 2;
+    - the cores covering every slot: 1."""
+    assert stage_stretches([1.0, 1.0], 2, 1) == pytest.approx([2.0, 2.0], rel=1e-15)
+    got = stage_stretches([1.0, 0.5, 0.5], 3, 2)
+    assert got == pytest.approx([1.125, 1.18, 1.18], rel=1e-12)
+    assert list(stage_stretches([0.9, 0.4], 2, 2)) == [1.0, 1.0]
+    # all stages saturated: every pass shares with every slot: slots / cores
+    assert stage_stretches([1.0] * 4, 4, 2) == pytest.approx([2.0] * 4, rel=1e-12)

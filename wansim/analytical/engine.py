@@ -118,7 +118,7 @@ def point_means(scenario: Scenario) -> dict[str, float]:
     if idle_cost.in_scenario(scenario):  # the run at the fixed point's extras (idle_cost.py)
         return point_means(idle_fixed_point(scenario, analyze)[0])
     if contended(scenario):  # the run at the fixed point's stretch (shared_host.py)
-        stretch = analyze(scenario).details["shared_host"]["stretch"]
+        stretch = analyze(scenario).details["shared_host"]["stage_stretch"]
         return point_means(scaled(scenario, stretch))
     answer, used, _, queued = _stationary_answer(scenario)
     metrics = _metrics(answer)  # (the bubble from the utilisation, as analyze reports it)

@@ -2,15 +2,18 @@
 :mod:`wansim.stages.host_cpu`.
 
 With ``slots`` = min(passes in flight, stages) <= cores no compute ever waits for a core and
-the scenario is answered as if the host were unlimited. Otherwise every CPU cost on the host
-(each stage's compute model and fixed overhead, and the drafting on a stage; an overlapped
-drafter is on its own device) is scaled by a stretch ``s`` (:func:`scaled`), the engine answers
-the scaled scenario, the sum of its stage utilisations is ``m`` (passes computing at once, the
-stretch included), and ``s`` solves s = mean_stretch(m(s)) on [1, slots / cores] (Brent: the
-left end is never below the right side, the right end never above). The answer is that of the
-scaled scenario, with ``details.shared_host`` (cores, slots, stretch, computing) and the
-approximation marked unvalidated (agreement with the DES is tested on a few cases, not
-measured across a regime).
+the scenario is answered as if the host were unlimited. Otherwise every CPU cost on a stage
+(its compute model, fixed overhead and cost per sequence, and the drafting where it runs on
+that stage; an overlapped drafter is on its own device) is scaled by that stage's stretch
+``s_i`` (:func:`scaled`), the engine answers the scaled scenario, its stage utilisations rho
+(the stretch included) give each stage's stretch (:func:`wansim.stages.host_cpu.
+stage_stretches`: the other passes computing at the other stages), and ``s`` solves
+s = stretches(rho(s)) by iteration from s = 1 (damped once it stops shrinking its step; at
+most :data:`MAX_STEPS`). A grid (``stages`` an array) takes one stretch for every stage,
+s = mean_stretch(m(s)) on [1, slots / cores] (Brent). The answer is that of the scaled
+scenario, with ``details.shared_host`` (cores, slots, stretch: the computing passes' mean,
+stage_stretch, computing, steps, converged) and the approximation marked unvalidated
+(agreement with the DES is tested on a few cases, not measured across a regime).
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ from wansim.config.scenario import Scenario
 from wansim.numerics.brentq import brentq
 from wansim.results.result import Result
 from wansim.speculation.block_schedule import uses_blocks
-from wansim.stages.host_cpu import mean_stretch, passes_in_flight
+from wansim.stages.host_cpu import mean_stretch, passes_in_flight, stage_stretches
+
+MAX_STEPS = 200
+TOLERANCE = 1e-6  # the largest change of a stage's stretch at the fixed point (Brent's xtol before)
 
 
 def shared_host_slots(scenario: Scenario) -> int:
@@ -57,63 +63,115 @@ def scaled_compute(model, factor: float):
     raise TypeError(f"unknown compute model {model!r}")
 
 
-def scaled(scenario: Scenario, factor: float) -> Scenario:
-    """The scenario with every CPU cost on the host ``factor`` times as long and no shared
-    host left (module docstring)."""
+def scaled(scenario: Scenario, factor) -> Scenario:
+    """The scenario with every CPU cost on the host ``factor`` times as long (a number: every
+    stage; a sequence: per stage) and no shared host left (module docstring)."""
+    each = np.atleast_1d(np.asarray(factor, dtype=float))
     m = scenario.model
-    model = dataclasses.replace(
-        m,
-        compute=scaled_compute(m.compute, factor),
-        stage_compute=tuple(scaled_compute(c, factor) for c in m.stage_compute),
-        host_cpu_factor=m.host_cpu_factor * factor,  # the fixed overheads
-        host_cores=None,
-    )
     drafter = scenario.drafter
-    if not (uses_blocks(scenario) and drafter.overlap):  # the drafter runs on a stage
+    on_stage = not (uses_blocks(scenario) and drafter.overlap)  # the drafter runs on a stage
+    if each.size == 1 or np.all(each == each[0]):
+        f = float(each[0])
+        model = dataclasses.replace(
+            m,
+            compute=scaled_compute(m.compute, f),
+            stage_compute=tuple(scaled_compute(c, f) for c in m.stage_compute),
+            host_cpu_factor=m.host_cpu_factor * f,  # the fixed overheads
+            host_cores=None,
+        )
+        draft_f = f
+    else:
+        stages = len(each)
+        over = m.stage_overhead_ms or (m.overhead_ms,) * stages
+        seq = m.stage_sequence_ms or (m.sequence_ms,) * stages
+        model = dataclasses.replace(
+            m,
+            stage_compute=tuple(
+                scaled_compute(c, f)
+                for c, f in zip(scenario.stage_compute_models(), each, strict=True)
+            ),
+            stage_overhead_ms=tuple(float(o * f) for o, f in zip(over, each, strict=True)),
+            stage_sequence_ms=tuple(float(c * f) for c, f in zip(seq, each, strict=True)),
+            host_cores=None,
+        )
+        draft_f = float(each[0] if drafter.placement == "first_stage" else each[-1])
+    if on_stage:
         drafter = dataclasses.replace(
-            drafter, draft_ms=drafter.draft_ms * factor, width_ms=drafter.width_ms * factor
+            drafter, draft_ms=drafter.draft_ms * draft_f, width_ms=drafter.width_ms * draft_f
         )
     return dataclasses.replace(scenario, model=model, drafter=drafter)
 
 
 def analyze_shared_host(scenario: Scenario, analyze) -> Result:
-    """``analyze`` (scenario -> Result, no shared host) at the fixed-point stretch."""
+    """``analyze`` (scenario -> Result, no shared host) at the fixed-point stretches."""
     cores = int(scenario.model.host_cores)
     slots = shared_host_slots(scenario)
-    answers: dict[float, Result] = {}
+    answers: dict[tuple, Result] = {}
 
-    def answer(s: float) -> Result:
-        if s not in answers:
-            answers[s] = analyze(scaled(scenario, s))
-        return answers[s]
+    def answer(s) -> Result:
+        key = tuple(float(x) for x in np.atleast_1d(s))
+        if key not in answers:
+            answers[key] = analyze(scaled(scenario, np.asarray(key)))
+        return answers[key]
 
-    def computing(s: float) -> float:
-        return float(np.sum(answer(s).metrics["stage_utilization"]))
+    def utilization(s) -> np.ndarray:
+        return np.asarray(answer(s).metrics["stage_utilization"], dtype=float)
 
-    def gap(s: float) -> float:
-        return mean_stretch(computing(s), slots, cores) - s
-
-    top = slots / cores
-    if gap(1.0) <= 0.0:
-        stretch = 1.0
-    elif gap(top) >= 0.0:
-        stretch = top
+    if np.ndim(scenario.stages) == 0:
+        stretch, steps, converged = _stage_fixed_point(utilization, slots, cores)
     else:
-        stretch = brentq(gap, 1.0, top, xtol=1e-6)
+        stretch, steps, converged = _one_stretch(utilization, slots, cores), 0, True
     res = answer(stretch)
+    rho = utilization(stretch)
     appr = unvalidated(
         res.approximation,
         "shared host (mean-value processor sharing)",
         "computes share the host's cores: a mean-value fixed point, its error against the "
         "DES not measured across a regime",
     )
+    each = np.atleast_1d(stretch)
     details = {
         **res.details,
         "shared_host": {
             "cores": cores,
             "slots": slots,
-            "stretch": stretch,
-            "computing": computing(stretch),
+            # the mean stretch a computing pass sees (its stage's, by the stages' loads)
+            "stretch": float(np.sum(rho * each) / np.sum(rho)) if np.sum(rho) > 0 else 1.0,
+            "stage_stretch": [float(x) for x in each],
+            "computing": float(np.sum(rho)),
+            "steps": steps,
+            "converged": converged,
         },
     }
     return dataclasses.replace(res, scenario=scenario, details=details, approximation=appr)
+
+
+def _stage_fixed_point(utilization, slots: int, cores: int):
+    """s = stage_stretches(rho(s)) from s = 1: plain steps while they shrink, then halved
+    (the stages' stretches pull against each other through the throughput)."""
+    s = np.ones(len(utilization(1.0)))
+    step_size, last = 1.0, np.inf
+    for steps in range(1, MAX_STEPS + 1):
+        target = stage_stretches(utilization(s), slots, cores)
+        change = float(np.max(np.abs(target - s)))
+        if change <= TOLERANCE:
+            return target, steps, True
+        if change >= last:
+            step_size *= 0.5
+        last = change
+        s = s + step_size * (target - s)
+    return s, MAX_STEPS, False
+
+
+def _one_stretch(utilization, slots: int, cores: int) -> float:
+    """s = mean_stretch(m(s)) on [1, slots / cores] (Brent; a grid's every stage alike)."""
+
+    def gap(s: float) -> float:
+        return mean_stretch(float(np.sum(utilization(s))), slots, cores) - s
+
+    top = slots / cores
+    if gap(1.0) <= 0.0:
+        return 1.0
+    if gap(top) >= 0.0:
+        return top
+    return brentq(gap, 1.0, top, xtol=1e-6)

@@ -14,11 +14,14 @@ cost (``per_message_ms``), and an overlapped drafter on its own device (``drafte
 - Analytical (``wansim.analytical.shared_host``): the mean-value equivalent. With ``m`` passes
   computing at once on average (Little's law: the sum of the stages' utilisations, which
   include the stretch) out of ``slots`` = min(passes in flight, stages) that can (a stage
-  serves one pass at a time), a computing pass sees the other slots computing independently
-  with probability q = m / slots, so Y ~ Binomial(slots - 1, q) others, and its mean stretch
-  is :func:`mean_stretch` = E[max(1, (1 + Y) / N)]. The engine solves the fixed point
-  stretch = mean_stretch(m(stretch)). With one pass in flight (slots = 1) the stretch is 1
-  exactly; at saturation it tends to slots / N.
+  serves one pass at a time), a pass computing at stage i sees the other slots computing
+  independently, each with probability q_i = (m - rho_i) / (slots - rho_i): the passes' time
+  computing at the other stages over their time away from stage i (a saturated stage does
+  not count its own load as the others'), so Y_i ~ Binomial(slots - 1, q_i) others, and its mean stretch is :func:`stage_stretches` =
+  E[max(1, (1 + Y_i) / N)]. The engine solves the fixed point s_i = stretch_i(rho(s)), each
+  stage's costs times its own s_i (a grid of scenarios: one stretch for every stage,
+  :func:`mean_stretch`, q = m / slots). With one pass in flight (slots = 1) the stretch is 1 exactly; at
+  saturation it tends to slots / N.
 """
 
 from __future__ import annotations
@@ -36,10 +39,25 @@ def share_rate(jobs: int, cores: int) -> float:
 def mean_stretch(computing: float, slots: int, cores: int) -> float:
     """E[max(1, (1 + Y) / cores)], Y ~ Binomial(slots - 1, computing / slots): a computing
     pass's mean slowdown when ``computing`` passes (of ``slots`` that can) compute at once on
-    average (module docstring)."""
+    average, every stage alike (module docstring)."""
     if slots <= cores:
         return 1.0
-    q = min(max(computing / slots, 0.0), 1.0)
+    return _binomial_stretch(computing / slots, slots, cores)
+
+
+def stage_stretches(utilization, slots: int, cores: int) -> np.ndarray:
+    """Per stage i: E[max(1, (1 + Y_i) / cores)], Y_i ~ Binomial(slots - 1, q_i), q_i =
+    (m - rho_i) / (slots - rho_i) with ``utilization`` rho (the stretch included) and m their
+    sum (module docstring)."""
+    rho = np.asarray(utilization, dtype=float)
+    if slots <= cores:
+        return np.ones_like(rho)
+    m = float(np.sum(rho))
+    return np.array([_binomial_stretch((m - r) / (slots - r), slots, cores) for r in rho])
+
+
+def _binomial_stretch(q: float, slots: int, cores: int) -> float:
+    q = min(max(q, 0.0), 1.0)
     others = np.arange(slots)  # Y = 0 .. slots - 1
     pmf = np.array([math.comb(slots - 1, y) for y in others], dtype=float)
     pmf *= q**others * (1.0 - q) ** (slots - 1 - others)

@@ -255,6 +255,17 @@ def test_one_table_per_stage():
         scenario("model.stage_idle_cost=[{points: [[0,2]]}]", table="[]")
 
 
+def _validate_fails(override: str) -> str:
+    """``wansim validate REFERENCE --set OVERRIDE``: exit 2; its stderr, stripped."""
+    run = subprocess.run(
+        [sys.executable, "-m", "wansim", "validate", str(REFERENCE), "--set", override],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2
+    return run.stderr.strip()
+
+
 @pytest.mark.parametrize(
     ("table", "says"),
     [
@@ -264,40 +275,12 @@ def test_one_table_per_stage():
     ],
 )
 def test_bad_tables_exit_2_naming_the_field(table, says):
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "wansim",
-            "validate",
-            str(REFERENCE),
-            "--set",
-            f"model.idle_cost.points={table}",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert run.returncode == 2
-    line = run.stderr.strip()
+    line = _validate_fails(f"model.idle_cost.points={table}")
     assert "\n" not in line and "model.idle_cost.points" in line and says in line
 
 
 def test_an_unknown_idle_follows_exits_2_naming_the_field():
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "wansim",
-            "validate",
-            str(REFERENCE),
-            "--set",
-            "model.idle_follows=core",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert run.returncode == 2
-    line = run.stderr.strip()
+    line = _validate_fails("model.idle_follows=core")
     assert "\n" not in line and "model.idle_follows" in line and "core" in line
     assert "stage" in line and "host" in line  # what is allowed
 

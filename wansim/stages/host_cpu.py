@@ -17,11 +17,11 @@ cost (``per_message_ms``), and an overlapped drafter on its own device (``drafte
   serves one pass at a time), a pass computing at stage i sees the other slots computing
   independently, each with probability q_i = (m - rho_i) / (slots - rho_i): the passes' time
   computing at the other stages over their time away from stage i (a saturated stage does
-  not count its own load as the others'), so Y_i ~ Binomial(slots - 1, q_i) others, and its mean stretch is :func:`stage_stretches` =
-  E[max(1, (1 + Y_i) / N)]. The engine solves the fixed point s_i = stretch_i(rho(s)), each
-  stage's costs times its own s_i (a grid of scenarios: one stretch for every stage,
-  :func:`mean_stretch`, q = m / slots). With one pass in flight (slots = 1) the stretch is 1 exactly; at
-  saturation it tends to slots / N.
+  not count its own load as the others'), so Y_i ~ Binomial(slots - 1, q_i) others, and its
+  mean stretch is :func:`stage_stretches` = E[max(1, (1 + Y_i) / N)]. The engine solves the
+  fixed point s_i = stretch_i(rho(s)), each stage's costs times its own s_i (a grid of
+  scenarios: one stretch for every stage, :func:`mean_stretch`, q = m / slots). With one pass
+  in flight (slots = 1) the stretch is 1 exactly; at saturation it tends to slots / N.
 """
 
 from __future__ import annotations
